@@ -1,0 +1,54 @@
+# One entry point for everything. `make test` and `make run` set themselves up on a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PACKAGES := libs/rules libs/protos libs/platform libs/mjctl infra $(wildcard services/*/pyproject.toml)
+EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
+
+.PHONY: setup proto proto-check lint test test-unit test-integration run bench kafka-start kafka-stop clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements-dev.txt $(wildcard libs/*/pyproject.toml services/*/pyproject.toml infra/pyproject.toml)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-deps $(EDITABLE)
+	touch $(STAMP)
+
+proto: setup
+	$(BIN)/python -m mahjong_infra.protogen
+
+proto-check: setup
+	$(BIN)/python -m mahjong_infra.protogen --check
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy libs/rules libs/platform
+
+test: setup proto-check
+	$(BIN)/pytest -m "not benchmark" $(PYTEST_ARGS)
+
+test-unit: setup
+	$(BIN)/pytest -m "not integration and not benchmark" $(PYTEST_ARGS)
+
+test-integration: setup
+	$(BIN)/pytest -m "integration" $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python -m mahjong_rules.bench
+
+run: setup
+	$(BIN)/python -m mjctl run $(RUN_ARGS)
+
+kafka-start: setup
+	$(BIN)/python -m mahjong_infra.kafka start
+
+kafka-stop: setup
+	$(BIN)/python -m mahjong_infra.kafka stop
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
