@@ -22,21 +22,22 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from mahjong.v1 import rooms_pb2 as mahjong_dot_v1_dot_rooms__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmahjong/v1/match_events.proto\x12\nmahjong.v1\"E\n\x0cTicketQueued\x12\x11\n\tticket_id\x18\x01 \x01(\t\x12\x11\n\tplayer_id\x18\x02 \x01(\t\x12\x0f\n\x07room_id\x18\x03 \x01(\t\"G\n\x0fTicketCancelled\x12\x11\n\tticket_id\x18\x01 \x01(\t\x12\x11\n\tplayer_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"D\n\x0eSeatAssignment\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x11\n\tplayer_id\x18\x02 \x01(\t\x12\x11\n\tticket_id\x18\x03 \x01(\t\"k\n\rTableAssigned\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07room_id\x18\x02 \x01(\t\x12)\n\x05seats\x18\x03 \x03(\x0b\x32\x1a.mahjong.v1.SeatAssignment\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmahjong/v1/match_events.proto\x12\nmahjong.v1\x1a\x16mahjong/v1/rooms.proto\"E\n\x0cTicketQueued\x12\x11\n\tticket_id\x18\x01 \x01(\t\x12\x11\n\tplayer_id\x18\x02 \x01(\t\x12\x0f\n\x07room_id\x18\x03 \x01(\t\"G\n\x0fTicketCancelled\x12\x11\n\tticket_id\x18\x01 \x01(\t\x12\x11\n\tplayer_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"D\n\x0eSeatAssignment\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x11\n\tplayer_id\x18\x02 \x01(\t\x12\x11\n\tticket_id\x18\x03 \x01(\t\"\x8b\x01\n\rTableAssigned\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07room_id\x18\x02 \x01(\t\x12)\n\x05seats\x18\x03 \x03(\x0b\x32\x1a.mahjong.v1.SeatAssignment\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12\x1e\n\x04room\x18\x05 \x01(\x0b\x32\x10.mahjong.v1.Roomb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mahjong.v1.match_events_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TICKETQUEUED']._serialized_start=45
-  _globals['_TICKETQUEUED']._serialized_end=114
-  _globals['_TICKETCANCELLED']._serialized_start=116
-  _globals['_TICKETCANCELLED']._serialized_end=187
-  _globals['_SEATASSIGNMENT']._serialized_start=189
-  _globals['_SEATASSIGNMENT']._serialized_end=257
-  _globals['_TABLEASSIGNED']._serialized_start=259
-  _globals['_TABLEASSIGNED']._serialized_end=366
+  _globals['_TICKETQUEUED']._serialized_start=69
+  _globals['_TICKETQUEUED']._serialized_end=138
+  _globals['_TICKETCANCELLED']._serialized_start=140
+  _globals['_TICKETCANCELLED']._serialized_end=211
+  _globals['_SEATASSIGNMENT']._serialized_start=213
+  _globals['_SEATASSIGNMENT']._serialized_end=281
+  _globals['_TABLEASSIGNED']._serialized_start=284
+  _globals['_TABLEASSIGNED']._serialized_end=423
 # @@protoc_insertion_point(module_scope)

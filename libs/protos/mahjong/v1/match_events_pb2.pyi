@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from mahjong.v1 import rooms_pb2 as _rooms_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -110,12 +111,17 @@ class TableAssigned(_message.Message):
     ROOM_ID_FIELD_NUMBER: _builtins.int
     SEATS_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
+    ROOM_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     room_id: _builtins.str
     seed: _builtins.int
     """The shuffle seed the table engine uses to build and record the wall (RULES.md 1.1)."""
     @_builtins.property
     def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatAssignment]: ...
+    @_builtins.property
+    def room(self) -> _rooms_pb2.Room:
+        """The room as it was when the table formed; the table plays by these rules to the end."""
+
     def __init__(
         self,
         *,
@@ -123,10 +129,11 @@ class TableAssigned(_message.Message):
         room_id: _builtins.str = ...,
         seats: _abc.Iterable[Global___SeatAssignment] | None = ...,
         seed: _builtins.int = ...,
+        room: _rooms_pb2.Room | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["room", b"room"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["room_id", b"room_id", "seats", b"seats", "seed", b"seed", "table_id", b"table_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["room", b"room", "room_id", b"room_id", "seats", b"seats", "seed", b"seed", "table_id", b"table_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
