@@ -1,0 +1,1 @@
+"""Matchmaking service: the room catalog, tickets and seat assignment (ARCHITECTURE.md)."""
