@@ -1,0 +1,146 @@
+"""Beans: conversion from points, the pro-rata shortfall rule, the escape shortfall, the rake.
+
+RULES.md 0: beans = points × N, converted once, integers. RULES.md 1.9: a payer never goes below
+0 beans. RULES.md 1.10: the escape shortfall split.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from .model import (
+    HOUSE_ESCAPE,
+    HOUSE_RAKE,
+    SEAT_COUNT,
+    BeanInstruction,
+    BeanPayment,
+    Instruction,
+    Party,
+    Reason,
+    SettlementOptions,
+)
+
+
+def to_beans(instruction: Instruction, options: SettlementOptions) -> BeanInstruction:
+    """The instruction in beans: each line's points × N (RULES.md 0), the one conversion."""
+    payments = tuple(
+        BeanPayment(payment.payee, payment.points * options.coefficient, payment.reason)
+        for payment in instruction.payments
+    )
+    return BeanInstruction(instruction.payer, payments, instruction.source, instruction.refers_to)
+
+
+def rake_instructions(
+    options: SettlementOptions, source: str, seats: Iterable[int] = range(SEAT_COUNT)
+) -> tuple[BeanInstruction, ...]:
+    """系统回收 (RULES.md 1.9): every seated player pays A beans to `house:rake` after the game.
+
+    Escapees pay it too (1.10). The cap by balance is `apply_balance`'s job, as for every payment.
+    """
+    if options.rake_beans == 0:
+        return ()
+    return tuple(
+        BeanInstruction(seat, (BeanPayment(HOUSE_RAKE, options.rake_beans, Reason.RAKE),), source)
+        for seat in seats
+    )
+
+
+def _turn_order_key(payer: int, payee: Party) -> tuple[int, int]:
+    # Seats first, in turn order after the payer (RULES.md 1.9); house accounts after them.
+    if isinstance(payee, int):
+        return (0, (payee - payer) % SEAT_COUNT)
+    return (1, 0)
+
+
+def _split_pro_rata(available_beans: int, owed_beans: list[int]) -> tuple[list[int], int]:
+    """Split `available_beans` in proportion to `owed_beans`, rounded down; returns the remainder."""
+    total_owed_beans = sum(owed_beans)
+    if total_owed_beans == 0:
+        return [0] * len(owed_beans), available_beans
+    shares = [available_beans * owed // total_owed_beans for owed in owed_beans]
+    return shares, available_beans - sum(shares)
+
+
+def _posted(instruction: BeanInstruction, posted_beans: list[int]) -> BeanInstruction:
+    payments = tuple(
+        BeanPayment(payment.payee, beans, payment.reason)
+        for payment, beans in zip(instruction.payments, posted_beans, strict=True)
+    )
+    return BeanInstruction(instruction.payer, payments, instruction.source, instruction.refers_to)
+
+
+def _general_shortfall(instruction: BeanInstruction, balance_beans: int) -> list[int]:
+    # RULES.md 1.9: split in proportion to what each was owed, rounded down, the remainder to the
+    # first payee in turn order after the payer.
+    shares, remainder = _split_pro_rata(balance_beans, [payment.beans for payment in instruction.payments])
+    first = min(
+        range(len(instruction.payments)),
+        key=lambda index: _turn_order_key(instruction.payer, instruction.payments[index].payee),
+    )
+    shares[first] += remainder
+    return shares
+
+
+def _escape_shortfall(instruction: BeanInstruction, balance_beans: int) -> list[int]:
+    # RULES.md 1.10: penalty = floor(B × penalty / T), the rest of B split among the compensations
+    # in proportion, rounded down, the remainder to the house.
+    total_beans = instruction.total_beans
+    (penalty_index,) = [
+        index for index, payment in enumerate(instruction.payments) if payment.payee == HOUSE_ESCAPE
+    ]
+    shares = [0] * len(instruction.payments)
+    shares[penalty_index] = balance_beans * instruction.payments[penalty_index].beans // total_beans
+    compensation_indexes = [index for index in range(len(shares)) if index != penalty_index]
+    compensation_shares, remainder = _split_pro_rata(
+        balance_beans - shares[penalty_index],
+        [instruction.payments[index].beans for index in compensation_indexes],
+    )
+    for index, share in zip(compensation_indexes, compensation_shares, strict=True):
+        shares[index] = share
+    shares[penalty_index] += remainder
+    return shares
+
+
+def apply_balance(instruction: BeanInstruction, payer_balance_beans: int) -> BeanInstruction:
+    """What is actually posted when the payer has `payer_balance_beans` (RULES.md 1.9, 1.10).
+
+    Returns the instruction with the posted amounts: unchanged when the balance covers it, else
+    the balance split among the payees as 1.9 says (1.10 for an escape instruction, recognised by
+    its `house:escape` line). Never more than the balance, never negative, and exactly
+    min(balance, owed) beans change hands: nothing is created or destroyed.
+    """
+    assert payer_balance_beans >= 0, f"no player balance is ever negative, got {payer_balance_beans}"
+    total_beans = instruction.total_beans
+    if payer_balance_beans >= total_beans:
+        return instruction
+    is_escape = any(payment.payee == HOUSE_ESCAPE for payment in instruction.payments)
+    if is_escape:
+        shares = _escape_shortfall(instruction, payer_balance_beans)
+    else:
+        shares = _general_shortfall(instruction, payer_balance_beans)
+    posted = _posted(instruction, shares)
+    assert posted.total_beans == payer_balance_beans, "the shortfall split conserves the balance"
+    return posted
+
+
+def points_by_party(instructions: Iterable[Instruction]) -> Mapping[Party, int]:
+    """Each party's signed sum of points over the instructions (received minus paid)."""
+    totals: defaultdict[Party, int] = defaultdict(int)
+    for instruction in instructions:
+        for payment in instruction.payments:
+            totals[payment.payee] += payment.points
+            totals[instruction.payer] -= payment.points
+    assert sum(totals.values()) == 0
+    return dict(totals)
+
+
+def beans_by_party(instructions: Iterable[BeanInstruction]) -> Mapping[Party, int]:
+    """Each party's signed sum of beans over the instructions (received minus paid)."""
+    totals: defaultdict[Party, int] = defaultdict(int)
+    for instruction in instructions:
+        for payment in instruction.payments:
+            totals[payment.payee] += payment.beans
+            totals[instruction.payer] -= payment.beans
+    assert sum(totals.values()) == 0
+    return dict(totals)
