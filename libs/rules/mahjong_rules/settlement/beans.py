@@ -72,13 +72,20 @@ def _posted(instruction: BeanInstruction, posted_beans: list[int]) -> BeanInstru
 
 def _general_shortfall(instruction: BeanInstruction, balance_beans: int) -> list[int]:
     # RULES.md 1.9: split in proportion to what each was owed, rounded down, the remainder to the
-    # first payee in turn order after the payer.
-    shares, remainder = _split_pro_rata(balance_beans, [payment.beans for payment in instruction.payments])
-    first = min(
-        range(len(instruction.payments)),
+    # first payee in turn order after the payer. The remainder is smaller than the number of
+    # payees; should it exceed what the first payee is still owed (a payee owed very little next
+    # to large ones), the rest passes on in turn order, so nobody receives more than owed.
+    owed_beans = [payment.beans for payment in instruction.payments]
+    shares, remainder = _split_pro_rata(balance_beans, owed_beans)
+    turn_order = sorted(
+        range(len(owed_beans)),
         key=lambda index: _turn_order_key(instruction.payer, instruction.payments[index].payee),
     )
-    shares[first] += remainder
+    for index in turn_order:
+        extra = min(remainder, owed_beans[index] - shares[index])
+        shares[index] += extra
+        remainder -= extra
+    assert remainder == 0, "a shortfall balance always fits within what is owed"
     return shares
 
 
