@@ -1,0 +1,1 @@
+pytest_plugins = ["mahjong_infra.pytest_plugin"]
