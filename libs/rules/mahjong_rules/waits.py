@@ -8,15 +8,23 @@ melds) does not count, and a player whose only waits are such tiles is not ready
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from mahjong_rules.decomposition import RANK_UNITS
-from mahjong_rules.fans import DISCARD_CONTEXT, Fan, best_reading, evaluation_from_reading
+from mahjong_rules.decomposition import (
+    BITS_PER_RANK,
+    RANK_MASK,
+    RANK_UNITS,
+    SUIT_SUMMARIES,
+    combine_readings,
+    decode_suit_key,
+    suit_summary,
+)
+from mahjong_rules.fans import Fan, best_reading, fan_list
 from mahjong_rules.hand import (
     WINNING_HAND_TILE_COUNT,
     Meld,
     check_copies,
     check_hand_size,
-    concealed_count,
     meld_facts,
     missing_suit_index,
     suit_keys,
@@ -65,29 +73,50 @@ def find_waits(concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: S
     if suit_mask == 7 or (missing_index >= 0 and suit_mask >> missing_index & 1):
         return NOT_READY
     held = {meld.tile: meld.size for meld in melds}
+    summaries = [SUIT_SUMMARIES.get(key) or suit_summary(key) for key in keys[:3]]
     waits: list[Wait] = []
-    for tile in _candidate_tiles(concealed):
-        if concealed_count(keys, tile) + held.get(tile, 0) >= COPIES_PER_TILE:
+    for suit in (0, 1, 2):
+        key = keys[suit]
+        if key == 0:
+            continue  # the winning tile must join concealed tiles of its own suit
+        other_suits = [other for other in (0, 1, 2) if other != suit]
+        first, second = summaries[other_suits[0]], summaries[other_suits[1]]
+        other_readings = combine_readings(first[0], second[0])
+        seven_pairs_possible = facts.count == 0 and first[1] and second[1]
+        if not other_readings and not seven_pairs_possible:
             continue
-        suit = tile // 9
-        keys[suit] += RANK_UNITS[tile % 9]
-        reading = best_reading(keys, facts, missing_index)
-        keys[suit] -= RANK_UNITS[tile % 9]
-        if reading is not None:
-            evaluation = evaluation_from_reading(reading, DISCARD_CONTEXT, facts.count > 0)
-            waits.append(Wait(tile, evaluation.multiplier, evaluation.fans))
-    return Waits(bool(waits), tuple(waits)) if waits else NOT_READY
+        for rank in _completing_ranks(key, other_readings, seven_pairs_possible):
+            new_key = key + RANK_UNITS[rank]
+            tile = suit * 9 + rank
+            if (key >> (BITS_PER_RANK * rank) & RANK_MASK) + held.get(tile, 0) >= COPIES_PER_TILE:
+                continue  # all four copies held: the wait does not count (RULES.md 1.8)
+            keys[suit] = new_key
+            reading = best_reading(keys, facts, missing_index)
+            keys[suit] = key
+            if reading is not None:
+                product, shape, flush, terminals, roots_left, no_terminals = reading
+                fans = fan_list(shape, flush, terminals, roots_left, no_terminals, ())
+                waits.append(Wait(tile, product, fans))
+    return Waits(True, tuple(waits)) if waits else NOT_READY
 
 
-def _candidate_tiles(concealed: Sequence[Tile]) -> list[Tile]:
-    """Tiles within two ranks (same suit) of some concealed tile, sorted."""
-    candidates: set[Tile] = set()
-    for tile in set(concealed):
-        suit_start = tile - tile % 9
-        low = max(suit_start, tile - 2)
-        high = min(suit_start + 8, tile + 2)
-        candidates.update(range(low, high + 1))
-    return sorted(candidates)
+@lru_cache(maxsize=1 << 18)
+def _completing_ranks(key: int, other_readings: int, seven_pairs_possible: bool) -> tuple[int, ...]:
+    """Ranks whose tile, added to this suit, completes sets + a pair (or seven pairs) with the rest.
+
+    ``other_readings`` are the readings of the other two suits, so this is a per-suit table: a
+    position costs one look-up per suit instead of one decomposition per candidate tile.
+    """
+    counts = decode_suit_key(key)
+    near = {rank for rank, count in enumerate(counts) if count for rank in range(rank - 2, rank + 3)}
+    ranks: list[int] = []
+    for rank in sorted(near):
+        if 0 <= rank < 9 and counts[rank] < 4:
+            new_key = key + RANK_UNITS[rank]
+            summary = SUIT_SUMMARIES.get(new_key) or suit_summary(new_key)
+            if combine_readings(summary[0], other_readings) >> 4 or (seven_pairs_possible and summary[1]):
+                ranks.append(rank)
+    return tuple(ranks)
 
 
 def max_wait_multiplier(concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: Suit | None) -> int:
