@@ -1,0 +1,300 @@
+"""Configuration of every service from environment variables, with defaults that run a fresh checkout.
+
+Every setting has one environment variable named ``MAHJONG_<WHAT>``; docker-compose.yml uses the
+same names (a test keeps the two in step through `KNOWN_VARIABLES`). The defaults need nothing but
+Python: SQLite files under ``./data``, a Kafka broker on 127.0.0.1:9092 (started by ``infra/``), and
+the four gRPC services on 127.0.0.1:50051..50054.
+
+`load_settings` reads the variables once, validates all of them and returns a frozen `Settings`.
+A value that does not parse raises `ConfigurationError` naming the variable, so a typo in a deploy
+fails at start with a message the operator can act on, not later in the middle of a game.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, Literal, get_args
+
+ServiceName = Literal["matchmaking", "table", "scoring", "ledger"]
+LogFormat = Literal["json", "text"]
+
+SERVICE_NAMES: Final[tuple[ServiceName, ...]] = get_args(ServiceName)
+LOG_FORMATS: Final[tuple[LogFormat, ...]] = get_args(LogFormat)
+LOG_LEVELS: Final[tuple[str, ...]] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# Deliberately named so that nobody mistakes it for a real secret when it shows up in a deploy.
+DEVELOPMENT_JWT_SECRET: Final = "insecure-development-secret-do-not-use-in-production"
+# HS256 with a key shorter than the hash output (32 bytes) is weaker than the algorithm promises.
+MINIMUM_JWT_SECRET_BYTES: Final = 32
+
+DEFAULT_DATA_DIRECTORY: Final = "./data"
+DEFAULT_KAFKA_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9092"
+DEFAULT_TOPIC_PARTITIONS: Final = 6
+MAXIMUM_TOPIC_PARTITIONS: Final = 1000
+DEFAULT_GRPC_PORTS: Final[Mapping[ServiceName, int]] = MappingProxyType(
+    {"matchmaking": 50051, "table": 50052, "scoring": 50053, "ledger": 50054}
+)
+DEFAULT_GRPC_MAX_WORKERS: Final = 64
+MAXIMUM_GRPC_MAX_WORKERS: Final = 4096
+DEFAULT_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 10.0
+MAXIMUM_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 300.0
+
+DATA_DIRECTORY_VARIABLE: Final = "MAHJONG_DATA_DIR"
+KAFKA_BOOTSTRAP_SERVERS_VARIABLE: Final = "MAHJONG_KAFKA_BOOTSTRAP_SERVERS"
+TOPIC_PREFIX_VARIABLE: Final = "MAHJONG_TOPIC_PREFIX"
+TOPIC_PARTITIONS_VARIABLE: Final = "MAHJONG_TOPIC_PARTITIONS"
+JWT_SECRET_VARIABLE: Final = "MAHJONG_JWT_SECRET"
+LOG_LEVEL_VARIABLE: Final = "MAHJONG_LOG_LEVEL"
+LOG_FORMAT_VARIABLE: Final = "MAHJONG_LOG_FORMAT"
+GRPC_MAX_WORKERS_VARIABLE: Final = "MAHJONG_GRPC_MAX_WORKERS"
+GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE: Final = "MAHJONG_GRPC_SHUTDOWN_GRACE_SECONDS"
+
+
+def database_url_variable(service: ServiceName) -> str:
+    """Name of the variable holding ``service``'s SQLAlchemy database URL."""
+    return f"MAHJONG_{service.upper()}_DATABASE_URL"
+
+
+def grpc_address_variable(service: ServiceName) -> str:
+    """Name of the variable holding the host:port ``service``'s gRPC server listens on."""
+    return f"MAHJONG_{service.upper()}_GRPC_ADDRESS"
+
+
+def grpc_target_variable(service: ServiceName) -> str:
+    """Name of the variable holding the host:port clients dial to reach ``service``.
+
+    Separate from the listen address because in a container a server listens on 0.0.0.0 while its
+    callers dial the container's name (``ledger:50054``).
+    """
+    return f"MAHJONG_{service.upper()}_GRPC_TARGET"
+
+
+KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
+    {
+        DATA_DIRECTORY_VARIABLE,
+        KAFKA_BOOTSTRAP_SERVERS_VARIABLE,
+        TOPIC_PREFIX_VARIABLE,
+        TOPIC_PARTITIONS_VARIABLE,
+        JWT_SECRET_VARIABLE,
+        LOG_LEVEL_VARIABLE,
+        LOG_FORMAT_VARIABLE,
+        GRPC_MAX_WORKERS_VARIABLE,
+        GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE,
+    }
+    | {database_url_variable(service) for service in SERVICE_NAMES}
+    | {grpc_address_variable(service) for service in SERVICE_NAMES}
+    | {grpc_target_variable(service) for service in SERVICE_NAMES}
+)
+"""Every environment variable `load_settings` reads; nothing else named MAHJONG_* means anything."""
+
+_LOGGER = logging.getLogger(__name__)
+_TOPIC_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._-]*")
+_HOST_PORT_PATTERN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})")
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "[::]", "::"})
+_POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
+_POSTGRESQL_DRIVER_SCHEME = "postgresql+psycopg://"
+
+
+class ConfigurationError(ValueError):
+    """An environment variable holds a value the services cannot run with; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a service process needs to know about its environment, validated once at start."""
+
+    data_directory: Path
+    database_urls: Mapping[ServiceName, str]
+    kafka_bootstrap_servers: tuple[str, ...]
+    topic_prefix: str
+    topic_partitions: int
+    # Never printed: a Settings object ends up in logs and tracebacks.
+    jwt_secret: str = field(repr=False)
+    jwt_secret_is_development_default: bool
+    grpc_addresses: Mapping[ServiceName, str]
+    grpc_targets: Mapping[ServiceName, str]
+    grpc_max_workers: int
+    grpc_shutdown_grace_seconds: float
+    log_level: str
+    log_format: LogFormat
+
+    def database_url(self, service: ServiceName) -> str:
+        """SQLAlchemy URL of ``service``'s own database (services never share one)."""
+        return self.database_urls[service]
+
+    def grpc_address(self, service: ServiceName) -> str:
+        """host:port ``service``'s gRPC server binds."""
+        return self.grpc_addresses[service]
+
+    def grpc_target(self, service: ServiceName) -> str:
+        """host:port a client dials to reach ``service``."""
+        return self.grpc_targets[service]
+
+
+def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
+    """Read and validate every ``MAHJONG_*`` variable from ``environ``, falling back to the defaults.
+
+    An empty value counts as unset, so ``MAHJONG_LOG_LEVEL=`` in a compose file means "default".
+    Raises `ConfigurationError` naming the first variable whose value is invalid.
+    """
+    data_directory = _parse_data_directory(_read(environ, DATA_DIRECTORY_VARIABLE, DEFAULT_DATA_DIRECTORY))
+    jwt_secret = _read(environ, JWT_SECRET_VARIABLE, DEVELOPMENT_JWT_SECRET)
+    _validate_jwt_secret(jwt_secret)
+    jwt_secret_is_development_default = jwt_secret == DEVELOPMENT_JWT_SECRET
+    if jwt_secret_is_development_default:
+        _LOGGER.warning(
+            "%s is not set: tokens are signed with the PUBLIC development secret, so anyone can mint "
+            "a token for any player and any role. Set %s to a random value of at least %d bytes "
+            "for anything but local development.",
+            JWT_SECRET_VARIABLE,
+            JWT_SECRET_VARIABLE,
+            MINIMUM_JWT_SECRET_BYTES,
+        )
+    grpc_addresses = {
+        service: _parse_host_port(
+            grpc_address_variable(service),
+            _read(environ, grpc_address_variable(service), f"127.0.0.1:{DEFAULT_GRPC_PORTS[service]}"),
+        )
+        for service in SERVICE_NAMES
+    }
+    return Settings(
+        data_directory=data_directory,
+        database_urls=MappingProxyType(
+            {service: _database_url(environ, service, data_directory) for service in SERVICE_NAMES}
+        ),
+        kafka_bootstrap_servers=_parse_bootstrap_servers(
+            _read(environ, KAFKA_BOOTSTRAP_SERVERS_VARIABLE, DEFAULT_KAFKA_BOOTSTRAP_SERVERS)
+        ),
+        topic_prefix=_parse_topic_prefix(_read(environ, TOPIC_PREFIX_VARIABLE, "")),
+        topic_partitions=_parse_bounded_integer(
+            environ, TOPIC_PARTITIONS_VARIABLE, DEFAULT_TOPIC_PARTITIONS, MAXIMUM_TOPIC_PARTITIONS
+        ),
+        jwt_secret=jwt_secret,
+        jwt_secret_is_development_default=jwt_secret_is_development_default,
+        grpc_addresses=MappingProxyType(grpc_addresses),
+        grpc_targets=MappingProxyType(
+            {
+                service: _parse_host_port(
+                    grpc_target_variable(service),
+                    _read(environ, grpc_target_variable(service), _dialable(grpc_addresses[service])),
+                )
+                for service in SERVICE_NAMES
+            }
+        ),
+        grpc_max_workers=_parse_bounded_integer(
+            environ, GRPC_MAX_WORKERS_VARIABLE, DEFAULT_GRPC_MAX_WORKERS, MAXIMUM_GRPC_MAX_WORKERS
+        ),
+        grpc_shutdown_grace_seconds=_parse_grace_seconds(environ),
+        log_level=_parse_log_level(_read(environ, LOG_LEVEL_VARIABLE, "INFO")),
+        log_format=_parse_log_format(_read(environ, LOG_FORMAT_VARIABLE, "text")),
+    )
+
+
+def _read(environ: Mapping[str, str], variable: str, default: str) -> str:
+    assert variable in KNOWN_VARIABLES, f"{variable} must be listed in KNOWN_VARIABLES"
+    value = environ.get(variable, "").strip()
+    return value if value else default
+
+
+def _parse_data_directory(value: str) -> Path:
+    # Resolved once at start so that a later change of working directory cannot move the databases.
+    return Path(value).expanduser().resolve()
+
+
+def _database_url(environ: Mapping[str, str], service: ServiceName, data_directory: Path) -> str:
+    variable = database_url_variable(service)
+    url = _read(environ, variable, f"sqlite:///{data_directory / f'{service}.sqlite3'}")
+    if url.startswith(_POSTGRESQL_SCHEMES):
+        # SQLAlchemy's bare postgresql:// means psycopg2, which is not installed; psycopg 3 is.
+        return _POSTGRESQL_DRIVER_SCHEME + url.split("://", 1)[1]
+    if url.startswith(("sqlite://", "postgresql+")):
+        return url
+    raise ConfigurationError(
+        f"{variable} must be a SQLAlchemy URL starting with sqlite:// or postgresql://, got {url!r}"
+    )
+
+
+def _parse_host_port(variable: str, value: str) -> str:
+    match = _HOST_PORT_PATTERN.fullmatch(value)
+    if match is None or int(match["port"]) > 65535:
+        raise ConfigurationError(f"{variable} must be host:port (port 0-65535), got {value!r}")
+    return value
+
+
+def _dialable(address: str) -> str:
+    """The address a local client dials for a server listening on ``address``."""
+    host, _, port = address.rpartition(":")
+    return f"127.0.0.1:{port}" if host in _WILDCARD_HOSTS else address
+
+
+def _parse_bootstrap_servers(value: str) -> tuple[str, ...]:
+    servers = tuple(server.strip() for server in value.split(",") if server.strip())
+    if not servers:
+        raise ConfigurationError(f"{KAFKA_BOOTSTRAP_SERVERS_VARIABLE} must list at least one host:port")
+    for server in servers:
+        _parse_host_port(KAFKA_BOOTSTRAP_SERVERS_VARIABLE, server)
+    return servers
+
+
+def _parse_topic_prefix(value: str) -> str:
+    if _TOPIC_PREFIX_PATTERN.fullmatch(value) is None or len(value) > 100:
+        raise ConfigurationError(
+            f"{TOPIC_PREFIX_VARIABLE} may hold only letters, digits, '.', '_' and '-' "
+            f"(at most 100 characters), got {value!r}"
+        )
+    return value
+
+
+def _parse_bounded_integer(environ: Mapping[str, str], variable: str, default: int, maximum: int) -> int:
+    text = _read(environ, variable, str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigurationError(f"{variable} must be an integer from 1 to {maximum}, got {text!r}") from None
+    if not 1 <= value <= maximum:
+        raise ConfigurationError(f"{variable} must be an integer from 1 to {maximum}, got {text!r}")
+    return value
+
+
+def _parse_grace_seconds(environ: Mapping[str, str]) -> float:
+    variable = GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE
+    text = _read(environ, variable, str(DEFAULT_GRPC_SHUTDOWN_GRACE_SECONDS))
+    message = f"{variable} must be a number of seconds from 0 to {MAXIMUM_GRPC_SHUTDOWN_GRACE_SECONDS:g}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigurationError(f"{message}, got {text!r}") from None
+    # The comparison also rejects NaN.
+    if not 0.0 <= value <= MAXIMUM_GRPC_SHUTDOWN_GRACE_SECONDS:
+        raise ConfigurationError(f"{message}, got {text!r}")
+    return value
+
+
+def _validate_jwt_secret(secret: str) -> None:
+    if len(secret.encode()) < MINIMUM_JWT_SECRET_BYTES:
+        raise ConfigurationError(
+            f"{JWT_SECRET_VARIABLE} must be at least {MINIMUM_JWT_SECRET_BYTES} bytes long "
+            f"(HS256 keys shorter than the hash are weak), got {len(secret.encode())} bytes"
+        )
+
+
+def _parse_log_level(value: str) -> str:
+    level = value.upper()
+    if level not in LOG_LEVELS:
+        raise ConfigurationError(
+            f"{LOG_LEVEL_VARIABLE} must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
+        )
+    return level
+
+
+def _parse_log_format(value: str) -> LogFormat:
+    for log_format in LOG_FORMATS:
+        if value.lower() == log_format:
+            return log_format
+    raise ConfigurationError(f"{LOG_FORMAT_VARIABLE} must be one of {', '.join(LOG_FORMATS)}, got {value!r}")
