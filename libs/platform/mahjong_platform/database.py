@@ -1,0 +1,117 @@
+"""Database engines, sessions and transactions for SQLite (the embedded default) and PostgreSQL.
+
+Each service owns one database: a SQLite file under a data directory by default, so a fresh
+checkout runs with nothing installed but Python, or PostgreSQL (`postgresql+psycopg://...`) in
+production and in the integration tests. Services write all their rows through `transaction()`,
+so a unit of work either commits completely or leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 5_000
+POSTGRESQL_CONNECT_TIMEOUT_SECONDS = 10
+POSTGRESQL_POOL_SIZE = 5
+POSTGRESQL_POOL_MAX_OVERFLOW = 5
+POSTGRESQL_POOL_TIMEOUT_SECONDS = 30
+# A statement that runs longer than this is a bug or a lock pile-up; fail it instead of hanging.
+POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
+
+SessionFactory = sessionmaker[Session]
+
+
+def sqlite_url(data_directory: pathlib.Path | str, database_name: str) -> str:
+    """The URL of the SQLite file `<data_directory>/<database_name>.sqlite3`."""
+    if not database_name or "/" in database_name or database_name.startswith("."):
+        raise ValueError(f"database name {database_name!r} must be a plain file stem")
+    path = pathlib.Path(data_directory).resolve() / f"{database_name}.sqlite3"
+    return f"sqlite:///{path}"
+
+
+def create_engine_for(
+    url: str | URL,
+    *,
+    sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
+    postgresql_statement_timeout_ms: int = POSTGRESQL_STATEMENT_TIMEOUT_MS,
+    echo: bool = False,
+) -> Engine:
+    """An engine configured for how the platform uses the database.
+
+    SQLite (file databases only): the parent directory is created; every connection enables WAL
+    (readers do not block the single writer), foreign keys and a busy timeout; and every
+    transaction starts with `BEGIN IMMEDIATE`. The Python sqlite3 driver would otherwise start
+    transactions lazily at the first write, so a read-then-write transaction (check a stream's
+    version, then append) could fail with "database is locked" without waiting for the busy
+    timeout; taking the write lock up front makes writers queue instead.
+
+    PostgreSQL (`postgresql+psycopg://`): a bounded pool with pre-ping, a connect timeout and a
+    statement timeout.
+    """
+    parsed_url = sqlalchemy.make_url(url)
+    if parsed_url.get_backend_name() == "sqlite":
+        return _create_sqlite_engine(parsed_url, busy_timeout_ms=sqlite_busy_timeout_ms, echo=echo)
+    if parsed_url.get_backend_name() == "postgresql":
+        if parsed_url.get_driver_name() != "psycopg":
+            raise ValueError(f"use the psycopg 3 driver: postgresql+psycopg://, not {parsed_url.drivername}")
+        return sqlalchemy.create_engine(
+            parsed_url,
+            echo=echo,
+            pool_pre_ping=True,
+            pool_size=POSTGRESQL_POOL_SIZE,
+            max_overflow=POSTGRESQL_POOL_MAX_OVERFLOW,
+            pool_timeout=POSTGRESQL_POOL_TIMEOUT_SECONDS,
+            connect_args={
+                "connect_timeout": POSTGRESQL_CONNECT_TIMEOUT_SECONDS,
+                "options": f"-c statement_timeout={postgresql_statement_timeout_ms}",
+            },
+        )
+    raise ValueError(f"unsupported database {parsed_url.drivername!r}: use sqlite or postgresql+psycopg")
+
+
+def create_session_factory(engine: Engine) -> SessionFactory:
+    """A session factory bound to `engine`; objects stay usable after commit (no expiry)."""
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+@contextlib.contextmanager
+def transaction(session_factory: SessionFactory) -> Iterator[Session]:
+    """One unit of work: commits when the block ends normally, rolls back on any exception."""
+    with session_factory.begin() as session:
+        yield session
+
+
+def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engine:
+    assert busy_timeout_ms >= 0, busy_timeout_ms
+    database = url.database
+    if not database or database == ":memory:":
+        raise ValueError("use a SQLite file: an in-memory database is private to one connection")
+    pathlib.Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sqlalchemy.create_engine(url, echo=echo, connect_args={"timeout": busy_timeout_ms / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _configure_connection(dbapi_connection: Any, _connection_record: Any) -> None:
+        # Autocommit at the driver level, so SQLAlchemy's "begin" hook below decides when and how
+        # a transaction starts (the recipe from SQLAlchemy's SQLite dialect documentation).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: sqlalchemy.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

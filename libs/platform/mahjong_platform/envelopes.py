@@ -1,0 +1,122 @@
+"""Building, serializing and strictly parsing event `Envelope`s.
+
+Every event is wrapped in one protobuf `Envelope` (see protos/mahjong/v1/envelope.proto). These
+helpers keep the few rules about envelopes in one place: event ids are random UUIDs, the
+occurrence time comes from an injected clock (so tests and replays control time), and parsing
+rejects bytes that merely *happen* to be valid protobuf but are not a usable event: protobuf
+parsing alone accepts many random byte strings, and a consumer must dead-letter those instead of
+applying an empty event.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError, Message
+from mahjong.v1 import envelope_pb2
+
+Clock = Callable[[], datetime.datetime]
+"""Returns the current time as a timezone-aware datetime; injected so tests control time."""
+
+# Large enough for a whole opening event (the shuffled wall) with room to spare; an event bigger
+# than this is a bug, and Kafka's default message size limit is 1 MB anyway.
+ENVELOPE_MAX_BYTES = 512 * 1024
+STREAM_ID_MAX_LENGTH = 200
+
+
+class EnvelopeDecodeError(ValueError):
+    """Bytes that are not a well-formed event envelope."""
+
+
+def utc_now() -> datetime.datetime:
+    """The system clock in UTC: the production `Clock`."""
+    return datetime.datetime.now(datetime.UTC)
+
+
+def new_event_id() -> str:
+    """A fresh random event id (UUID 4, canonical text form)."""
+    return str(uuid.uuid4())
+
+
+def new_envelope(
+    payload: Message,
+    *,
+    clock: Clock,
+    stream_id: str = "",
+    sequence: int = 0,
+    correlation_id: str = "",
+    causation_id: str = "",
+    event_id: str | None = None,
+) -> envelope_pb2.Envelope:
+    """Wrap one event payload (e.g. a `TableOpened`) in a new envelope.
+
+    The payload is placed in the `payload` oneof field whose message type matches it. Stream id
+    and sequence may stay empty: the event store fills them when it appends the event.
+    """
+    occurred_at = clock()
+    if occurred_at.tzinfo is None:
+        raise ValueError("the clock must return timezone-aware datetimes")
+    envelope = envelope_pb2.Envelope(
+        event_id=event_id if event_id is not None else new_event_id(),
+        stream_id=stream_id,
+        sequence=sequence,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+    )
+    envelope.occurred_at.FromDatetime(occurred_at)
+    payload_field = _payload_field_for(payload)
+    getattr(envelope, payload_field).CopyFrom(payload)
+    return envelope
+
+
+def payload_type_name(envelope: envelope_pb2.Envelope) -> str:
+    """The payload's message name, e.g. "TableOpened"; "" when the envelope has no payload."""
+    payload_field = envelope.WhichOneof("payload")
+    if payload_field is None:
+        return ""
+    payload: Message = getattr(envelope, payload_field)
+    return payload.DESCRIPTOR.name
+
+
+def serialize_envelope(envelope: envelope_pb2.Envelope) -> bytes:
+    """The envelope's wire bytes: what the event store keeps and what Kafka carries."""
+    data = envelope.SerializeToString(deterministic=True)
+    if len(data) > ENVELOPE_MAX_BYTES:
+        raise ValueError(f"event {envelope.event_id} is {len(data)} bytes, over {ENVELOPE_MAX_BYTES}")
+    return data
+
+
+def parse_envelope(data: bytes) -> envelope_pb2.Envelope:
+    """Parse and validate envelope bytes; raise `EnvelopeDecodeError` when they are not an event.
+
+    Valid means: protobuf parses, the event id is a UUID, the stream id is set, the sequence is
+    positive, and a payload is present.
+    """
+    if len(data) > ENVELOPE_MAX_BYTES:
+        raise EnvelopeDecodeError(f"envelope is {len(data)} bytes, over {ENVELOPE_MAX_BYTES}")
+    envelope = envelope_pb2.Envelope()
+    try:
+        envelope.ParseFromString(data)
+    except DecodeError as error:
+        raise EnvelopeDecodeError(f"not a protobuf Envelope: {error}") from error
+    try:
+        uuid.UUID(envelope.event_id)
+    except ValueError as error:
+        raise EnvelopeDecodeError(f"event id {envelope.event_id[:64]!r} is not a UUID") from error
+    if not 0 < len(envelope.stream_id) <= STREAM_ID_MAX_LENGTH:
+        raise EnvelopeDecodeError(f"stream id must be 1..{STREAM_ID_MAX_LENGTH} characters")
+    if envelope.sequence < 1:
+        raise EnvelopeDecodeError(f"sequence {envelope.sequence} is not positive")
+    if envelope.WhichOneof("payload") is None:
+        raise EnvelopeDecodeError(f"event {envelope.event_id} has no payload")
+    return envelope
+
+
+def _payload_field_for(payload: Message) -> str:
+    payload_oneof = envelope_pb2.Envelope.DESCRIPTOR.oneofs_by_name["payload"]
+    for field in payload_oneof.fields:
+        if field.message_type is payload.DESCRIPTOR:
+            return field.name
+    raise TypeError(f"{payload.DESCRIPTOR.full_name} is not an Envelope payload type")

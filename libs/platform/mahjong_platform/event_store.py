@@ -1,0 +1,181 @@
+"""The SQL event store: append-only streams of event envelopes with optimistic concurrency.
+
+A stream (one table, ticket or account) is the ordered list of its events, numbered 1, 2, 3, ...
+A writer loads the stream, decides new events, and appends them saying which version it decided
+on (`expected_version` = the last sequence it saw, 0 for a new stream). If another writer got
+there first the append fails with `WrongExpectedVersionError` and writes nothing: a concurrent
+write loses with a conflict, never a fork. The caller may reload and retry (gRPC `ABORTED`).
+
+Appends run in the caller's transaction and write each event's outbox message in that same
+transaction, so an event is stored if and only if it will be published.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Sequence
+
+import sqlalchemy
+from mahjong.v1 import envelope_pb2
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
+from mahjong_platform.outbox import add_outbox_message
+from mahjong_platform.schema import STREAM_ID_MAX_LENGTH, stored_events
+from mahjong_platform.topics import Topics
+
+APPEND_EVENTS_MAX = 1_000
+LOAD_EVENTS_MAX = 100_000
+
+
+class WrongExpectedVersionError(Exception):
+    """An append's expected version is not the stream's version: someone else appended first."""
+
+    def __init__(self, stream_id: str, expected_version: int, actual_version: int) -> None:
+        super().__init__(
+            f"stream {stream_id!r} is at version {actual_version}, the append expected {expected_version}"
+        )
+        self.stream_id = stream_id
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventStore:
+    """Appends and loads event streams through the caller's SQLAlchemy session.
+
+    Stateless apart from configuration, so one instance serves every request. `topics` decides
+    which Kafka topic each appended event's outbox message goes to (by payload type).
+    """
+
+    topics: Topics = dataclasses.field(default_factory=Topics)
+    clock: Clock = utc_now
+
+    def append(
+        self,
+        session: Session,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[envelope_pb2.Envelope],
+    ) -> int:
+        """Append `events` to the stream after `expected_version`; return the new last sequence.
+
+        Each envelope gets the stream id and the next sequence number (an envelope that already
+        names a different stream or sequence is a caller bug: `ValueError`). Events and their
+        outbox messages are written in the caller's transaction; on a conflict nothing is written
+        and `WrongExpectedVersionError` is raised. The conflict is caught both ways: by comparing
+        with the stream's current version, and, for a writer that raced past that check, by the
+        unique (stream_id, sequence) key.
+        """
+        _check_stream_id(stream_id)
+        if expected_version < 0:
+            raise ValueError(f"expected version {expected_version} is negative")
+        if not 1 <= len(events) <= APPEND_EVENTS_MAX:
+            raise ValueError(f"append takes 1..{APPEND_EVENTS_MAX} events, got {len(events)}")
+        actual_version = self.stream_version(session, stream_id)
+        if actual_version != expected_version:
+            raise WrongExpectedVersionError(stream_id, expected_version, actual_version)
+        numbered_events = [
+            _numbered(event, stream_id, expected_version + index)
+            for index, event in enumerate(events, start=1)
+        ]
+        try:
+            # A savepoint, so a lost race leaves the caller's transaction usable (PostgreSQL
+            # aborts the whole transaction on an error otherwise).
+            with session.begin_nested():
+                self._insert(session, numbered_events)
+        except IntegrityError:
+            actual_version = self.stream_version(session, stream_id)
+            if actual_version != expected_version:
+                raise WrongExpectedVersionError(stream_id, expected_version, actual_version) from None
+            raise  # Not a version conflict: e.g. an event id appended before.
+        return expected_version + len(numbered_events)
+
+    def load(
+        self,
+        session: Session,
+        stream_id: str,
+        after_sequence: int = 0,
+        *,
+        limit: int = LOAD_EVENTS_MAX,
+    ) -> list[envelope_pb2.Envelope]:
+        """The stream's events with sequence > `after_sequence`, in order, at most `limit` of them.
+
+        An unknown stream loads as an empty list (version 0).
+        """
+        _check_stream_id(stream_id)
+        assert after_sequence >= 0, after_sequence
+        assert 1 <= limit <= LOAD_EVENTS_MAX, limit
+        query = (
+            sqlalchemy.select(stored_events.c.sequence, stored_events.c.envelope)
+            .where(stored_events.c.stream_id == stream_id)
+            .where(stored_events.c.sequence > after_sequence)
+            .order_by(stored_events.c.sequence)
+            .limit(limit)
+        )
+        envelopes = []
+        expected_sequence = after_sequence + 1
+        for row in session.execute(query):
+            # Gapless numbering is an invariant of append; a gap means the table was tampered with.
+            assert row.sequence == expected_sequence, (stream_id, row.sequence, expected_sequence)
+            envelopes.append(parse_envelope(bytes(row.envelope)))
+            expected_sequence += 1
+        return envelopes
+
+    def stream_version(self, session: Session, stream_id: str) -> int:
+        """The stream's last sequence number; 0 for a stream with no events."""
+        query = sqlalchemy.select(sqlalchemy.func.max(stored_events.c.sequence)).where(
+            stored_events.c.stream_id == stream_id
+        )
+        version = session.execute(query).scalar_one()
+        return 0 if version is None else int(version)
+
+    def _insert(self, session: Session, events: Sequence[envelope_pb2.Envelope]) -> None:
+        recorded_at = self.clock()
+        event_rows = []
+        for event in events:
+            topic = self.topics.for_envelope(event)
+            value = serialize_envelope(event)
+            event_rows.append(
+                {
+                    "stream_id": event.stream_id,
+                    "sequence": event.sequence,
+                    "event_id": event.event_id,
+                    "event_type": payload_type_name(event),
+                    "topic": topic,
+                    "occurred_at": event.occurred_at.ToDatetime(tzinfo=datetime.UTC),
+                    "recorded_at": recorded_at,
+                    "envelope": value,
+                }
+            )
+            add_outbox_message(
+                session,
+                topic=topic,
+                message_key=event.stream_id,
+                message_value=value,
+                event_id=event.event_id,
+                created_at=recorded_at,
+            )
+        # Outbox rows first is fine: the transaction makes both visible together or not at all.
+        session.execute(stored_events.insert(), event_rows)
+
+
+def _check_stream_id(stream_id: str) -> None:
+    if not 0 < len(stream_id) <= STREAM_ID_MAX_LENGTH:
+        raise ValueError(f"stream id must be 1..{STREAM_ID_MAX_LENGTH} characters, got {stream_id!r}")
+
+
+def _numbered(event: envelope_pb2.Envelope, stream_id: str, sequence: int) -> envelope_pb2.Envelope:
+    if event.stream_id not in ("", stream_id):
+        raise ValueError(
+            f"event {event.event_id} names stream {event.stream_id!r}, appended to {stream_id!r}"
+        )
+    if event.sequence not in (0, sequence):
+        raise ValueError(f"event {event.event_id} has sequence {event.sequence}, its position is {sequence}")
+    numbered = envelope_pb2.Envelope()
+    numbered.CopyFrom(event)
+    numbered.stream_id = stream_id
+    numbered.sequence = sequence
+    return numbered

@@ -1,0 +1,221 @@
+"""The transactional outbox and its relay to Kafka.
+
+Writing an event to the database and publishing it to Kafka are two systems; doing both directly
+(a "dual write") loses or invents events when a process dies between them. Instead the event store
+writes each event to `outbox_messages` in the same transaction as the event itself, and the
+`OutboxRelay` publishes unsent rows with Kafka's idempotent producer, waits until Kafka has them
+(`acks=all`), and only then marks them sent.
+
+A crash after publishing but before marking re-sends those messages on restart. That is the
+deliberate trade: at-least-once delivery, made effectively exactly-once by consumers that ignore
+event ids they have already applied (see `tracked_consumer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+import sqlalchemy
+from kafka import KafkaProducer
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from mahjong_platform.database import create_session_factory, transaction
+from mahjong_platform.envelopes import Clock, utc_now
+from mahjong_platform.schema import outbox_messages
+
+logger = logging.getLogger(__name__)
+
+RELAY_BATCH_SIZE_DEFAULT = 100
+RELAY_BATCH_SIZE_MAX = 10_000
+PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
+POLL_INTERVAL_MS_DEFAULT = 200
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """One unsent outbox row, as the relay publishes it."""
+
+    id: int
+    topic: str
+    message_key: str
+    message_value: bytes
+    event_id: str
+
+
+def add_outbox_message(
+    session: Session,
+    *,
+    topic: str,
+    message_key: str,
+    message_value: bytes,
+    event_id: str,
+    created_at: datetime.datetime,
+) -> None:
+    """Queue one message for publication, inside the caller's transaction.
+
+    The event store calls this for every appended event; other writers (e.g. a service that
+    publishes without an event store) may call it directly. Nothing reaches Kafka unless the
+    caller's transaction commits.
+    """
+    session.execute(
+        outbox_messages.insert().values(
+            topic=topic,
+            message_key=message_key,
+            message_value=message_value,
+            event_id=event_id,
+            created_at=created_at,
+            sent_at=None,
+        )
+    )
+
+
+def count_unsent_outbox_messages(session: Session) -> int:
+    """How many outbox messages wait for the relay (for health checks, metrics and tests)."""
+    query = sqlalchemy.select(sqlalchemy.func.count()).where(outbox_messages.c.sent_at.is_(None))
+    return int(session.execute(query).scalar_one())
+
+
+BeforeMarkSentHook = Callable[[Sequence[OutboxMessage]], None]
+"""Called after a batch is in Kafka and before it is marked sent; tests raise here to simulate a
+relay killed between the two steps."""
+
+
+class OutboxRelay:
+    """Publishes the outbox to Kafka in id order and marks what Kafka acknowledged as sent.
+
+    Under PostgreSQL the batch's rows are locked with `FOR UPDATE SKIP LOCKED` for the whole
+    publish, so a second relay (another replica) takes other rows or none and nothing is sent
+    twice concurrently. Under SQLite there is one writer per database anyway, and holding its
+    single write lock while waiting for Kafka would stall every other writer, so the rows are read,
+    published and marked in separate short transactions; run one relay per SQLite database.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        bootstrap_servers: str | list[str],
+        *,
+        batch_size: int = RELAY_BATCH_SIZE_DEFAULT,
+        publish_timeout_ms: int = PUBLISH_TIMEOUT_MS_DEFAULT,
+        client_id: str = "mahjong-outbox-relay",
+        clock: Clock = utc_now,
+        before_mark_sent: BeforeMarkSentHook | None = None,
+    ) -> None:
+        assert 1 <= batch_size <= RELAY_BATCH_SIZE_MAX, batch_size
+        assert publish_timeout_ms > 0, publish_timeout_ms
+        self._session_factory = create_session_factory(engine)
+        self._locks_rows = engine.dialect.name == "postgresql"
+        self._batch_size = batch_size
+        self._publish_timeout_ms = publish_timeout_ms
+        self._clock = clock
+        self._before_mark_sent = before_mark_sent
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers,
+            client_id=client_id,
+            acks="all",
+            enable_idempotence=True,
+            # Idempotence keeps order per partition with up to 5 requests in flight.
+            max_in_flight_requests_per_connection=5,
+            linger_ms=5,
+            request_timeout_ms=min(publish_timeout_ms, 30_000),
+            delivery_timeout_ms=publish_timeout_ms,
+            max_block_ms=publish_timeout_ms,
+        )
+
+    def run_once(self) -> int:
+        """Publish one batch of unsent messages; return how many were published and marked sent."""
+        if self._locks_rows:
+            with transaction(self._session_factory) as session:
+                messages = self._read_unsent(session, lock_rows=True)
+                if messages:
+                    self._publish(messages)
+                    self._mark_sent(session, messages)
+            return len(messages)
+        with transaction(self._session_factory) as session:
+            messages = self._read_unsent(session, lock_rows=False)
+        if messages:
+            self._publish(messages)
+            with transaction(self._session_factory) as session:
+                self._mark_sent(session, messages)
+        return len(messages)
+
+    def run_forever(
+        self, stop_event: threading.Event, poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT
+    ) -> None:
+        """Relay until `stop_event` is set; a full batch is followed immediately by the next one."""
+        assert poll_interval_ms > 0, poll_interval_ms
+        while not stop_event.is_set():
+            published_count = self.run_once()
+            if published_count < self._batch_size:
+                stop_event.wait(poll_interval_ms / 1000)
+
+    def close(self) -> None:
+        """Flush and close the Kafka producer."""
+        self._producer.close(timeout=self._publish_timeout_ms / 1000)
+
+    def __enter__(self) -> OutboxRelay:
+        return self
+
+    def __exit__(self, *_exception_info: object) -> None:
+        self.close()
+
+    def _read_unsent(self, session: Session, *, lock_rows: bool) -> list[OutboxMessage]:
+        query = (
+            sqlalchemy.select(
+                outbox_messages.c.id,
+                outbox_messages.c.topic,
+                outbox_messages.c.message_key,
+                outbox_messages.c.message_value,
+                outbox_messages.c.event_id,
+            )
+            .where(outbox_messages.c.sent_at.is_(None))
+            .order_by(outbox_messages.c.id)
+            .limit(self._batch_size)
+        )
+        if lock_rows:
+            query = query.with_for_update(skip_locked=True)
+        return [
+            OutboxMessage(
+                id=row.id,
+                topic=row.topic,
+                message_key=row.message_key,
+                message_value=bytes(row.message_value),
+                event_id=row.event_id,
+            )
+            for row in session.execute(query)
+        ]
+
+    def _publish(self, messages: Sequence[OutboxMessage]) -> None:
+        """Send the batch and wait until Kafka acknowledged every message, or raise."""
+        futures = [
+            self._producer.send(
+                message.topic,
+                key=message.message_key.encode(),
+                value=message.message_value,
+            )
+            for message in messages
+        ]
+        self._producer.flush(timeout=self._publish_timeout_ms / 1000)
+        for future in futures:
+            # Raises the send's error (e.g. KafkaTimeoutError): nothing is marked, all re-sent later.
+            future.get(timeout=self._publish_timeout_ms / 1000)
+        if self._before_mark_sent is not None:
+            self._before_mark_sent(messages)
+
+    def _mark_sent(self, session: Session, messages: Sequence[OutboxMessage]) -> None:
+        sent_at: datetime.datetime = self._clock()
+        result = session.connection().execute(
+            outbox_messages.update()
+            .where(outbox_messages.c.id.in_([message.id for message in messages]))
+            .where(outbox_messages.c.sent_at.is_(None))
+            .values(sent_at=sent_at)
+        )
+        # Under PostgreSQL the rows are locked by us; under SQLite there is one relay. Either way
+        # nobody else can have marked them in between.
+        assert result.rowcount == len(messages), (result.rowcount, len(messages))
+        logger.debug("outbox batch published", extra={"message_count": len(messages)})

@@ -1,0 +1,169 @@
+"""The platform's own tables: event store, outbox, consumer positions and processed events.
+
+Two views of the same schema live here on purpose:
+
+* `platform_metadata` and its `Table`s are what the runtime code queries. Services may pass it
+  to alembic (together with their own metadata) so autogenerate sees these tables as known.
+* `create_platform_tables(op)` / `drop_platform_tables(op)` are the frozen migration steps a
+  service calls from its first alembic revision. A migration must not change when the code
+  changes, so they spell the columns out instead of reading `platform_metadata`; a later change
+  to the platform schema comes as a new pair of functions that services call from a new revision.
+  A test checks that the migrated database and `platform_metadata` agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+STREAM_ID_MAX_LENGTH = 200
+EVENT_ID_MAX_LENGTH = 36
+EVENT_TYPE_MAX_LENGTH = 200
+TOPIC_MAX_LENGTH = 249
+CONSUMER_GROUP_MAX_LENGTH = 200
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+_OutboxId = BigInteger().with_variant(Integer(), "sqlite")
+
+platform_metadata = MetaData()
+
+stored_events = Table(
+    "stored_events",
+    platform_metadata,
+    Column("stream_id", String(STREAM_ID_MAX_LENGTH), nullable=False),
+    Column("sequence", BigInteger, nullable=False),
+    Column("event_id", String(EVENT_ID_MAX_LENGTH), nullable=False),
+    Column("event_type", String(EVENT_TYPE_MAX_LENGTH), nullable=False),
+    Column("topic", String(TOPIC_MAX_LENGTH), nullable=False),
+    Column("occurred_at", DateTime(timezone=True), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    Column("envelope", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("stream_id", "sequence", name="pk_stored_events"),
+    UniqueConstraint("event_id", name="uq_stored_events_event_id"),
+)
+"""Every event ever appended, one row per event; (stream_id, sequence) unique forbids forks."""
+
+outbox_messages = Table(
+    "outbox_messages",
+    platform_metadata,
+    Column("id", _OutboxId, primary_key=True, autoincrement=True),
+    Column("topic", String(TOPIC_MAX_LENGTH), nullable=False),
+    Column("message_key", String(STREAM_ID_MAX_LENGTH), nullable=False),
+    Column("message_value", LargeBinary, nullable=False),
+    Column("event_id", String(EVENT_ID_MAX_LENGTH), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("sent_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("event_id", name="uq_outbox_messages_event_id"),
+    Index(
+        "ix_outbox_messages_unsent",
+        "id",
+        postgresql_where=sqlalchemy.text("sent_at IS NULL"),
+        sqlite_where=sqlalchemy.text("sent_at IS NULL"),
+    ),
+)
+"""Messages waiting for the relay; written in the same transaction as the events they carry."""
+
+consumer_positions = Table(
+    "consumer_positions",
+    platform_metadata,
+    Column("consumer_group", String(CONSUMER_GROUP_MAX_LENGTH), nullable=False),
+    Column("topic", String(TOPIC_MAX_LENGTH), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("consumer_group", "topic", "partition", name="pk_consumer_positions"),
+)
+"""Where each consumer group resumes per partition: the source of truth, not Kafka's offsets."""
+
+processed_events = Table(
+    "processed_events",
+    platform_metadata,
+    Column("consumer_group", String(CONSUMER_GROUP_MAX_LENGTH), nullable=False),
+    Column("event_id", String(EVENT_ID_MAX_LENGTH), nullable=False),
+    Column("processed_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("consumer_group", "event_id", name="pk_processed_events"),
+)
+"""Event ids a consumer group has applied, so a re-sent duplicate is recognised and skipped."""
+
+
+def create_platform_tables(op: Any) -> None:
+    """Alembic upgrade step (platform schema version 1): create the four platform tables.
+
+    Call it from a service's first revision: `def upgrade(): create_platform_tables(op)`.
+    `op` is `alembic.op` (typed loosely because alembic's proxy module has no useful type).
+    """
+    op.create_table(
+        "stored_events",
+        sqlalchemy.Column("stream_id", sqlalchemy.String(200), nullable=False),
+        sqlalchemy.Column("sequence", sqlalchemy.BigInteger(), nullable=False),
+        sqlalchemy.Column("event_id", sqlalchemy.String(36), nullable=False),
+        sqlalchemy.Column("event_type", sqlalchemy.String(200), nullable=False),
+        sqlalchemy.Column("topic", sqlalchemy.String(249), nullable=False),
+        sqlalchemy.Column("occurred_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+        sqlalchemy.Column("recorded_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+        sqlalchemy.Column("envelope", sqlalchemy.LargeBinary(), nullable=False),
+        sqlalchemy.PrimaryKeyConstraint("stream_id", "sequence", name="pk_stored_events"),
+        sqlalchemy.UniqueConstraint("event_id", name="uq_stored_events_event_id"),
+    )
+    op.create_table(
+        "outbox_messages",
+        sqlalchemy.Column(
+            "id",
+            sqlalchemy.BigInteger().with_variant(sqlalchemy.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sqlalchemy.Column("topic", sqlalchemy.String(249), nullable=False),
+        sqlalchemy.Column("message_key", sqlalchemy.String(200), nullable=False),
+        sqlalchemy.Column("message_value", sqlalchemy.LargeBinary(), nullable=False),
+        sqlalchemy.Column("event_id", sqlalchemy.String(36), nullable=False),
+        sqlalchemy.Column("created_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+        sqlalchemy.Column("sent_at", sqlalchemy.DateTime(timezone=True), nullable=True),
+        sqlalchemy.UniqueConstraint("event_id", name="uq_outbox_messages_event_id"),
+    )
+    op.create_index(
+        "ix_outbox_messages_unsent",
+        "outbox_messages",
+        ["id"],
+        postgresql_where=sqlalchemy.text("sent_at IS NULL"),
+        sqlite_where=sqlalchemy.text("sent_at IS NULL"),
+    )
+    op.create_table(
+        "consumer_positions",
+        sqlalchemy.Column("consumer_group", sqlalchemy.String(200), nullable=False),
+        sqlalchemy.Column("topic", sqlalchemy.String(249), nullable=False),
+        sqlalchemy.Column("partition", sqlalchemy.Integer(), nullable=False),
+        sqlalchemy.Column("next_offset", sqlalchemy.BigInteger(), nullable=False),
+        sqlalchemy.Column("updated_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+        sqlalchemy.PrimaryKeyConstraint("consumer_group", "topic", "partition", name="pk_consumer_positions"),
+    )
+    op.create_table(
+        "processed_events",
+        sqlalchemy.Column("consumer_group", sqlalchemy.String(200), nullable=False),
+        sqlalchemy.Column("event_id", sqlalchemy.String(36), nullable=False),
+        sqlalchemy.Column("processed_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+        sqlalchemy.PrimaryKeyConstraint("consumer_group", "event_id", name="pk_processed_events"),
+    )
+
+
+def drop_platform_tables(op: Any) -> None:
+    """Alembic downgrade step matching `create_platform_tables`: drop the four platform tables."""
+    op.drop_table("processed_events")
+    op.drop_table("consumer_positions")
+    op.drop_index("ix_outbox_messages_unsent", table_name="outbox_messages")
+    op.drop_table("outbox_messages")
+    op.drop_table("stored_events")
