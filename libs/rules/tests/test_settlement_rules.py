@@ -460,10 +460,16 @@ BALANCE_CASES = [
         [33, 34, 33],
     ),
     (
-        "1.9 shortfall: the whole remainder goes to one payee, turn order wrapping around the table",
+        "1.9 shortfall: the whole remainder goes to the first payee after the payer",
+        bean(0, (1, 10), (2, 10), (3, 10)),
+        8,
+        [4, 2, 2],
+    ),
+    (
+        "1.9 shortfall: a remainder beyond what the first payee is owed passes on in turn order",
         bean(3, (2, 1), (1, 1), (0, 1)),
         2,
-        [0, 0, 2],
+        [0, 1, 1],
     ),
     (
         "1.9 rake capped by balance",
