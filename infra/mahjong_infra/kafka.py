@@ -340,8 +340,11 @@ class KafkaBroker:
             java_executable(),
             f"-Xmx{self.heap}",
             "-Xms64m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
+            # A development broker on a shared 2-core machine: the serial collector and the C1
+            # compiler alone start about 25 % faster and use fewer threads; the peak throughput they
+            # give up is far beyond what tests and `make run` produce.
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true",
             f"-Dkafka.logs.dir={self.logs_dir}",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG_PATH}",
