@@ -350,6 +350,12 @@ CASES = [
         [],
         before=(kong("k", 2, "exposed", discarder=1), self_draw("w", 2, 1)),
     ),
+    Case(
+        "1.10 1.8 fewer than two left after an escape: the checks among whoever remains",
+        exhausted(NOT_READY, NOT_READY, ready(4), PIG),
+        [(3, 0, 16, "flower_pig"), (3, 1, 16, "flower_pig")],
+        before=(self_draw("a", 0, 1), self_draw("b", 1, 1), escape(2)),
+    ),
     # RULES.md 1.10: escape.
     Case("1.10 escape of a winner: nothing is paid", escape(1), [], before=(self_draw("w", 1, 1),)),
     Case(

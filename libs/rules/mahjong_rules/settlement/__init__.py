@@ -13,7 +13,7 @@ from .checks import (
     wall_exhausted_instructions,
 )
 from .escape import escape_instruction, escape_owed_points, escape_penalty_points
-from .game import new_game, settle, settle_game
+from .game import Settled, new_game, settle, settle_game
 from .kongs import call_transfer_instruction, kong_instructions
 from .model import (
     HOUSE_ESCAPE,
@@ -60,6 +60,7 @@ __all__ = [
     "Payment",
     "Reason",
     "SelfDrawBonus",
+    "Settled",
     "SettlementOptions",
     "SettlementState",
     "WallExhaustedFact",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TypeAlias
 
 from .checks import wall_exhausted_instructions
 from .escape import escape_instruction
@@ -26,6 +27,9 @@ from .model import (
 )
 from .wins import win_instructions
 
+Settled: TypeAlias = tuple[SettlementState, tuple[Instruction, ...]]
+"""The new state and the instructions a fact causes, in order."""
+
 WINNERS_TO_END = 3  # RULES.md 1.6: the game ends when three players have won
 
 
@@ -34,12 +38,12 @@ def new_game(options: SettlementOptions) -> SettlementState:
     return SettlementState(options=options)
 
 
-def _settle_kong(state: SettlementState, fact: KongFact) -> tuple[SettlementState, tuple[Instruction, ...]]:
+def _settle_kong(state: SettlementState, fact: KongFact) -> Settled:
     instructions = kong_instructions(state, fact)
     return replace(state, kongs=(*state.kongs, kong_income(fact, instructions))), instructions
 
 
-def _settle_win(state: SettlementState, fact: WinFact) -> tuple[SettlementState, tuple[Instruction, ...]]:
+def _settle_win(state: SettlementState, fact: WinFact) -> Settled:
     instructions = win_instructions(state, fact)
     kongs = state.kongs
     if fact.after_kong is not None:
@@ -54,22 +58,23 @@ def _settle_win(state: SettlementState, fact: WinFact) -> tuple[SettlementState,
             instructions = (*instructions, transfer)
         if len(winner_seats) == 1:
             # RULES.md 1.5: a transferred kong is marked so that kong refund skips it.
-            kongs = tuple(replace(k, transferred=True) if k.source == kong.source else k for k in kongs)
+            kongs = tuple(
+                replace(record, transferred=True) if record.source == kong.source else record
+                for record in kongs
+            )
     won = state.won | {winner.seat for winner in fact.winners}
     new_state = replace(state, won=won, kongs=kongs, ended=len(won) >= WINNERS_TO_END)
     return new_state, instructions
 
 
-def _settle_escape(
-    state: SettlementState, fact: EscapeFact
-) -> tuple[SettlementState, tuple[Instruction, ...]]:
+def _settle_escape(state: SettlementState, fact: EscapeFact) -> Settled:
     instruction = escape_instruction(state, fact)
     # RULES.md 1.10: from now on the escapee takes no part, winner or not.
     new_state = replace(state, escaped=state.escaped | {fact.seat})
     return new_state, () if instruction is None else (instruction,)
 
 
-def settle(state: SettlementState, fact: GameFact) -> tuple[SettlementState, tuple[Instruction, ...]]:
+def settle(state: SettlementState, fact: GameFact) -> Settled:
     """Apply one game fact: the new state and the instructions it causes, in order.
 
     A fact whose source was already settled changes nothing (replays and duplicate deliveries are
@@ -100,9 +105,7 @@ def settle(state: SettlementState, fact: GameFact) -> tuple[SettlementState, tup
     return new_state, instructions
 
 
-def settle_game(
-    options: SettlementOptions, facts: Iterable[GameFact]
-) -> tuple[SettlementState, tuple[Instruction, ...]]:
+def settle_game(options: SettlementOptions, facts: Iterable[GameFact]) -> Settled:
     """Settle a whole game's facts in order: the final state and every instruction."""
     state = new_game(options)
     instructions: list[Instruction] = []
