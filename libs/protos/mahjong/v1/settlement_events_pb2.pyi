@@ -28,19 +28,25 @@ class Payee(_message.Message):
     ACCOUNT_FIELD_NUMBER: _builtins.int
     POINTS_FIELD_NUMBER: _builtins.int
     BEANS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     account: _builtins.str
     points: _builtins.int
     beans: _builtins.int
+    reason: _builtins.str
+    """This line's reason when it differs from the instruction's (an escape pays the penalty and the
+    compensations in one instruction); empty = the instruction's reason.
+    """
     def __init__(
         self,
         *,
         account: _builtins.str = ...,
         points: _builtins.int = ...,
         beans: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "beans", b"beans", "points", b"points"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "beans", b"beans", "points", b"points", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
