@@ -1,0 +1,738 @@
+"""`decide(state, command) -> events` and `open_table(...)`: the table's rules (RULES.md 1.1-1.6,
+1.10). Pure: the state is only read; the returned events are what `evolve` folds.
+
+A command's events are built by folding each event as it is emitted (`_Emitter`), so the follow-up
+steps (the next draw, the end of the game) are decided on exactly the state a replay will see.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from mahjong_table.domain import autoplay, hand_checks, rules_adapter
+from mahjong_table.domain.commands import (
+    DeclareMissingSuit,
+    Discard,
+    ExchangeThree,
+    ExpireDeadline,
+    Kong,
+    Leave,
+    Pass,
+    Pong,
+    TableCommand,
+    Win,
+)
+from mahjong_table.domain.errors import (
+    AlreadyDeclaredError,
+    GameOverError,
+    IllegalClaimError,
+    IllegalKongError,
+    IllegalWinError,
+    InvalidCommandError,
+    InvalidExchangeError,
+    MissingSuitObligationError,
+    NotYourTurnError,
+    PlayerNotInGameError,
+    TileNotInHandError,
+    WrongPhaseError,
+)
+from mahjong_table.domain.events import (
+    END_REASON_ESCAPES,
+    END_REASON_THREE_WINS,
+    END_REASON_WALL_EXHAUSTED,
+    EXCHANGE_DIRECTIONS,
+    EXPOSURE_CONCEALED,
+    EXPOSURE_EXPOSED,
+    LEAVE_REASONS,
+    NO_SEAT,
+    TIMEOUT_PHASE_CLAIM,
+    TIMEOUT_PHASE_EXCHANGE,
+    TIMEOUT_PHASE_MISSING_SUIT,
+    TIMEOUT_PHASE_TURN,
+    WIN_BY_DISCARD,
+    WIN_BY_ROB_KONG,
+    WIN_BY_SELF_DRAW,
+    ClaimPassed,
+    DealtHand,
+    ExchangePicked,
+    ExchangeTransfer,
+    GameEnded,
+    HandsDealt,
+    KongDeclared,
+    KongRobbed,
+    Meld,
+    MissingSuitChosen,
+    MissingSuitsDeclared,
+    PlayerLeft,
+    PlayerWon,
+    PongClaimed,
+    RevealedHand,
+    SeatAssignment,
+    TableEvent,
+    TableOpened,
+    TileDiscarded,
+    TileDrawn,
+    TilesExchanged,
+    TurnTimedOut,
+    WallExhausted,
+)
+from mahjong_table.domain.evolve import evolve, exchange_receiver
+from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.domain.rules_adapter import SUIT_CODES, WinEvaluation, code_of
+from mahjong_table.domain.state import (
+    SEAT_COUNT,
+    TILE_KIND_COUNT,
+    WALL_TILE_COUNT,
+    ClaimWindow,
+    MeldState,
+    Phase,
+    PlayerState,
+    TableState,
+    WindowKind,
+    WindowStage,
+)
+
+EXCHANGE_TILE_COUNT = 3
+
+
+# ----------------------------------------------------------------------------------- opening
+
+
+def open_table(
+    table_id: str, room_id: str, rules: RoomRules, seats: Sequence[str | SeatAssignment], seed: int
+) -> list[TableEvent]:
+    """Open a game: the wall from `seed` via the rules library, dice, dealer and exchange
+    direction from a generator seeded with `seed` (the randomness is an input), then the deal
+    (RULES.md 1.1, 1.2). Returns `TableOpened` (recording the whole wall) and `HandsDealt`."""
+    generator = random.Random(f"table-opening:{seed}")
+    dice_roller_seat = generator.randrange(SEAT_COUNT)
+    die_1, die_2 = generator.randint(1, 6), generator.randint(1, 6)
+    direction = generator.choice(EXCHANGE_DIRECTIONS)  # uniform over the three (RULES.md 1.2)
+    return open_table_with_wall(
+        table_id,
+        room_id,
+        rules,
+        seats,
+        rules_adapter.initial_wall(seed),
+        dice_roller_seat=dice_roller_seat,
+        die_1=die_1,
+        die_2=die_2,
+        exchange_direction=direction,
+    )
+
+
+def open_table_with_wall(
+    table_id: str,
+    room_id: str,
+    rules: RoomRules,
+    seats: Sequence[str | SeatAssignment],
+    wall: Sequence[int | str],
+    *,
+    dice_roller_seat: int = 0,
+    die_1: int = 1,
+    die_2: int = 1,
+    exchange_direction: str = "counter_clockwise",
+) -> list[TableEvent]:
+    """Open a game from an explicit wall (head first): the deterministic core of `open_table`,
+    also used by scenario tests that need a known deal. The dealer comes from the dice."""
+    if len(seats) != SEAT_COUNT:
+        raise InvalidCommandError(f"a table needs {SEAT_COUNT} seats, got {len(seats)}")
+    wall_tiles = tuple(tile if isinstance(tile, int) else _parse_tile(tile) for tile in wall)
+    if sorted(wall_tiles) != [tile for tile in range(TILE_KIND_COUNT) for _ in range(4)]:
+        raise InvalidCommandError(f"a wall must hold the {WALL_TILE_COUNT} Sichuan tiles, 4 of each")
+    if exchange_direction not in EXCHANGE_DIRECTIONS:
+        raise InvalidCommandError(f"exchange direction must be one of {EXCHANGE_DIRECTIONS}")
+    dealer_seat = rules_adapter.dealer_from_dice(dice_roller_seat, die_1, die_2)
+    assignments = tuple(
+        seat if isinstance(seat, SeatAssignment) else SeatAssignment(index, seat)
+        for index, seat in enumerate(seats)
+    )
+    opened = TableOpened(
+        table_id=table_id,
+        room_id=room_id,
+        rules=rules,
+        seats=assignments,
+        wall=tuple(code_of(tile) for tile in wall_tiles),
+        dice_roller_seat=dice_roller_seat,
+        die_1=die_1,
+        die_2=die_2,
+        dealer_seat=dealer_seat,
+        exchange_direction=exchange_direction if rules.exchange_three else "",
+    )
+    hands, head = rules_adapter.deal_hands(wall_tiles, dealer_seat)
+    dealt = HandsDealt(
+        hands=tuple(
+            DealtHand(seat, tuple(code_of(tile) for tile in sorted(hand))) for seat, hand in enumerate(hands)
+        ),
+        wall_remaining=WALL_TILE_COUNT - head,
+    )
+    return [opened, dealt]
+
+
+# ------------------------------------------------------------------------------------ decide
+
+
+class _Emitter:
+    """Collects a command's events, folding each one so later steps see the state after it."""
+
+    __slots__ = ("events", "state")
+
+    def __init__(self, state: TableState) -> None:
+        self.state = state
+        self.events: list[TableEvent] = []
+
+    def emit(self, event: TableEvent) -> None:
+        self.events.append(event)
+        self.state = evolve(self.state, event)
+
+
+def decide(state: TableState, command: TableCommand) -> list[TableEvent]:
+    """The events that `command` causes now, or a `TableRuleError` (and nothing changes)."""
+    emitter = _Emitter(state)
+    if isinstance(command, ExpireDeadline):
+        _expire(emitter)
+    elif isinstance(command, Leave):
+        _leave(emitter, command)
+    else:
+        _act(emitter, command)
+    _advance(emitter)
+    return emitter.events
+
+
+def expire_deadline(state: TableState) -> list[TableEvent]:
+    """The automatic actions when the current deadline expires (issue 4 auto-play), each preceded
+    by `TurnTimedOut`: exchange picks and missing suits by the RULES.md 1.2/1.3 timeout rules, the
+    auto-discard on a turn (never a win), and passes in a claim window."""
+    return decide(state, ExpireDeadline())
+
+
+def _act(emitter: _Emitter, command: TableCommand) -> None:
+    seat = getattr(command, "seat", NO_SEAT)
+    _check_seat(seat)
+    if isinstance(command, ExchangeThree):
+        tiles = _parse_tiles(command.tiles)
+        _require_in_game(emitter.state, seat)
+        _exchange(emitter, seat, tiles)
+    elif isinstance(command, DeclareMissingSuit):
+        if command.suit not in SUIT_CODES:
+            raise InvalidCommandError(f"missing suit must be 'm', 'p' or 's', got {command.suit!r}")
+        _require_in_game(emitter.state, seat)
+        _declare_missing_suit(emitter, seat, SUIT_CODES.index(command.suit))
+    elif isinstance(command, Discard):
+        tile = _parse_tile(command.tile)
+        _require_in_game(emitter.state, seat)
+        _discard(emitter, seat, tile, automatic=False)
+    elif isinstance(command, Kong):
+        kong_tile = None if command.tile is None else _parse_tile(command.tile)
+        _require_in_game(emitter.state, seat)
+        _kong(emitter, seat, kong_tile)
+    elif isinstance(command, Pong):
+        _require_in_game(emitter.state, seat)
+        _pong(emitter, seat)
+    elif isinstance(command, Win):
+        _require_in_game(emitter.state, seat)
+        _win(emitter, seat)
+    elif isinstance(command, Pass):
+        _require_in_game(emitter.state, seat)
+        _pass(emitter, seat)
+    else:
+        raise InvalidCommandError(f"unknown command {type(command).__name__}")
+
+
+# ------------------------------------------------------------------------------------ checks
+
+
+def _check_seat(seat: object) -> None:
+    if not isinstance(seat, int) or isinstance(seat, bool) or not 0 <= seat < SEAT_COUNT:
+        raise InvalidCommandError(f"seat must be 0..{SEAT_COUNT - 1}, got {seat!r}")
+
+
+def _parse_tile(code: object) -> int:
+    if not isinstance(code, str):
+        raise InvalidCommandError(f"a tile is a code string such as '5p', got {code!r}")
+    try:
+        return rules_adapter.parse_code(code)
+    except rules_adapter.TileParseError as error:
+        raise InvalidCommandError(str(error)) from None
+
+
+def _parse_tiles(codes: object) -> list[int]:
+    if not isinstance(codes, (tuple, list)):
+        raise InvalidCommandError(f"tiles must be a list of codes such as ['1m', '2m', '3m'], got {codes!r}")
+    return [_parse_tile(code) for code in codes]
+
+
+def _require_not_over(state: TableState) -> None:
+    if state.is_over:
+        raise GameOverError(f"the game at table {state.table_id} has ended ({state.end_reason})")
+
+
+def _require_in_game(state: TableState, seat: int) -> None:
+    _require_not_over(state)
+    player = state.players[seat]
+    if player.left:
+        raise PlayerNotInGameError(f"seat {seat} left the table and takes no further part")
+    if player.won:
+        raise PlayerNotInGameError(f"seat {seat} has already won and takes no further turns (RULES.md 1.6)")
+
+
+def _require_phase(state: TableState, phase: Phase, action: str) -> None:
+    if state.phase is not phase:
+        raise WrongPhaseError(
+            f"cannot {action} now: the game is in phase {state.phase.value!r}, not {phase.value!r}"
+        )
+
+
+# -------------------------------------------------------------------- exchange, missing suit
+
+
+def _exchange(emitter: _Emitter, seat: int, tiles: list[int]) -> None:
+    state = emitter.state
+    _require_phase(state, Phase.EXCHANGE, "exchange three")
+    player = state.players[seat]
+    if player.exchange_pick is not None:
+        raise AlreadyDeclaredError(f"seat {seat} already picked its exchange tiles")
+    if len(tiles) != EXCHANGE_TILE_COUNT:
+        raise InvalidExchangeError(f"pick exactly {EXCHANGE_TILE_COUNT} tiles of one suit, not {len(tiles)}")
+    if len({rules_adapter.suit_of(tile) for tile in tiles}) != 1:
+        raise InvalidExchangeError("the three exchange tiles must all be of one suit (RULES.md 1.2)")
+    for tile in set(tiles):
+        if player.concealed[tile] < tiles.count(tile):
+            raise TileNotInHandError(f"seat {seat} does not hold {tiles.count(tile)} × {code_of(tile)}")
+    emitter.emit(ExchangePicked(seat, tuple(code_of(tile) for tile in tiles), automatic=False))
+
+
+def _all_picked(state: TableState) -> bool:
+    return all(player.exchange_pick is not None for player in state.players)
+
+
+def _swap(emitter: _Emitter) -> None:
+    """RULES.md 1.2: all four picks are in; every swap happens at once in the drawn direction."""
+    state = emitter.state
+    direction = state.exchange_direction
+    transfers = []
+    for seat, player in enumerate(state.players):
+        assert player.exchange_pick is not None
+        transfers.append(
+            ExchangeTransfer(
+                seat,
+                exchange_receiver(seat, direction),
+                tuple(code_of(tile) for tile in player.exchange_pick),
+            )
+        )
+    emitter.emit(TilesExchanged(direction, tuple(transfers)))
+
+
+def _declare_missing_suit(emitter: _Emitter, seat: int, suit: int) -> None:
+    state = emitter.state
+    _require_phase(state, Phase.MISSING_SUIT, "declare a missing suit")
+    if state.players[seat].missing_suit is not None:
+        raise AlreadyDeclaredError(f"seat {seat} already declared its missing suit")
+    emitter.emit(MissingSuitChosen(seat, SUIT_CODES[suit], automatic=False))
+
+
+def _reveal_missing_suits(emitter: _Emitter) -> None:
+    suits = []
+    for player in emitter.state.players:
+        assert player.missing_suit is not None
+        suits.append(SUIT_CODES[player.missing_suit])
+    emitter.emit(MissingSuitsDeclared(tuple(suits)))
+
+
+# -------------------------------------------------------------------------------------- turn
+
+
+def _require_turn(state: TableState, seat: int, action: str) -> None:
+    if state.phase is Phase.CLAIM:
+        raise WrongPhaseError(
+            f"cannot {action} now: a claim window on {code_of(_window(state).tile)} is open"
+        )
+    _require_phase(state, Phase.TURN, action)
+    if state.turn_seat != seat:
+        raise NotYourTurnError(f"it is seat {state.turn_seat}'s turn, not seat {seat}'s")
+
+
+def _discard(emitter: _Emitter, seat: int, tile: int, *, automatic: bool) -> None:
+    state = emitter.state
+    _require_turn(state, seat, "discard")
+    player = state.players[seat]
+    if not player.concealed[tile]:
+        raise TileNotInHandError(f"seat {seat} does not hold {code_of(tile)}")
+    if player.holds_missing_suit() and rules_adapter.suit_of(tile) != player.missing_suit:
+        missing = SUIT_CODES[player.missing_suit or 0]
+        raise MissingSuitObligationError(
+            f"seat {seat} still holds tiles of its missing suit '{missing}' and must discard one of them "
+            f"first (RULES.md 1.3), not {code_of(tile)}"
+        )
+    emitter.emit(TileDiscarded(seat, code_of(tile), automatic=automatic))
+
+
+def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
+    state = emitter.state
+    if state.phase is Phase.CLAIM:
+        _exposed_kong(emitter, seat, tile)
+        return
+    _require_turn(state, seat, "declare a kong")
+    if tile is None:
+        raise IllegalKongError("on your own turn name the kong tile (concealed or added kong)")
+    player = state.players[seat]
+    if state.turn_after_pong:
+        raise IllegalKongError("after a pong you must discard; a kong needs a draw first")
+    if state.wall_remaining == 0:
+        raise IllegalKongError("no kong when the wall is empty: there is no replacement tile (RULES.md 1.5)")
+    if rules_adapter.suit_of(tile) == player.missing_suit:
+        raise IllegalKongError(f"{code_of(tile)} is of your missing suit: no kong with it (RULES.md 1.3)")
+    options = dict(hand_checks.kong_options(state, seat))
+    exposure = options.get(tile)
+    if exposure is None:
+        raise IllegalKongError(
+            f"no kong of {code_of(tile)}: hold four of it, or one of it with your pong of it (RULES.md 1.5)"
+        )
+    emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
+    if exposure == EXPOSURE_CONCEALED:
+        _draw(emitter, seat, from_tail=True)
+    # An added kong opens the rob window (evolve); `_advance` draws the replacement once it closes.
+
+
+def _win(emitter: _Emitter, seat: int) -> None:
+    state = emitter.state
+    if state.phase is Phase.CLAIM:
+        _claim_win(emitter, seat)
+        return
+    _require_turn(state, seat, "win")
+    player = state.players[seat]
+    if state.turn_after_pong:
+        raise IllegalWinError("after a pong you must discard: a self-draw win needs a draw")
+    if player.holds_missing_suit():
+        raise IllegalWinError("a hand holding a tile of its missing suit cannot win (RULES.md 1.3)")
+    found = hand_checks.self_draw_win(state, seat)
+    if found is None:
+        raise IllegalWinError("your hand is not a winning hand (RULES.md 1.6)")
+    win_tile, evaluation = found
+    situation = hand_checks.self_draw_situation(state, seat)
+    concealed = list(player.concealed)
+    concealed[win_tile] -= 1
+    emitter.emit(
+        _player_won(
+            state,
+            seat,
+            win_tile,
+            WIN_BY_SELF_DRAW,
+            NO_SEAT,
+            concealed,
+            evaluation,
+            after_kong=situation.after_kong,
+            last_tile=situation.last_tile,
+            first_turn=situation.first_turn,
+        )
+    )
+
+
+def _player_won(
+    state: TableState,
+    seat: int,
+    win_tile: int,
+    win_by: str,
+    from_seat: int,
+    concealed: Sequence[int],
+    evaluation: WinEvaluation,
+    *,
+    after_kong: bool,
+    last_tile: bool,
+    first_turn: bool,
+) -> PlayerWon:
+    return PlayerWon(
+        seat=seat,
+        win_tile=code_of(win_tile),
+        win_by=win_by,
+        from_seat=from_seat,
+        concealed=_codes(concealed),
+        melds=tuple(meld_event(meld) for meld in state.players[seat].melds),
+        fans=evaluation.fans,
+        multiplier=evaluation.multiplier,
+        after_kong=after_kong,
+        last_tile=last_tile,
+        first_turn=first_turn,
+        win_order=state.win_count + 1,
+    )
+
+
+def _codes(counts: Sequence[int]) -> tuple[str, ...]:
+    return tuple(code_of(tile) for tile in range(TILE_KIND_COUNT) for _ in range(counts[tile]))
+
+
+def meld_event(meld: MeldState) -> Meld:
+    """The event form of a meld (proto `Meld`)."""
+    return Meld(meld.kind, code_of(meld.tile), meld.exposure, meld.from_seat)
+
+
+# ------------------------------------------------------------------------------------ claims
+
+
+def _window(state: TableState) -> ClaimWindow:
+    window = state.window
+    assert window is not None, "claim phase without a window"
+    return window
+
+
+def _require_claim(state: TableState, seat: int, action: str) -> ClaimWindow:
+    if state.phase is not Phase.CLAIM:
+        raise WrongPhaseError(f"cannot {action} now: no discard or added kong is open for claims")
+    window = _window(state)
+    if seat == window.from_seat:
+        raise IllegalClaimError(f"seat {seat} cannot {action} on its own tile {code_of(window.tile)}")
+    return window
+
+
+def _claim_win(emitter: _Emitter, seat: int) -> None:
+    state = emitter.state
+    window = _require_claim(state, seat, "win")
+    if window.stage is WindowStage.WIN and seat in window.pending:
+        player = state.players[seat]
+        evaluation = hand_checks.claim_win_evaluation(
+            state, seat, window.tile, window.kind, window.after_kong
+        )
+        assert evaluation is not None and evaluation.multiplier == window.win_offers[seat]
+        robbed = window.kind is WindowKind.ROB_KONG
+        emitter.emit(
+            _player_won(
+                state,
+                seat,
+                window.tile,
+                WIN_BY_ROB_KONG if robbed else WIN_BY_DISCARD,
+                window.from_seat,
+                player.concealed,
+                evaluation,
+                after_kong=window.after_kong and not robbed,
+                last_tile=False,
+                first_turn=False,
+            )
+        )
+        return
+    raise IllegalWinError(_why_no_claim_win(state, seat, window))
+
+
+def _why_no_claim_win(state: TableState, seat: int, window: ClaimWindow) -> str:
+    player = state.players[seat]
+    tile = code_of(window.tile)
+    if window.stage is WindowStage.MELD:
+        return f"the wins on {tile} are already decided; only the pong/kong claimant is asked now"
+    if player.holds_missing_suit():
+        return "a hand holding a tile of its missing suit cannot win (RULES.md 1.3)"
+    evaluation = hand_checks.claim_win_evaluation(state, seat, window.tile, window.kind, window.after_kong)
+    if evaluation is None:
+        return f"{tile} does not complete a winning hand for seat {seat} (RULES.md 1.6)"
+    return (
+        f"skip-win lock: seat {seat} passed a win worth ×{player.skip_win_multiplier} since its last "
+        f"draw and may win on {tile} (×{evaluation.multiplier}) only after its next draw (RULES.md 1.4)"
+    )
+
+
+def _require_meld_claimant(state: TableState, seat: int, action: str) -> ClaimWindow:
+    window = _require_claim(state, seat, action)
+    if window.kind is WindowKind.ROB_KONG:
+        raise IllegalClaimError(f"an added kong can only be robbed by a win, not answered with a {action}")
+    if window.stage is WindowStage.MELD and seat == window.meld_seat and seat in window.pending:
+        return window
+    player = state.players[seat]
+    if player.missing_suit == rules_adapter.suit_of(window.tile):
+        raise IllegalClaimError(f"{code_of(window.tile)} is of your missing suit: no {action} (RULES.md 1.3)")
+    if window.stage is WindowStage.WIN and player.concealed[window.tile] >= 2:
+        if seat in window.pending:
+            raise IllegalClaimError(
+                f"answer the win on {code_of(window.tile)} first (win or pass); the {action} is offered after"
+            )
+        raise NotYourTurnError(f"wait: the players who can win on {code_of(window.tile)} answer first")
+    if state.wall_remaining == 0:
+        raise IllegalClaimError("the wall is empty: the last discard can only be won on (RULES.md 1.4)")
+    raise IllegalClaimError(f"seat {seat} does not hold two {code_of(window.tile)} to {action}")
+
+
+def _pong(emitter: _Emitter, seat: int) -> None:
+    window = _require_meld_claimant(emitter.state, seat, "pong")
+    emitter.emit(PongClaimed(seat, window.from_seat, code_of(window.tile)))
+
+
+def _exposed_kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
+    state = emitter.state
+    if state.phase is Phase.CLAIM and state.window is not None and tile not in (None, state.window.tile):
+        raise IllegalKongError(f"only the open discard {code_of(state.window.tile)} can be konged now")
+    window = _require_meld_claimant(state, seat, "kong")
+    if not window.can_kong:
+        raise IllegalKongError(f"seat {seat} does not hold three {code_of(window.tile)} to kong")
+    emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
+    _draw(emitter, seat, from_tail=True)
+
+
+def _pass(emitter: _Emitter, seat: int) -> None:
+    state = emitter.state
+    if state.phase is Phase.TURN and state.turn_seat == seat:
+        raise IllegalClaimError("nothing to pass: it is your turn, discard (or kong, or win)")
+    window = _require_claim(state, seat, "pass")
+    if seat not in window.pending:
+        raise NotYourTurnError(f"seat {seat} is not asked about {code_of(window.tile)}")
+    _emit_pass(emitter, seat, automatic=False)
+
+
+def _emit_pass(emitter: _Emitter, seat: int, *, automatic: bool) -> None:
+    window = _window(emitter.state)
+    offered = window.win_offers[seat] if window.stage is WindowStage.WIN else 0
+    emitter.emit(ClaimPassed(seat, code_of(window.tile), offered > 0, offered, automatic=automatic))
+
+
+# --------------------------------------------------------------------------- leave, timeouts
+
+
+def _leave(emitter: _Emitter, command: Leave) -> None:
+    """RULES.md 1.10: the escapee takes no further part. During the exchange or the missing-suit
+    choice the server completes their pick/choice so the others' swap and reveal can happen."""
+    _check_seat(command.seat)
+    if command.reason not in LEAVE_REASONS:
+        raise InvalidCommandError(f"leave reason must be one of {LEAVE_REASONS}, got {command.reason!r}")
+    state = emitter.state
+    _require_not_over(state)
+    player = state.players[command.seat]
+    if player.left:
+        raise PlayerNotInGameError(f"seat {command.seat} already left the table")
+    emitter.emit(PlayerLeft(command.seat, command.reason, had_won=player.won))
+    if _end_if_due(emitter):
+        return
+    state = emitter.state
+    if state.phase is Phase.EXCHANGE and player.exchange_pick is None:
+        _auto_pick(emitter, command.seat)
+    elif state.phase is Phase.MISSING_SUIT and player.missing_suit is None:
+        _auto_missing_suit(emitter, command.seat)
+
+
+def _auto_pick(emitter: _Emitter, seat: int) -> None:
+    pick = autoplay.automatic_exchange_pick(emitter.state.players[seat])
+    emitter.emit(ExchangePicked(seat, tuple(code_of(tile) for tile in pick), automatic=True))
+
+
+def _auto_missing_suit(emitter: _Emitter, seat: int) -> None:
+    suit = autoplay.automatic_missing_suit(emitter.state.players[seat])
+    emitter.emit(MissingSuitChosen(seat, SUIT_CODES[suit], automatic=True))
+
+
+def _expire(emitter: _Emitter) -> None:
+    state = emitter.state
+    _require_not_over(state)
+    if state.phase is Phase.EXCHANGE:
+        for seat in _waited_on(state):
+            emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_EXCHANGE))
+            _auto_pick(emitter, seat)
+    elif state.phase is Phase.MISSING_SUIT:
+        for seat in _waited_on(state):
+            emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_MISSING_SUIT))
+            _auto_missing_suit(emitter, seat)
+    elif state.phase is Phase.TURN:
+        seat = state.turn_seat
+        emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_TURN))
+        _discard(emitter, seat, autoplay.automatic_discard(state, seat), automatic=True)
+    elif state.phase is Phase.CLAIM:
+        for seat in _waited_on(state):
+            emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_CLAIM))
+            _emit_pass(emitter, seat, automatic=True)
+    else:
+        raise WrongPhaseError(f"no deadline runs in phase {state.phase.value!r}")
+
+
+def _waited_on(state: TableState) -> list[int]:
+    """Seats the table waits on now, in turn order (from the discarder in a claim window)."""
+    if state.phase is Phase.EXCHANGE:
+        return [seat for seat, player in enumerate(state.players) if player.exchange_pick is None]
+    if state.phase is Phase.MISSING_SUIT:
+        return [seat for seat, player in enumerate(state.players) if player.missing_suit is None]
+    if state.phase is Phase.TURN:
+        return [state.turn_seat]
+    if state.phase is Phase.CLAIM:
+        window = _window(state)
+        return sorted(window.pending, key=lambda seat: (seat - window.from_seat) % SEAT_COUNT)
+    return []
+
+
+def waited_on(state: TableState) -> list[int]:
+    """Seats whose answer (or deadline) the table waits on now; empty once the game ended."""
+    return _waited_on(state)
+
+
+# -------------------------------------------------------------------------------------- flow
+
+
+def _draw(emitter: _Emitter, seat: int, *, from_tail: bool) -> None:
+    """Draw for `seat`, from the head (normal) or the tail (kong replacement, RULES.md 1.1, 1.5).
+    On an empty wall the game ends instead (RULES.md 1.6)."""
+    state = emitter.state
+    if state.wall_remaining == 0:
+        emitter.emit(WallExhausted())
+        _end(emitter, END_REASON_WALL_EXHAUSTED)
+        return
+    tile = state.wall[state.wall_tail - 1] if from_tail else state.wall[state.wall_head]
+    emitter.emit(TileDrawn(seat, code_of(tile), from_tail, state.wall_remaining - 1))
+
+
+def _end(emitter: _Emitter, reason: str) -> None:
+    hands = tuple(
+        RevealedHand(
+            seat,
+            _codes(player.concealed),
+            tuple(meld_event(meld) for meld in player.melds),
+            player.won,
+            player.left,
+        )
+        for seat, player in enumerate(emitter.state.players)
+    )
+    emitter.emit(GameEnded(reason, hands))
+
+
+def _end_if_due(emitter: _Emitter) -> bool:
+    """End the game after three wins, or when fewer than two players are still in it
+    (RULES.md 1.6, 1.10). True when the game is over."""
+    state = emitter.state
+    if state.is_over:
+        return True
+    if state.win_count >= 3:
+        _end(emitter, END_REASON_THREE_WINS)
+        return True
+    if len(state.seats_in_game()) < 2:
+        _end(emitter, END_REASON_ESCAPES)
+        return True
+    return False
+
+
+def _advance(emitter: _Emitter) -> None:
+    """Play on until the table waits for a player again: swaps and reveals once everyone is in,
+    closed claim windows resolved, turns of seats that won or left passed on, the end."""
+    while not _end_if_due(emitter):
+        state = emitter.state
+        if state.phase is Phase.EXCHANGE and _all_picked(state):
+            _swap(emitter)
+        elif state.phase is Phase.MISSING_SUIT and all(p.missing_suit is not None for p in state.players):
+            _reveal_missing_suits(emitter)
+        elif state.phase is Phase.CLAIM and not _window(state).pending:
+            _resolve_window(emitter, _window(state))
+        elif state.phase is Phase.TURN and not state.players[state.turn_seat].in_game:
+            _draw(emitter, state.next_seat_in_game(state.turn_seat), from_tail=False)
+        else:
+            return
+
+
+def _resolve_window(emitter: _Emitter, window: ClaimWindow) -> None:
+    """Every asked player answered and no pong/kong was made (RULES.md 1.4-1.6)."""
+    state = emitter.state
+    if window.winners:
+        if window.kind is WindowKind.ROB_KONG:
+            emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
+        # After a (multi-)win play goes on after the winner farthest from the discarder.
+        last_winner = hand_checks.farthest_from(window.from_seat, window.winners)
+        _draw(emitter, emitter.state.next_seat_in_game(last_winner), from_tail=False)
+    elif window.kind is WindowKind.ROB_KONG and state.players[window.from_seat].in_game:
+        _draw(emitter, window.from_seat, from_tail=True)  # the added kong stands: replacement draw
+    else:
+        _draw(emitter, state.next_seat_in_game(window.from_seat), from_tail=False)
+
+
+def player_of(state: TableState, seat: int) -> PlayerState:
+    """The seat's player state (a convenience for callers outside the domain)."""
+    return state.players[seat]

@@ -1,0 +1,371 @@
+"""`evolve(state, event) -> state`: the only way table state comes to be (RULES.md 1.1-1.6, 1.10).
+
+Events are facts, so `evolve` never rejects one; it asserts invariants instead (a broken invariant
+is a bug in `decide`, not an input error). Claim windows are derived here from the rules, so the
+stream needs no hidden "who may claim" field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from mahjong_table.domain import hand_checks
+from mahjong_table.domain.events import (
+    DIRECTION_CLOCKWISE,
+    DIRECTION_COUNTER_CLOCKWISE,
+    DIRECTION_OPPOSITE,
+    EXPOSURE_ADDED,
+    EXPOSURE_CONCEALED,
+    EXPOSURE_EXPOSED,
+    NO_SEAT,
+    WIN_BY_SELF_DRAW,
+    ClaimPassed,
+    ExchangePicked,
+    GameEnded,
+    HandsDealt,
+    KongDeclared,
+    KongRobbed,
+    MissingSuitChosen,
+    MissingSuitsDeclared,
+    PlayerLeft,
+    PlayerWon,
+    PongClaimed,
+    TableEvent,
+    TableOpened,
+    TileDiscarded,
+    TileDrawn,
+    TilesExchanged,
+    TurnTimedOut,
+    WallExhausted,
+)
+from mahjong_table.domain.rules_adapter import SUIT_CODES, parse_code
+from mahjong_table.domain.state import (
+    SEAT_COUNT,
+    WALL_TILE_COUNT,
+    MeldState,
+    Phase,
+    PlayerState,
+    TableState,
+    WindowKind,
+    WindowStage,
+)
+
+EXCHANGE_OFFSETS = {DIRECTION_CLOCKWISE: -1, DIRECTION_COUNTER_CLOCKWISE: 1, DIRECTION_OPPOSITE: 2}
+"""RULES.md 1.2: clockwise gives to seat-1, counter-clockwise to seat+1, opposite to seat+2."""
+
+
+def exchange_receiver(from_seat: int, direction: str) -> int:
+    """The seat that receives `from_seat`'s three tiles in `direction`."""
+    return (from_seat + EXCHANGE_OFFSETS[direction]) % SEAT_COUNT
+
+
+def _add(counts: tuple[int, ...], tile: int, amount: int) -> tuple[int, ...]:
+    updated = list(counts)
+    updated[tile] += amount
+    assert 0 <= updated[tile] <= 4, f"tile {tile} count {updated[tile]} out of 0..4"
+    return tuple(updated)
+
+
+def _with_player(state: TableState, seat: int, player: PlayerState) -> tuple[PlayerState, ...]:
+    players = list(state.players)
+    players[seat] = player
+    return tuple(players)
+
+
+def _pop_discard(state: TableState, seat: int, tile: int) -> tuple[PlayerState, ...]:
+    """Take the last discard of `seat` (claimed or robbed back) off the discard pile."""
+    player = state.players[seat]
+    assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
+    return _with_player(state, seat, replace(player, discards=player.discards[:-1]))
+
+
+def _opened(state: TableState | None, event: TableOpened) -> TableState:
+    assert state is None, "TableOpened must be the first event"
+    assert len(event.wall) == WALL_TILE_COUNT and len(event.seats) == SEAT_COUNT
+    seats = sorted(event.seats, key=lambda seat: seat.seat)
+    return TableState(
+        table_id=event.table_id,
+        room_id=event.room_id,
+        rules=event.rules,
+        dealer_seat=event.dealer_seat,
+        exchange_direction=event.exchange_direction,
+        wall=tuple(parse_code(code) for code in event.wall),
+        players=tuple(PlayerState(player_id=seat.player_id) for seat in seats),
+        dice_roller_seat=event.dice_roller_seat,
+        die_1=event.die_1,
+        die_2=event.die_2,
+    )
+
+
+def _dealt(state: TableState, event: HandsDealt) -> TableState:
+    players = list(state.players)
+    for hand in event.hands:
+        counts = list(players[hand.seat].concealed)
+        for code in hand.tiles:
+            counts[parse_code(code)] += 1
+        players[hand.seat] = replace(players[hand.seat], concealed=tuple(counts))
+    phase = Phase.EXCHANGE if state.rules.exchange_three and state.exchange_direction else Phase.MISSING_SUIT
+    return replace(
+        state, players=tuple(players), wall_head=state.wall_tail - event.wall_remaining, phase=phase
+    )
+
+
+def _exchange_picked(state: TableState, event: ExchangePicked) -> TableState:
+    player = state.players[event.seat]
+    assert player.exchange_pick is None
+    pick = tuple(parse_code(code) for code in event.tiles)
+    return replace(state, players=_with_player(state, event.seat, replace(player, exchange_pick=pick)))
+
+
+def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
+    hands = [player.concealed for player in state.players]
+    for transfer in event.transfers:
+        for code in transfer.tiles:
+            tile = parse_code(code)
+            hands[transfer.from_seat] = _add(hands[transfer.from_seat], tile, -1)
+            hands[transfer.to_seat] = _add(hands[transfer.to_seat], tile, 1)
+    players = tuple(replace(player, concealed=hands[seat]) for seat, player in enumerate(state.players))
+    return replace(state, players=players, phase=Phase.MISSING_SUIT)
+
+
+def _missing_suit_chosen(state: TableState, event: MissingSuitChosen) -> TableState:
+    player = state.players[event.seat]
+    assert player.missing_suit is None
+    chosen = replace(player, missing_suit=SUIT_CODES.index(event.suit))
+    return replace(state, players=_with_player(state, event.seat, chosen))
+
+
+def _missing_suits_declared(state: TableState, event: MissingSuitsDeclared) -> TableState:
+    # RULES.md 1.4: the dealer starts by discarding (14 tiles, no draw).
+    return replace(
+        state, missing_suits_public=True, phase=Phase.TURN, turn_seat=state.dealer_seat, drawn_tile=None
+    )
+
+
+def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
+    tile = parse_code(event.tile)
+    if event.from_tail:
+        assert state.wall[state.wall_tail - 1] == tile, "tail draw does not match the wall"
+        head, tail = state.wall_head, state.wall_tail - 1
+    else:
+        assert state.wall[state.wall_head] == tile, "head draw does not match the wall"
+        head, tail = state.wall_head + 1, state.wall_tail
+    assert tail - head == event.wall_remaining
+    player = state.players[event.seat]
+    drawn = replace(
+        player,
+        concealed=_add(player.concealed, tile, 1),
+        draw_count=player.draw_count + 1,
+        skip_win_multiplier=0,  # RULES.md 1.4: the skip-win lock lasts until the player's own next draw
+    )
+    return replace(
+        state,
+        players=_with_player(state, event.seat, drawn),
+        wall_head=head,
+        wall_tail=tail,
+        phase=Phase.TURN,
+        turn_seat=event.seat,
+        drawn_tile=tile,
+        turn_after_pong=False,
+        turn_after_kong=event.from_tail,
+        window=None,
+    )
+
+
+def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
+    tile = parse_code(event.tile)
+    player = state.players[event.seat]
+    discarded = replace(player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile))
+    after = replace(
+        state,
+        players=_with_player(state, event.seat, discarded),
+        phase=Phase.CLAIM,
+        drawn_tile=None,
+        discard_count=state.discard_count + 1,
+    )
+    window = hand_checks.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
+    return replace(after, window=window, turn_after_kong=False, turn_after_pong=False)
+
+
+def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
+    window = state.window
+    assert window is not None and event.seat in window.pending
+    players = state.players
+    if event.passed_win and state.rules.skip_win_lock:
+        player = players[event.seat]
+        locked = replace(
+            player, skip_win_multiplier=max(player.skip_win_multiplier, event.passed_win_multiplier)
+        )
+        players = _with_player(state, event.seat, locked)
+    after = replace(state, players=players, window=replace(window, pending=window.pending - {event.seat}))
+    return _after_answer(after)
+
+
+def _after_answer(state: TableState) -> TableState:
+    """When the win stage has been answered by all and nobody won, the meld stage opens."""
+    window = state.window
+    assert window is not None
+    if window.stage is WindowStage.WIN and not window.pending and not window.winners:
+        return replace(state, window=hand_checks.meld_stage(state, window))
+    return state
+
+
+def _pong_claimed(state: TableState, event: PongClaimed) -> TableState:
+    tile = parse_code(event.tile)
+    players = _pop_discard(state, event.from_seat, tile)
+    player = players[event.seat]
+    ponged = replace(
+        player,
+        concealed=_add(player.concealed, tile, -2),
+        melds=(*player.melds, MeldState("pong", tile, "", event.from_seat)),
+    )
+    return replace(
+        state,
+        players=_with_player(replace(state, players=players), event.seat, ponged),
+        phase=Phase.TURN,
+        turn_seat=event.seat,
+        drawn_tile=None,
+        turn_after_pong=True,
+        turn_after_kong=False,
+        window=None,
+        melds_in_game=True,
+    )
+
+
+def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
+    tile = parse_code(event.tile)
+    if event.exposure == EXPOSURE_EXPOSED:
+        players = _pop_discard(state, event.from_seat, tile)
+        player = players[event.seat]
+        konged = replace(
+            player,
+            concealed=_add(player.concealed, tile, -3),
+            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
+        )
+        state = replace(state, players=players)
+    elif event.exposure == EXPOSURE_CONCEALED:
+        player = state.players[event.seat]
+        konged = replace(
+            player,
+            concealed=_add(player.concealed, tile, -4),
+            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_CONCEALED)),
+        )
+    else:
+        assert event.exposure == EXPOSURE_ADDED
+        player = state.players[event.seat]
+        # The added kong keeps the seat whose discard made the pong, so a robbed kong can revert.
+        melds = tuple(
+            MeldState("kong", meld.tile, EXPOSURE_ADDED, meld.from_seat)
+            if meld.kind == "pong" and meld.tile == tile
+            else meld
+            for meld in player.melds
+        )
+        konged = replace(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+    after = replace(
+        state,
+        players=_with_player(state, event.seat, konged),
+        phase=Phase.TURN,
+        turn_seat=event.seat,
+        drawn_tile=None,
+        turn_after_pong=False,
+        window=None,
+        melds_in_game=True,
+    )
+    if event.exposure != EXPOSURE_ADDED:
+        return after
+    # RULES.md 1.5: the added tile is open to robbing (wins only) before the replacement draw.
+    window = hand_checks.open_window(after, WindowKind.ROB_KONG, tile, event.seat, False)
+    return replace(after, phase=Phase.CLAIM, window=window)
+
+
+def _kong_robbed(state: TableState, event: KongRobbed) -> TableState:
+    tile = parse_code(event.tile)
+    player = state.players[event.kong_seat]
+    melds = tuple(
+        MeldState("pong", meld.tile, "", meld.from_seat)
+        if meld.kind == "kong" and meld.tile == tile
+        else meld
+        for meld in player.melds
+    )
+    # The kong is void: the pong stays and the robbed tile lies in the declarer's discards.
+    robbed = replace(player, melds=melds, discards=(*player.discards, tile))
+    return replace(state, players=_with_player(state, event.kong_seat, robbed))
+
+
+def _player_won(state: TableState, event: PlayerWon) -> TableState:
+    player = state.players[event.seat]
+    assert player.in_game, "a seat that won or left cannot win"
+    won = replace(player, won=True, win_order=event.win_order)
+    after = replace(state, players=_with_player(state, event.seat, won), win_count=state.win_count + 1)
+    if event.win_by == WIN_BY_SELF_DRAW:
+        return replace(after, drawn_tile=None)
+    window = state.window
+    assert window is not None and event.seat in window.pending
+    return replace(
+        after,
+        window=replace(window, pending=window.pending - {event.seat}, winners=(*window.winners, event.seat)),
+    )
+
+
+def _player_left(state: TableState, event: PlayerLeft) -> TableState:
+    player = state.players[event.seat]
+    assert not player.left
+    after = replace(state, players=_with_player(state, event.seat, replace(player, left=True)))
+    window = after.window
+    if window is not None and event.seat in window.pending:
+        after = _after_answer(replace(after, window=replace(window, pending=window.pending - {event.seat})))
+    return after
+
+
+def _turn_timed_out(state: TableState, event: TurnTimedOut) -> TableState:
+    return state
+
+
+def _wall_exhausted(state: TableState, event: WallExhausted) -> TableState:
+    assert state.wall_remaining == 0
+    return replace(state, wall_exhausted=True)
+
+
+def _game_ended(state: TableState, event: GameEnded) -> TableState:
+    return replace(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
+
+
+_HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
+    HandsDealt: _dealt,
+    ExchangePicked: _exchange_picked,
+    TilesExchanged: _tiles_exchanged,
+    MissingSuitChosen: _missing_suit_chosen,
+    MissingSuitsDeclared: _missing_suits_declared,
+    TileDrawn: _tile_drawn,
+    TileDiscarded: _tile_discarded,
+    ClaimPassed: _claim_passed,
+    PongClaimed: _pong_claimed,
+    KongDeclared: _kong_declared,
+    KongRobbed: _kong_robbed,
+    PlayerWon: _player_won,
+    PlayerLeft: _player_left,
+    TurnTimedOut: _turn_timed_out,
+    WallExhausted: _wall_exhausted,
+    GameEnded: _game_ended,
+}
+
+
+def evolve(state: TableState | None, event: TableEvent) -> TableState:
+    """Fold one event into the state. `state` is None only before `TableOpened`."""
+    if isinstance(event, TableOpened):
+        opened = _opened(state, event)
+        return replace(opened, version=1)
+    assert state is not None, f"{type(event).__name__} before TableOpened"
+    assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
+    after = _HANDLERS[type(event)](state, event)
+    return replace(after, version=state.version + 1)
+
+
+def fold(events: Iterable[TableEvent], state: TableState | None = None) -> TableState:
+    """Fold a stream of events (from the first, or onto `state`) into the table state."""
+    for event in events:
+        state = evolve(state, event)
+    assert state is not None, "no events to fold"
+    return state

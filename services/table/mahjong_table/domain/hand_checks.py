@@ -1,0 +1,218 @@
+"""Rule questions about one seat's hand, shared by `evolve` (claim windows), `decide`, the views
+and the automatic actions. Everything is a pure function of the state."""
+
+from __future__ import annotations
+
+from mahjong_table.domain import rules_adapter
+from mahjong_table.domain.events import (
+    EXPOSURE_ADDED,
+    EXPOSURE_CONCEALED,
+    NO_SEAT,
+    WIN_BY_DISCARD,
+    WIN_BY_ROB_KONG,
+    WIN_BY_SELF_DRAW,
+)
+from mahjong_table.domain.rules_adapter import WinEvaluation, WinSituation
+from mahjong_table.domain.state import (
+    SEAT_COUNT,
+    TILE_KIND_COUNT,
+    ClaimWindow,
+    PlayerState,
+    TableState,
+    WindowKind,
+    WindowStage,
+)
+
+
+def rules_melds(player: PlayerState) -> list[tuple[int, bool]]:
+    """The melds as the adapter takes them: (tile, is_kong)."""
+    return [(meld.tile, meld.kind == "kong") for meld in player.melds]
+
+
+def claim_win_evaluation(
+    state: TableState, seat: int, tile: int, kind: WindowKind, after_kong: bool
+) -> WinEvaluation | None:
+    """Evaluate a win of `seat` on another player's tile (a discard or a robbed added kong)."""
+    player = state.players[seat]
+    situation = WinSituation(
+        win_by=WIN_BY_ROB_KONG if kind is WindowKind.ROB_KONG else WIN_BY_DISCARD,
+        after_kong=after_kong and kind is WindowKind.DISCARD,
+        is_dealer=seat == state.dealer_seat,
+    )
+    return rules_adapter.evaluate_win(
+        player.concealed, rules_melds(player), tile, player.missing_suit, situation
+    )
+
+
+def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKind, after_kong: bool) -> int:
+    """The multiplier of the win `seat` may claim on `tile`, or 0 when no win is offered.
+
+    The skip-win lock (RULES.md 1.4, option `skip_win_lock`) withholds a win that does not score
+    more than the win the player passed since their last draw. It also applies to robbing a kong,
+    which is a win on another player's tile like a discard.
+    """
+    player = state.players[seat]
+    if player.missing_suit is not None and player.holds_missing_suit():
+        return 0
+    evaluation = claim_win_evaluation(state, seat, tile, kind, after_kong)
+    if evaluation is None:
+        return 0
+    if state.rules.skip_win_lock and 0 < player.skip_win_multiplier >= evaluation.multiplier:
+        return 0
+    return evaluation.multiplier
+
+
+def open_window(
+    state: TableState, kind: WindowKind, tile: int, from_seat: int, after_kong: bool
+) -> ClaimWindow:
+    """The claim window on `tile` (RULES.md 1.4, 1.5): first the players who can win are asked;
+    if there are none, the meld stage (pong/kong, discards only) follows at once."""
+    offers = [0] * SEAT_COUNT
+    for seat in range(SEAT_COUNT):
+        if seat != from_seat and state.players[seat].in_game:
+            offers[seat] = win_offer_multiplier(state, seat, tile, kind, after_kong)
+    window = ClaimWindow(
+        kind=kind,
+        tile=tile,
+        from_seat=from_seat,
+        stage=WindowStage.WIN,
+        pending=frozenset(seat for seat in range(SEAT_COUNT) if offers[seat]),
+        win_offers=tuple(offers),
+        after_kong=after_kong,
+    )
+    if window.pending:
+        return window
+    return meld_stage(state, window)
+
+
+def meld_stage(state: TableState, window: ClaimWindow) -> ClaimWindow:
+    """Move a window whose win stage is over without a winner to the pong/kong stage.
+
+    Only a discard can be ponged or konged (an added kong can only be robbed), and not when the
+    wall is empty: the last discard may still be won on, but a meld would need a further turn
+    that the exhausted wall does not have (RULES.md 1.4-1.6).
+    """
+    no_meld = ClaimWindow(
+        window.kind,
+        window.tile,
+        window.from_seat,
+        WindowStage.MELD,
+        frozenset(),
+        window.win_offers,
+        after_kong=window.after_kong,
+        winners=window.winners,
+    )
+    if window.kind is not WindowKind.DISCARD or state.wall_remaining == 0:
+        return no_meld
+    tile_suit = rules_adapter.suit_of(window.tile)
+    for seat in range(SEAT_COUNT):
+        player = state.players[seat]
+        if seat == window.from_seat or not player.in_game or player.missing_suit == tile_suit:
+            continue
+        if player.concealed[window.tile] >= 2:
+            return ClaimWindow(
+                window.kind,
+                window.tile,
+                window.from_seat,
+                WindowStage.MELD,
+                frozenset({seat}),
+                window.win_offers,
+                meld_seat=seat,
+                can_kong=player.concealed[window.tile] >= 3,
+                after_kong=window.after_kong,
+                winners=window.winners,
+            )
+    return no_meld
+
+
+def self_draw_situation(state: TableState, seat: int) -> WinSituation:
+    """Situational facts of a self-draw by `seat` now (RULES.md 1.7 extras)."""
+    player = state.players[seat]
+    is_dealer = seat == state.dealer_seat
+    if is_dealer:
+        first_turn = player.draw_count == 0 and state.discard_count == 0 and not state.melds_in_game
+    else:
+        first_turn = player.draw_count == 1 and not state.melds_in_game and not state.turn_after_kong
+    return WinSituation(
+        win_by=WIN_BY_SELF_DRAW,
+        after_kong=state.turn_after_kong,
+        last_tile=state.wall_remaining == 0 and state.drawn_tile is not None,
+        first_turn=first_turn,
+        is_dealer=is_dealer,
+    )
+
+
+def self_draw_win(state: TableState, seat: int) -> tuple[int, WinEvaluation] | None:
+    """The winning tile and evaluation of a self-draw win by the seat on turn, or None.
+
+    The winning tile is the drawn tile; on the dealer's first turn (天胡, no draw) it is the held
+    tile that gives the highest multiplier.
+    """
+    if state.turn_seat != seat or state.turn_after_pong:
+        return None
+    player = state.players[seat]
+    if player.holds_missing_suit():
+        return None
+    situation = self_draw_situation(state, seat)
+    melds = rules_melds(player)
+    candidates = (
+        [state.drawn_tile]
+        if state.drawn_tile is not None
+        else [tile for tile in range(TILE_KIND_COUNT) if player.concealed[tile]]
+    )
+    best: tuple[int, WinEvaluation] | None = None
+    for tile in candidates:
+        counts = list(player.concealed)
+        counts[tile] -= 1
+        evaluation = rules_adapter.evaluate_win(counts, melds, tile, player.missing_suit, situation)
+        if evaluation is not None and (best is None or evaluation.multiplier > best[1].multiplier):
+            best = (tile, evaluation)
+    return best
+
+
+def kong_options(state: TableState, seat: int) -> list[tuple[int, str]]:
+    """Kongs the seat on turn may declare now: (tile, "concealed" | "added") (RULES.md 1.5).
+
+    None after a pong (the claimant must discard), none when the wall is empty (no replacement),
+    none of the missing suit (RULES.md 1.3).
+    """
+    if state.turn_seat != seat or state.turn_after_pong or state.wall_remaining == 0:
+        return []
+    player = state.players[seat]
+    options: list[tuple[int, str]] = []
+    for tile in range(TILE_KIND_COUNT):
+        if player.concealed[tile] == 4 and rules_adapter.suit_of(tile) != player.missing_suit:
+            options.append((tile, EXPOSURE_CONCEALED))
+    for meld in player.melds:
+        if meld.kind == "pong" and player.concealed[meld.tile] >= 1:
+            options.append((meld.tile, EXPOSURE_ADDED))
+    return options
+
+
+def allowed_discards(player: PlayerState) -> list[int]:
+    """Tiles the player may discard: only missing-suit tiles while any is held (RULES.md 1.3)."""
+    held = [tile for tile in range(TILE_KIND_COUNT) if player.concealed[tile]]
+    if player.holds_missing_suit():
+        return [tile for tile in held if rules_adapter.suit_of(tile) == player.missing_suit]
+    return held
+
+
+def farthest_from(from_seat: int, seats: tuple[int, ...]) -> int:
+    """The seat of `seats` farthest from `from_seat` in turn order (RULES.md 1.6 multi-win)."""
+    assert seats, "no seats to choose from"
+    return max(seats, key=lambda seat: (seat - from_seat) % SEAT_COUNT)
+
+
+__all__ = [
+    "NO_SEAT",
+    "allowed_discards",
+    "claim_win_evaluation",
+    "farthest_from",
+    "kong_options",
+    "meld_stage",
+    "open_window",
+    "rules_melds",
+    "self_draw_situation",
+    "self_draw_win",
+    "win_offer_multiplier",
+]

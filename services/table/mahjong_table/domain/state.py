@@ -1,0 +1,169 @@
+"""The table's state: derived only by folding events (`evolve`), never mutated in place.
+
+Hands are 27 tile counts (index = rules-library tile int) because every question the aggregate
+asks (do you hold it, can you pong, do you still hold your missing suit) is a count lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from mahjong_table.domain.events import NO_SEAT
+from mahjong_table.domain.room_rules import RoomRules
+
+SEAT_COUNT = 4
+TILE_KIND_COUNT = 27
+WALL_TILE_COUNT = 108
+EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
+
+
+class Phase(StrEnum):
+    """Where the game is. CLAIM covers the window on a discard and on an added kong."""
+
+    DEALING = "dealing"
+    EXCHANGE = "exchange"
+    MISSING_SUIT = "missing_suit"
+    TURN = "turn"
+    CLAIM = "claim"
+    ENDED = "ended"
+
+
+class WindowKind(StrEnum):
+    """What the open claim window is about."""
+
+    DISCARD = "discard"
+    ROB_KONG = "rob_kong"
+
+
+class WindowStage(StrEnum):
+    """Claims are asked in two stages so that wins beat pong/kong without hidden answers: first
+    every player who can win answers win or pass; only if nobody won is the one player who can
+    pong or kong asked (RULES.md 1.4)."""
+
+    WIN = "win"
+    MELD = "meld"
+
+
+@dataclass(frozen=True, slots=True)
+class MeldState:
+    """A meld on the table: kind "pong" or "kong", exposure for kongs, source seat or -1."""
+
+    kind: str
+    tile: int
+    exposure: str = ""
+    from_seat: int = NO_SEAT
+
+    @property
+    def size(self) -> int:
+        """Tiles in the meld: 3 or 4."""
+        return 4 if self.kind == "kong" else 3
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerState:
+    """One seat's facts."""
+
+    player_id: str
+    concealed: tuple[int, ...] = EMPTY_COUNTS
+    melds: tuple[MeldState, ...] = ()
+    discards: tuple[int, ...] = ()
+    exchange_pick: tuple[int, ...] | None = None
+    missing_suit: int | None = None
+    won: bool = False
+    win_order: int = 0
+    left: bool = False
+    skip_win_multiplier: int = 0
+    """Skip-win lock (RULES.md 1.4): the highest multiplier passed since the last own draw; 0 none."""
+    draw_count: int = 0
+
+    @property
+    def in_game(self) -> bool:
+        """Still playing: neither won nor left."""
+        return not self.won and not self.left
+
+    @property
+    def tile_count(self) -> int:
+        """Concealed tiles held."""
+        return sum(self.concealed)
+
+    def holds_missing_suit(self) -> bool:
+        """True while a tile of the declared missing suit is held (RULES.md 1.3)."""
+        if self.missing_suit is None:
+            return False
+        start = self.missing_suit * 9
+        return any(self.concealed[start : start + 9])
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWindow:
+    """The open window on a discard or an added kong (RULES.md 1.4, 1.5)."""
+
+    kind: WindowKind
+    tile: int
+    from_seat: int
+    stage: WindowStage
+    pending: frozenset[int]
+    win_offers: tuple[int, ...]
+    """Per seat: the multiplier of the win offered on this tile, 0 when none is offered."""
+    meld_seat: int = NO_SEAT
+    can_kong: bool = False
+    winners: tuple[int, ...] = ()
+    after_kong: bool = False
+    """The discard was made right after the discarder's kong (杠上炮, RULES.md 1.5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableState:
+    """Everything the aggregate knows about one table's game."""
+
+    table_id: str
+    room_id: str
+    rules: RoomRules
+    dealer_seat: int
+    exchange_direction: str
+    wall: tuple[int, ...]
+    players: tuple[PlayerState, ...]
+    dice_roller_seat: int = 0
+    die_1: int = 1
+    die_2: int = 1
+    wall_head: int = 0
+    """Index of the next head draw."""
+    wall_tail: int = WALL_TILE_COUNT
+    """One past the index of the next tail draw: the wall is `wall[wall_head:wall_tail]`."""
+    phase: Phase = Phase.DEALING
+    turn_seat: int = NO_SEAT
+    drawn_tile: int | None = None
+    turn_after_pong: bool = False
+    turn_after_kong: bool = False
+    window: ClaimWindow | None = None
+    discard_count: int = 0
+    melds_in_game: bool = False
+    win_count: int = 0
+    wall_exhausted: bool = False
+    end_reason: str = ""
+    missing_suits_public: bool = False
+    version: int = 0
+    """Number of events folded; the service uses it as the expected stream version."""
+
+    @property
+    def wall_remaining(self) -> int:
+        """Tiles still in the wall."""
+        return self.wall_tail - self.wall_head
+
+    @property
+    def is_over(self) -> bool:
+        """True once `GameEnded` was folded."""
+        return self.phase is Phase.ENDED
+
+    def seats_in_game(self) -> list[int]:
+        """Seats neither won nor left, in seat order."""
+        return [seat for seat, player in enumerate(self.players) if player.in_game]
+
+    def next_seat_in_game(self, after_seat: int) -> int:
+        """The first seat after `after_seat` in turn order that is still in the game, or -1."""
+        for offset in range(1, SEAT_COUNT + 1):
+            seat = (after_seat + offset) % SEAT_COUNT
+            if self.players[seat].in_game:
+                return seat
+        return NO_SEAT

@@ -1,0 +1,114 @@
+"""Players for self-play: a random legal player (for property tests) and a simple greedy one
+(for the benchmark and demos). They act only through `legal_actions` and commands, like a client.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from mahjong_table.domain.commands import (
+    DeclareMissingSuit,
+    Discard,
+    ExchangeThree,
+    ExpireDeadline,
+    Kong,
+    Leave,
+    Pass,
+    Pong,
+    TableCommand,
+    Win,
+)
+from mahjong_table.domain.decide import waited_on
+from mahjong_table.domain.state import Phase, TableState
+from mahjong_table.domain.views import (
+    ACTION_DECLARE_MISSING_SUIT,
+    ACTION_DISCARD,
+    ACTION_EXCHANGE_THREE,
+    ACTION_KONG,
+    ACTION_LEAVE,
+    ACTION_PASS,
+    ACTION_PONG,
+    ACTION_WIN,
+    LegalAction,
+    legal_actions,
+)
+
+
+def command_for(state: TableState, seat: int, action: LegalAction, generator: random.Random) -> TableCommand:
+    """A random command of the kind `action` describes, for `seat`."""
+    if action.kind == ACTION_EXCHANGE_THREE:
+        suit = generator.choice(action.suits)
+        tiles = [tile for tile in action.tiles if tile.endswith(suit)]
+        return ExchangeThree(seat, tuple(generator.sample(tiles, 3)))
+    if action.kind == ACTION_DECLARE_MISSING_SUIT:
+        return DeclareMissingSuit(seat, generator.choice(action.suits))
+    if action.kind == ACTION_DISCARD:
+        return Discard(seat, generator.choice(action.tiles))
+    if action.kind == ACTION_KONG:
+        tile = generator.choice(action.tiles)
+        return Kong(seat, None if state.phase is Phase.CLAIM else tile)
+    if action.kind == ACTION_PONG:
+        return Pong(seat)
+    if action.kind == ACTION_WIN:
+        return Win(seat)
+    if action.kind == ACTION_PASS:
+        return Pass(seat)
+    return Leave(seat, generator.choice(("leave", "disconnected")))
+
+
+def random_legal_command(
+    state: TableState, generator: random.Random, *, timeout_chance: float = 0.05, leave_chance: float = 0.003
+) -> TableCommand:
+    """Any legal command of any waited-on seat, sometimes a deadline expiry or a leave."""
+    if generator.random() < timeout_chance:
+        return ExpireDeadline()
+    if generator.random() < leave_chance:
+        leavers = [seat for seat in range(4) if not state.players[seat].left]
+        return Leave(generator.choice(leavers), "leave")
+    choices = [
+        (seat, action)
+        for seat in waited_on(state)
+        for action in legal_actions(state, seat)
+        if action.kind != ACTION_LEAVE
+    ]
+    if not choices:
+        return ExpireDeadline()
+    seat, action = generator.choice(choices)
+    return command_for(state, seat, action, generator)
+
+
+def greedy_command(state: TableState) -> TableCommand:
+    """A simple strong-ish player for the first waited-on seat: always win; pong/kong; exchange the
+    weakest suit; declare the shortest suit missing; discard the missing suit, then isolated tiles."""
+    seat = waited_on(state)[0]
+    actions = {action.kind: action for action in legal_actions(state, seat)}
+    if ACTION_WIN in actions:
+        return Win(seat)
+    if ACTION_KONG in actions:
+        tile = actions[ACTION_KONG].tiles[0]
+        return Kong(seat, None if state.phase is Phase.CLAIM else tile)
+    if ACTION_PONG in actions:
+        return Pong(seat)
+    if ACTION_PASS in actions:
+        return Pass(seat)
+    if ACTION_EXCHANGE_THREE in actions:
+        action = actions[ACTION_EXCHANGE_THREE]
+        counts = Counter(tile[1] for tile in action.tiles)
+        suit = min(action.suits, key=lambda suit: (counts[suit], suit))
+        return ExchangeThree(seat, tuple([tile for tile in action.tiles if tile.endswith(suit)][:3]))
+    if ACTION_DECLARE_MISSING_SUIT in actions:
+        player = state.players[seat]
+        sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
+        return DeclareMissingSuit(seat, "mps"[min(range(3), key=lambda suit: (sizes[suit], suit))])
+    tiles = actions[ACTION_DISCARD].tiles
+    return Discard(seat, min(tiles, key=lambda tile: _usefulness(state, seat, tile)))
+
+
+def _usefulness(state: TableState, seat: int, code: str) -> int:
+    """How much a tile helps the hand: copies held and neighbours held (lower is discarded first)."""
+    concealed = state.players[seat].concealed
+    tile = (int(code[0]) - 1) + 9 * "mps".index(code[1])
+    rank = tile % 9
+    neighbours = sum(concealed[tile + step] for step in (-2, -1, 1, 2) if 0 <= rank + step <= 8)
+    return 3 * concealed[tile] + neighbours
