@@ -1,0 +1,261 @@
+"""Who is calling: bearer JWTs (HS256, shared secret), per-method roles, and the caller's identity.
+
+Players and tools call with ``authorization: Bearer <JWT>``. The token is signed with HS256 and the
+secret from configuration (``MAHJONG_JWT_SECRET``) and carries three claims, all required:
+``sub`` (the player id), ``roles`` (a list of role names, possibly empty) and ``exp`` (expiry,
+seconds since the epoch). `AuthInterceptor` checks every call except the standard health and
+reflection services:
+
+- no token, a header that is not ``Bearer <token>``, a token that is not a JWT, a bad signature, an
+  expired token or a missing claim → UNAUTHENTICATED, with a message saying which;
+- a method listed in ``method_roles`` whose roles the caller has none of → PERMISSION_DENIED.
+
+The handler then reads the verified caller with `current_identity`. Seat- and table-level checks
+("a player may act only for their own seat") belong to the services, which know the tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import grpc
+import jwt
+
+from mahjong_platform.errors import PermissionDeniedError, UnauthenticatedError
+from mahjong_platform.grpc_server import is_infrastructure_method, wrap_rpc_method_handler
+
+ROLE_OPS: Final = "ops"
+ROLE_FINANCE: Final = "finance"
+OPERATIONS_ROLES: Final = frozenset({ROLE_OPS, ROLE_FINANCE})
+"""Either role may call operations such as Deposit and Reconcile (ARCHITECTURE.md)."""
+
+JWT_ALGORITHM: Final = "HS256"
+REQUIRED_CLAIMS: Final = ("sub", "roles", "exp")
+AUTHORIZATION_METADATA_KEY: Final = "authorization"
+DEFAULT_TOKEN_TTL_SECONDS: Final = 3600
+MAXIMUM_TOKEN_TTL_SECONDS: Final = 30 * 24 * 3600
+# Tolerated clock difference between the machine that minted a token and the one checking it.
+DEFAULT_LEEWAY_SECONDS: Final = 30
+# A header longer than this is not one of our tokens; refuse it before parsing.
+MAXIMUM_TOKEN_BYTES: Final = 8192
+MAXIMUM_ROLES: Final = 32
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A verified caller: the player id from ``sub`` and the roles from ``roles``."""
+
+    player_id: str
+    roles: frozenset[str]
+
+    def has_any_role(self, roles: Iterable[str]) -> bool:
+        """True when the caller holds at least one of ``roles``."""
+        return not self.roles.isdisjoint(roles)
+
+
+_CURRENT_IDENTITY: contextvars.ContextVar[Identity | None] = contextvars.ContextVar(
+    "mahjong_current_identity", default=None
+)
+
+
+def current_identity() -> Identity:
+    """The verified caller of the RPC being handled.
+
+    Raises `UnauthenticatedError` outside an authenticated call (a public method, or a server set up
+    without `AuthInterceptor`), so a handler can never act on behalf of nobody by mistake.
+    """
+    identity = _CURRENT_IDENTITY.get()
+    if identity is None:
+        raise UnauthenticatedError("this call carries no verified identity")
+    return identity
+
+
+@contextlib.contextmanager
+def identity_scope(identity: Identity) -> Iterator[Identity]:
+    """Make ``identity`` the `current_identity` inside the block: for tests and in-process calls."""
+    token = _CURRENT_IDENTITY.set(identity)
+    try:
+        yield identity
+    finally:
+        _CURRENT_IDENTITY.reset(token)
+
+
+def mint_token(
+    secret: str,
+    player_id: str,
+    roles: Iterable[str] = (),
+    ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS,
+    issued_at_epoch_seconds: int | None = None,
+) -> str:
+    """Sign an HS256 token for ``player_id`` with ``roles``, valid for ``ttl_seconds``.
+
+    For development, tests and ``mjctl token``; production tokens come from the mobile backend, which
+    signs the same claims with the same secret. ``issued_at_epoch_seconds`` (default: now) lets a test
+    mint a token that is already expired.
+    """
+    assert player_id, "a token needs a player id"
+    assert ttl_seconds <= MAXIMUM_TOKEN_TTL_SECONDS, f"ttl_seconds above {MAXIMUM_TOKEN_TTL_SECONDS}"
+    issued_at = int(time.time()) if issued_at_epoch_seconds is None else issued_at_epoch_seconds
+    claims = {
+        "sub": player_id,
+        "roles": sorted(set(roles)),
+        "iat": issued_at,
+        "exp": issued_at + ttl_seconds,
+    }
+    return jwt.encode(claims, secret, algorithm=JWT_ALGORITHM)
+
+
+def verify_token(secret: str, token: str, leeway_seconds: int = DEFAULT_LEEWAY_SECONDS) -> Identity:
+    """Check ``token``'s signature, expiry and claims; return who it names.
+
+    Raises `UnauthenticatedError` with a message that says what is wrong with the token (never why
+    in cryptographic detail, and never the token itself).
+    """
+    if len(token) > MAXIMUM_TOKEN_BYTES:
+        raise UnauthenticatedError(f"bearer token is longer than {MAXIMUM_TOKEN_BYTES} bytes")
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=[JWT_ALGORITHM],
+            options={"require": list(REQUIRED_CLAIMS)},
+            leeway=leeway_seconds,
+        )
+    except jwt.ExpiredSignatureError:
+        raise UnauthenticatedError("bearer token has expired; get a new token") from None
+    except jwt.InvalidSignatureError:
+        raise UnauthenticatedError("bearer token signature does not verify") from None
+    except jwt.MissingRequiredClaimError as error:
+        raise UnauthenticatedError(f"bearer token lacks the required claim {error.claim!r}") from None
+    except jwt.InvalidAlgorithmError:
+        raise UnauthenticatedError(f"bearer token must be signed with {JWT_ALGORITHM}") from None
+    except jwt.DecodeError:
+        raise UnauthenticatedError("bearer token is not a well-formed JWT") from None
+    except jwt.InvalidTokenError as error:
+        raise UnauthenticatedError(f"bearer token is invalid: {error}") from None
+    return _identity_from_claims(claims)
+
+
+def _identity_from_claims(claims: Mapping[str, Any]) -> Identity:
+    player_id = claims["sub"]
+    roles = claims["roles"]
+    if not isinstance(player_id, str) or not player_id:
+        raise UnauthenticatedError("bearer token claim 'sub' must be a non-empty player id")
+    if (
+        not isinstance(roles, list)
+        or len(roles) > MAXIMUM_ROLES
+        or not all(isinstance(role, str) and role for role in roles)
+    ):
+        raise UnauthenticatedError(
+            f"bearer token claim 'roles' must be a list of at most {MAXIMUM_ROLES} role names"
+        )
+    return Identity(player_id=player_id, roles=frozenset(roles))
+
+
+def bearer_token_from_metadata(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
+    """The token of the single ``authorization: Bearer <token>`` entry in ``metadata``.
+
+    Raises `UnauthenticatedError` when the entry is missing, repeated or not of that form.
+    """
+    values = [value for key, value in (metadata or ()) if key.lower() == AUTHORIZATION_METADATA_KEY]
+    if not values:
+        raise UnauthenticatedError("missing 'authorization' metadata; send 'authorization: Bearer <token>'")
+    if len(values) > 1:
+        raise UnauthenticatedError("send exactly one 'authorization' metadata entry")
+    value = values[0]
+    if isinstance(value, bytes):
+        raise UnauthenticatedError("'authorization' metadata must be text: 'Bearer <token>'")
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise UnauthenticatedError("malformed 'authorization' metadata; expected 'Bearer <token>'")
+    return token
+
+
+def check_roles(method: str, identity: Identity, required_roles: Collection[str]) -> None:
+    """Raise `PermissionDeniedError` unless ``identity`` holds one of ``required_roles`` (if any)."""
+    if required_roles and not identity.has_any_role(required_roles):
+        held = ", ".join(sorted(identity.roles)) or "none"
+        raise PermissionDeniedError(
+            f"{method} needs one of the roles {', '.join(sorted(required_roles))}; "
+            f"player {identity.player_id!r} has roles: {held}"
+        )
+
+
+class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Server interceptor that authenticates every call and enforces per-method roles.
+
+    ``method_roles`` maps a full method name (``/mahjong.v1.LedgerService/Deposit``) to the roles of
+    which the caller needs at least one; a method not listed needs only a valid token. The standard
+    health and reflection services are public (load balancers and grpcurl call them without tokens);
+    ``public_methods`` adds more full method names. Works for unary and streaming methods.
+    """
+
+    def __init__(
+        self,
+        secret: str,
+        method_roles: Mapping[str, Collection[str]] | None = None,
+        public_methods: Collection[str] = (),
+        leeway_seconds: int = DEFAULT_LEEWAY_SECONDS,
+    ) -> None:
+        assert secret, "the JWT secret must not be empty"
+        self._secret = secret
+        self._method_roles = {method: frozenset(roles) for method, roles in (method_roles or {}).items()}
+        for method in self._method_roles:
+            assert method.startswith("/") and method.count("/") == 2, f"not a full method name: {method}"
+        self._public_methods = frozenset(public_methods)
+        self._leeway_seconds = leeway_seconds
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Wrap the method's handler so that it runs only for a verified, authorized caller."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method) or method in self._public_methods:
+            return handler
+        required_roles = self._method_roles.get(method, frozenset())
+
+        def authorized_context(context: grpc.ServicerContext) -> contextvars.Context:
+            # Verification runs in the worker thread, where context.abort() is allowed.
+            try:
+                token = bearer_token_from_metadata(context.invocation_metadata())
+                identity = verify_token(self._secret, token, self._leeway_seconds)
+                check_roles(method, identity, required_roles)
+            except (UnauthenticatedError, PermissionDeniedError) as error:
+                context.abort(error.status_code, error.message)
+                raise AssertionError("context.abort returned") from error
+            call_context = contextvars.copy_context()
+            call_context.run(_CURRENT_IDENTITY.set, identity)
+            return call_context
+
+        def unary_response(invoke: Callable[[], Any], context: grpc.ServicerContext) -> Any:
+            return authorized_context(context).run(invoke)
+
+        def streaming_response(
+            invoke: Callable[[], Iterator[Any]], context: grpc.ServicerContext
+        ) -> Iterator[Any]:
+            # Each step of the handler's generator runs inside the call's context, so the identity
+            # is visible to the handler's code however the server schedules the iteration.
+            call_context = authorized_context(context)
+            iterator = call_context.run(invoke)
+            try:
+                while True:
+                    try:
+                        item = call_context.run(next, iterator)
+                    except StopIteration:
+                        return
+                    yield item
+            finally:
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    call_context.run(close)
+
+        return wrap_rpc_method_handler(handler, unary_response, streaming_response)
