@@ -3,7 +3,6 @@
 from dataclasses import dataclass, field
 
 import pytest
-
 from mahjong_rules import (
     EXTRA_FANS,
     SHAPE_FANS,
@@ -67,9 +66,19 @@ CASES = [
     Case("1.7 清金钩钓 16", "9m", "9m", "pure_single_wait", 16, "pong 1m, pong 3m, pong 5m, pong 7m"),
     Case("1.7 清幺九 16, 清一色 and 幺九 not counted", "123123123789m9m", "9m", "pure_terminals", 16),
     Case(
-        "1.7 将七对 16, 七对 龙七对 one 根 断幺九 not counted", "22225588m22558p", "8p", "two_five_eight_pairs", 16
+        "1.7 将七对 16, 七对 龙七对 one 根 断幺九 not counted",
+        "22225588m22558p",
+        "8p",
+        "two_five_eight_pairs",
+        16,
     ),
-    Case("1.7 example 清一色 + 七对 + a set of four = 清龙七对 32", "1111335577m99m2m", "2m", "pure_dragon_pairs", 32),
+    Case(
+        "1.7 example 清一色 + 七对 + a set of four = 清龙七对 32",
+        "1111335577m99m2m",
+        "2m",
+        "pure_dragon_pairs",
+        32,
+    ),
     Case(
         "1.7 十八罗汉 64, 金钩钓 碰碰胡 four 根 not counted",
         "7p",
@@ -80,9 +89,7 @@ CASES = [
     ),
     Case("1.7 将双七对 64", "22225555m22558p", "8p", "two_five_eight_double_dragon", 64),
     Case("1.7 将三七对 128", "222255558888m2p", "2p", "two_five_eight_triple_dragon", 128),
-    Case(
-        "1.7 清十八罗汉 256", "9m", "9m", "pure_eighteen_arhats", 256, "kong 1m, kong 3m, kong 5m, kong 7m"
-    ),
+    Case("1.7 清十八罗汉 256", "9m", "9m", "pure_eighteen_arhats", 256, "kong 1m, kong 3m, kong 5m, kong 7m"),
     Case(
         "1.7 example 金钩钓 + 将对 = 32 (×2 断幺九 always applies)",
         "2m",
@@ -122,7 +129,9 @@ CASES = [
         2,
         context=WinContext(win_by="discard", after_kong=True),
     ),
-    Case("1.7 抢杠胡 2", "123m456m456p789p5p", "5p", "plain rob_kong", 2, context=WinContext(win_by="rob_kong")),
+    Case(
+        "1.7 抢杠胡 2", "123m456m456p789p5p", "5p", "plain rob_kong", 2, context=WinContext(win_by="rob_kong")
+    ),
     Case(
         "1.7 海底捞月 2, 自摸 counts too",
         "123m456m456p789p5p",

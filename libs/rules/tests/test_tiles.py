@@ -1,7 +1,6 @@
 """Tiles and compact notation (RULES.md 0)."""
 
 import pytest
-
 from mahjong_rules import (
     InvalidTileError,
     TileCountError,
@@ -27,7 +26,7 @@ def test_every_family_has_its_tile_range(code: str, tile: int) -> None:
 
 def test_runs_share_the_suit_letter_that_follows_them() -> None:
     assert [tile_code(tile) for tile in parse_tiles("11122233m456p")] == (
-        "1m 1m 1m 2m 2m 2m 3m 3m 4p 5p 6p".split()
+        ["1m", "1m", "1m", "2m", "2m", "2m", "3m", "3m", "4p", "5p", "6p"]
     )
 
 
@@ -46,7 +45,14 @@ def test_format_is_sorted_and_canonical() -> None:
         ("123", "'123'"),
         ("m", "'m'"),
     ],
-    ids=["0 rank zero", "0 only seven honors", "0 only eight flowers", "0 bad letter", "0 no letter", "0 no digit"],
+    ids=[
+        "0 rank zero",
+        "0 only seven honors",
+        "0 only eight flowers",
+        "0 bad letter",
+        "0 no letter",
+        "0 no digit",
+    ],
 )
 def test_a_bad_code_raises_an_error_naming_it(text: str, named: str) -> None:
     with pytest.raises(InvalidTileError, match=named):

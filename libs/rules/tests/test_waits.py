@@ -1,11 +1,20 @@
 """Waits, wait multipliers and ready (RULES.md 1.7, 1.8)."""
 
 import pytest
+from mahjong_rules import (
+    Meld,
+    find_waits,
+    max_wait_multiplier,
+    parse_tile,
+    parse_tiles,
+    tile_code,
+    wait_multiplier,
+)
 
-from mahjong_rules import Meld, find_waits, max_wait_multiplier, parse_tile, parse_tiles, tile_code, wait_multiplier
 
-
-def waits_of(concealed: str, melds: list[Meld] | None = None, missing: str | None = None) -> list[tuple[str, int]]:
+def waits_of(
+    concealed: str, melds: list[Meld] | None = None, missing: str | None = None
+) -> list[tuple[str, int]]:
     result = find_waits(parse_tiles(concealed), melds or [], missing)  # type: ignore[arg-type]
     assert result.ready is bool(result.waits)
     return [(tile_code(wait.tile), wait.multiplier) for wait in result.waits]

@@ -3,7 +3,6 @@
 from collections import Counter
 
 import pytest
-
 from mahjong_rules import SICHUAN_TILES, Wall, WallError, deal, dealer_from_dice, shuffled_wall
 
 

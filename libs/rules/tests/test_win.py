@@ -1,7 +1,6 @@
 """The win check (RULES.md 1.6) and the flower-pig test (1.8)."""
 
 import pytest
-
 from mahjong_rules import (
     HandSizeError,
     InvalidMeldError,
@@ -32,7 +31,9 @@ NOT_WINS = [
 ]
 
 
-@pytest.mark.parametrize(("concealed", "melds", "missing"), [case[1:] for case in WINS], ids=[c[0] for c in WINS])
+@pytest.mark.parametrize(
+    ("concealed", "melds", "missing"), [case[1:] for case in WINS], ids=[c[0] for c in WINS]
+)
 def test_winning_hands(concealed: str, melds: list[Meld], missing: Suit | None) -> None:
     assert is_winning_hand(parse_tiles(concealed), melds, missing)
 
