@@ -80,6 +80,30 @@ def count_unsent_outbox_messages(session: Session) -> int:
     return int(session.execute(query).scalar_one())
 
 
+def create_idempotent_producer(
+    bootstrap_servers: str | list[str], *, client_id: str, delivery_timeout_ms: int
+) -> KafkaProducer:
+    """A Kafka producer that neither loses nor duplicates within a session: `acks=all` plus
+    idempotence. A send that Kafka has not acknowledged within `delivery_timeout_ms` fails."""
+    linger_ms = 5
+    # kafka-python requires delivery_timeout_ms >= linger_ms + request_timeout_ms; half the
+    # delivery budget per request leaves room for one retry.
+    request_timeout_ms = min(delivery_timeout_ms // 2, 30_000)
+    assert request_timeout_ms > linger_ms, delivery_timeout_ms
+    return KafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        acks="all",
+        enable_idempotence=True,
+        # Idempotence keeps order per partition with up to 5 requests in flight.
+        max_in_flight_requests_per_connection=5,
+        linger_ms=linger_ms,
+        request_timeout_ms=request_timeout_ms,
+        delivery_timeout_ms=delivery_timeout_ms,
+        max_block_ms=delivery_timeout_ms,
+    )
+
+
 BeforeMarkSentHook = Callable[[Sequence[OutboxMessage]], None]
 """Called after a batch is in Kafka and before it is marked sent; tests raise here to simulate a
 relay killed between the two steps."""
@@ -114,17 +138,8 @@ class OutboxRelay:
         self._publish_timeout_ms = publish_timeout_ms
         self._clock = clock
         self._before_mark_sent = before_mark_sent
-        self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap_servers,
-            client_id=client_id,
-            acks="all",
-            enable_idempotence=True,
-            # Idempotence keeps order per partition with up to 5 requests in flight.
-            max_in_flight_requests_per_connection=5,
-            linger_ms=5,
-            request_timeout_ms=min(publish_timeout_ms, 30_000),
-            delivery_timeout_ms=publish_timeout_ms,
-            max_block_ms=publish_timeout_ms,
+        self._producer = create_idempotent_producer(
+            bootstrap_servers, client_id=client_id, delivery_timeout_ms=publish_timeout_ms
         )
 
     def run_once(self) -> int:

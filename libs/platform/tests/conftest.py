@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import pytest
 import sqlalchemy
+from mahjong.v1.envelope_pb2 import Envelope
 from mahjong_platform.database import create_engine_for, sqlite_url
 from mahjong_platform.migrations import upgrade
+from mahjong_platform.topics import Topics, ensure_topics
+from mahjong_platform.tracked_consumer import BeforeCommitHook, Handler, MessagePosition, TrackedConsumer
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 ALEMBIC_EXAMPLE_DIRECTORY = pathlib.Path(__file__).parent / "alembic_example"
 
@@ -85,3 +91,106 @@ def sqlite_engine(sqlite_database_url: str) -> Iterator[Engine]:
 def postgresql_engine(postgres_database_url: str) -> Iterator[Engine]:
     """An engine on a migrated, fresh database in the real PostgreSQL."""
     yield from _migrated_engine(postgres_database_url)
+
+
+# --- Kafka ----------------------------------------------------------------------------------------
+
+TEST_PARTITION_COUNT = 2
+POLL_DEADLINE_SECONDS = 30.0
+
+
+@pytest.fixture
+def kafka_topics(kafka_bootstrap_servers: str, unique_prefix: str) -> Topics:
+    """This test's own five topics on the shared broker (unique prefix, two partitions each)."""
+    topics = Topics.with_prefix(unique_prefix)
+    ensure_topics(kafka_bootstrap_servers, topics.all_names(), partitions=TEST_PARTITION_COUNT)
+    return topics
+
+
+def project_into_example_table(session: Session, envelope: Envelope, position: MessagePosition) -> None:
+    """A handler that writes one projection row per applied event (a double apply shows twice)."""
+    session.execute(
+        EXAMPLE_PROJECTION.insert().values(
+            event_id=envelope.event_id,
+            stream_id=envelope.stream_id,
+            sequence=envelope.sequence,
+            topic=position.topic,
+            partition=position.partition,
+            kafka_offset=position.offset,
+        )
+    )
+
+
+class ConsumerFactory(Protocol):
+    def __call__(
+        self,
+        engine: Engine,
+        *,
+        group_id: str,
+        handler: Handler = ...,
+        before_commit: BeforeCommitHook | None = None,
+    ) -> TrackedConsumer: ...
+
+
+@pytest.fixture
+def new_tracked_consumer(kafka_bootstrap_servers: str, kafka_topics: Topics) -> Iterator[ConsumerFactory]:
+    """Creates tracked consumers of this test's table topic with short timeouts; closes them all."""
+    created: list[TrackedConsumer] = []
+
+    def create(
+        engine: Engine,
+        *,
+        group_id: str,
+        handler: Handler = project_into_example_table,
+        before_commit: BeforeCommitHook | None = None,
+    ) -> TrackedConsumer:
+        consumer = TrackedConsumer(
+            engine,
+            kafka_bootstrap_servers,
+            group_id,
+            [kafka_topics.table],
+            handler,
+            kafka_topics.dead_letter,
+            session_timeout_ms=6_000,
+            heartbeat_interval_ms=500,
+            dead_letter_publish_timeout_ms=10_000,
+            before_commit=before_commit,
+        )
+        created.append(consumer)
+        return consumer
+
+    yield create
+    for consumer in created:
+        consumer.close()
+
+
+def poll_until(
+    consumer: TrackedConsumer,
+    condition: Callable[[], bool],
+    *,
+    deadline_seconds: float = POLL_DEADLINE_SECONDS,
+) -> None:
+    """Poll `consumer` until `condition()` holds; fail after `deadline_seconds` (a hang guard)."""
+    deadline = time.monotonic() + deadline_seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not reached within {deadline_seconds} s")
+        consumer.poll_once(timeout_ms=200)
+
+
+@pytest.fixture
+def poll_consumer_until() -> Callable[..., None]:
+    """`poll_consumer_until(consumer, condition)`: see `poll_until`."""
+    return poll_until
+
+
+def projection_event_ids(engine: Engine) -> list[str]:
+    """Every event id in the example projection, one entry per row (duplicates kept)."""
+    with engine.connect() as connection:
+        return list(connection.execute(sqlalchemy.select(EXAMPLE_PROJECTION.c.event_id)).scalars())
+
+
+@pytest.fixture
+def read_projection_event_ids() -> Callable[[Engine], list[str]]:
+    """`read_projection_event_ids(engine)`: see `projection_event_ids`."""
+    return projection_event_ids

@@ -10,16 +10,15 @@ import threading
 
 import pytest
 import sqlalchemy
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
 from mahjong.v1 import envelope_pb2, match_events_pb2, table_events_pb2
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import new_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
 from mahjong_platform.schema import outbox_messages, stored_events
 from mahjong_platform.topics import Topics
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 FIXED_TIME = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 TOPICS = Topics.with_prefix("contract.")
@@ -178,7 +177,9 @@ def test_appending_writes_one_outbox_message_per_event_keyed_by_stream(
         store.append(session, "table-1", 0, events)
         store.append(session, "ticket-1", 0, [ticket_event()])
     with migrated_engine.connect() as connection:
-        outbox_rows = connection.execute(sqlalchemy.select(outbox_messages).order_by(outbox_messages.c.id)).all()
+        outbox_rows = connection.execute(
+            sqlalchemy.select(outbox_messages).order_by(outbox_messages.c.id)
+        ).all()
         stored_rows = connection.execute(
             sqlalchemy.select(stored_events).order_by(stored_events.c.stream_id, stored_events.c.sequence)
         ).all()

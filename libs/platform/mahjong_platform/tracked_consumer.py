@@ -1,0 +1,318 @@
+"""A Kafka consumer that applies each event exactly once to a database projection.
+
+Kafka delivers at least once, and the outbox relay may re-send. Exactly-once *effect* comes from
+the database, not from Kafka: for every message, one database transaction
+
+1. skips the event if its id is already in `processed_events` for this consumer group,
+2. otherwise calls the handler (which writes projection rows) and records the event id,
+3. stores the partition's next offset in `consumer_positions`.
+
+Kafka's committed offsets are never used (`enable_auto_commit=False`, nothing committed): on start
+and on every partition assignment the consumer seeks to the positions stored in the database, or
+to the beginning of a partition it has never read. A crash anywhere leaves the projection and the
+position consistent, so the message is either fully applied once or re-read and applied once.
+
+A message that cannot be decoded, or whose handler raises, is a poison message: the transaction
+rolls back, the message is published to the dead letter topic with the error, and only then is
+its position stored (in a new transaction) so consumption continues past it. Publishing first
+means a crash in between re-publishes the dead letter rather than losing the message; a duplicate
+dead letter is harmless, a lost one is silent data loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import sqlalchemy
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from mahjong.v1 import envelope_pb2
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.orm import Session
+
+from mahjong_platform.database import create_session_factory, transaction
+from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
+from mahjong_platform.outbox import create_idempotent_producer
+from mahjong_platform.schema import CONSUMER_GROUP_MAX_LENGTH, consumer_positions, processed_events
+
+logger = logging.getLogger(__name__)
+
+POLL_TIMEOUT_MS_DEFAULT = 500
+MAX_POLL_RECORDS_DEFAULT = 100
+MAX_POLL_RECORDS_MAX = 10_000
+SESSION_TIMEOUT_MS_DEFAULT = 10_000
+HEARTBEAT_INTERVAL_MS_DEFAULT = 1_000
+DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
+# A dead letter carries the error text for a human; a stack-trace-sized message is plenty.
+DEAD_LETTER_ERROR_MAX_CHARACTERS = 4_000
+SUBSCRIBED_TOPICS_MAX = 100
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessagePosition:
+    """Where a message sits in Kafka: its topic, partition and offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+Handler = Callable[[Session, envelope_pb2.Envelope, MessagePosition], None]
+"""Applies one event to the projection using the given session; raising dead-letters the message.
+
+It must only write through the session (no commits, no other side effects), so a rollback undoes
+everything it did.
+"""
+
+BeforeCommitHook = Callable[[MessagePosition], None]
+"""Called after a message is applied and its position written, before the commit; tests raise
+here to simulate a consumer killed between applying a message and storing its offset."""
+
+
+class TrackedConsumer:
+    """Consumes `topics` as consumer group `group_id`, applying each event once through `handler`.
+
+    Single-threaded: call `poll_once` or `run_forever` from one thread. Scale out by running
+    more instances with the same group id (Kafka spreads the partitions).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        bootstrap_servers: str | list[str],
+        group_id: str,
+        topics: Sequence[str],
+        handler: Handler,
+        dead_letter_topic: str,
+        *,
+        max_poll_records: int = MAX_POLL_RECORDS_DEFAULT,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
+        heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT,
+        dead_letter_publish_timeout_ms: int = DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT,
+        clock: Clock = utc_now,
+        before_commit: BeforeCommitHook | None = None,
+    ) -> None:
+        if not 0 < len(group_id) <= CONSUMER_GROUP_MAX_LENGTH:
+            raise ValueError(f"group id must be 1..{CONSUMER_GROUP_MAX_LENGTH} characters")
+        if not 0 < len(topics) <= SUBSCRIBED_TOPICS_MAX:
+            raise ValueError(f"subscribe to 1..{SUBSCRIBED_TOPICS_MAX} topics")
+        if dead_letter_topic in topics:
+            raise ValueError("a consumer must not consume its own dead letter topic")
+        assert 1 <= max_poll_records <= MAX_POLL_RECORDS_MAX, max_poll_records
+        assert 0 < heartbeat_interval_ms < session_timeout_ms, (heartbeat_interval_ms, session_timeout_ms)
+        self._engine = engine
+        self._session_factory = create_session_factory(engine)
+        self._group_id = group_id
+        self._handler = handler
+        self._dead_letter_topic = dead_letter_topic
+        self._max_poll_records = max_poll_records
+        self._dead_letter_publish_timeout_ms = dead_letter_publish_timeout_ms
+        self._clock = clock
+        self._before_commit = before_commit
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            group_id=group_id,
+            client_id=f"mahjong-consumer-{group_id}",
+            enable_auto_commit=False,
+            # Only used if a seek is somehow missed; the stored positions decide where to read.
+            auto_offset_reset="earliest",
+            max_poll_records=max_poll_records,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            fetch_max_wait_ms=100,
+        )
+        self._dead_letter_producer = create_idempotent_producer(
+            bootstrap_servers,
+            client_id=f"mahjong-dead-letters-{group_id}",
+            delivery_timeout_ms=dead_letter_publish_timeout_ms,
+        )
+        self._consumer.subscribe(list(topics), listener=_SeekToStoredPositions(self))
+
+    def poll_once(self, timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT) -> int:
+        """Fetch and handle at most one batch of messages; return how many were handled.
+
+        Handled = applied, skipped as an already processed duplicate, or dead-lettered. If
+        anything else fails (database down, dead letter topic unreachable, the test hook), the
+        consumer rewinds to the stored positions before raising, so a caller that keeps polling
+        re-reads the unfinished messages instead of skipping them.
+        """
+        assert 0 <= timeout_ms <= 60_000, timeout_ms
+        batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
+        handled_count = 0
+        try:
+            for records in batches.values():
+                for record in records:
+                    self._handle(record)
+                    handled_count += 1
+        except BaseException:
+            try:
+                self._seek_to_stored_positions(self._consumer.assignment())
+            except Exception:
+                logger.exception("rewinding to the stored positions failed: close this consumer")
+            raise
+        return handled_count
+
+    def run_forever(
+        self, stop_event: threading.Event, poll_timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT
+    ) -> None:
+        """Poll until `stop_event` is set. An unexpected error propagates (crash, restart, resume)."""
+        while not stop_event.is_set():
+            self.poll_once(poll_timeout_ms)
+
+    def close(self) -> None:
+        """Leave the consumer group and close the Kafka clients. Commits nothing to Kafka."""
+        try:
+            self._consumer.close(autocommit=False)
+        finally:
+            self._dead_letter_producer.close(timeout=self._dead_letter_publish_timeout_ms / 1000)
+
+    def __enter__(self) -> TrackedConsumer:
+        return self
+
+    def __exit__(self, *_exception_info: object) -> None:
+        self.close()
+
+    def stored_positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The next offset stored for each given partition this group has read before."""
+        wanted = set(partitions)
+        if not wanted:
+            return {}
+        query = sqlalchemy.select(
+            consumer_positions.c.topic, consumer_positions.c.partition, consumer_positions.c.next_offset
+        ).where(
+            consumer_positions.c.consumer_group == self._group_id,
+            consumer_positions.c.topic.in_({partition.topic for partition in wanted}),
+        )
+        with transaction(self._session_factory) as session:
+            rows = session.execute(query).all()
+        positions = {TopicPartition(row.topic, row.partition): int(row.next_offset) for row in rows}
+        return {partition: offset for partition, offset in positions.items() if partition in wanted}
+
+    def _seek_to_stored_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        partitions = set(partitions)
+        stored = self.stored_positions(partitions)
+        never_read = [partition for partition in partitions if partition not in stored]
+        for partition, offset in stored.items():
+            self._consumer.seek(partition, offset)
+        if never_read:
+            self._consumer.seek_to_beginning(*never_read)
+        logger.info(
+            "seeked to stored positions",
+            extra={"group_id": self._group_id, "stored": len(stored), "from_beginning": len(never_read)},
+        )
+
+    def _handle(self, record: Any) -> None:
+        position = MessagePosition(topic=record.topic, partition=record.partition, offset=record.offset)
+        try:
+            envelope = parse_envelope(record.value or b"")
+        except EnvelopeDecodeError as error:
+            self._dead_letter(record, position, f"undecodable envelope: {error}")
+            return
+        try:
+            with transaction(self._session_factory) as session:
+                self._apply_once(session, envelope, position)
+                self._store_position(session, position)
+                if self._before_commit is not None:
+                    self._before_commit(position)
+        except _HandlerFailedError as failure:
+            self._dead_letter(record, position, failure.description)
+
+    def _apply_once(
+        self, session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition
+    ) -> None:
+        already_processed = session.execute(
+            sqlalchemy.select(processed_events.c.event_id).where(
+                processed_events.c.consumer_group == self._group_id,
+                processed_events.c.event_id == envelope.event_id,
+            )
+        ).first()
+        if already_processed is not None:
+            logger.info(
+                "skipped already processed event",
+                extra={"group_id": self._group_id, "event_id": envelope.event_id},
+            )
+            return
+        try:
+            self._handler(session, envelope, position)
+            # Flush inside the try, so a constraint the handler's rows violate counts as its failure.
+            session.flush()
+        except (OperationalError, InterfaceError):
+            raise  # The database is unreachable: an outage, not a poison message.
+        except Exception as error:
+            raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
+        session.execute(
+            processed_events.insert().values(
+                consumer_group=self._group_id, event_id=envelope.event_id, processed_at=self._clock()
+            )
+        )
+
+    def _store_position(self, session: Session, position: MessagePosition) -> None:
+        values = {
+            "consumer_group": self._group_id,
+            "topic": position.topic,
+            "partition": position.partition,
+            "next_offset": position.offset + 1,
+            "updated_at": self._clock(),
+        }
+        insert = postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
+        statement = insert(consumer_positions).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["consumer_group", "topic", "partition"],
+            set_={"next_offset": statement.excluded.next_offset, "updated_at": statement.excluded.updated_at},
+        )
+        session.execute(statement)
+
+    def _dead_letter(self, record: Any, position: MessagePosition, error: str) -> None:
+        failed_at: datetime.datetime = self._clock()
+        dead_letter = envelope_pb2.DeadLetter(
+            topic=position.topic,
+            partition=position.partition,
+            offset=position.offset,
+            key=record.key or b"",
+            value=record.value or b"",
+            error=error[:DEAD_LETTER_ERROR_MAX_CHARACTERS],
+            consumer_group=self._group_id,
+        )
+        dead_letter.failed_at.FromDatetime(failed_at)
+        future = self._dead_letter_producer.send(
+            self._dead_letter_topic, key=record.key, value=dead_letter.SerializeToString()
+        )
+        future.get(timeout=self._dead_letter_publish_timeout_ms / 1000)
+        with transaction(self._session_factory) as session:
+            self._store_position(session, position)
+        logger.warning(
+            "dead-lettered message",
+            extra={
+                "group_id": self._group_id,
+                "topic": position.topic,
+                "partition": position.partition,
+                "offset": position.offset,
+                "error": error[:200],
+            },
+        )
+
+
+class _HandlerFailedError(Exception):
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+class _SeekToStoredPositions(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Seeks newly assigned partitions to the positions stored in the database."""
+
+    def __init__(self, tracked_consumer: TrackedConsumer) -> None:
+        self._tracked_consumer = tracked_consumer
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        # Nothing to save: every position is stored in the same transaction as its message.
+        pass
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self._tracked_consumer._seek_to_stored_positions(assigned)

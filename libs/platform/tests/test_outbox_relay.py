@@ -1,0 +1,179 @@
+"""The outbox relay against the real Kafka broker, with a tracked consumer reading what it sends.
+
+Each test gets its own prefixed topics on the shared broker (see the `kafka_topics` fixture).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import pytest
+import sqlalchemy
+from mahjong.v1 import envelope_pb2, table_events_pb2
+from mahjong_platform.database import create_session_factory, transaction
+from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.outbox import OutboxMessage, OutboxRelay, count_unsent_outbox_messages
+from mahjong_platform.schema import consumer_positions
+from mahjong_platform.topics import Topics
+from mahjong_platform.tracked_consumer import TrackedConsumer
+from sqlalchemy.engine import Engine
+
+pytestmark = pytest.mark.integration
+
+PUBLISH_TIMEOUT_MS = 10_000
+
+
+class _RelayKilledError(Exception):
+    pass
+
+
+def table_events(count: int) -> list[envelope_pb2.Envelope]:
+    return [
+        new_envelope(table_events_pb2.TileDiscarded(seat=index % 4, tile=f"{index % 9 + 1}B"), clock=utc_now)
+        for index in range(count)
+    ]
+
+
+def append_events(engine: Engine, topics: Topics, events_per_stream: dict[str, int]) -> list[str]:
+    """Append events to several streams in one transaction; return the event ids in outbox order."""
+    store = EventStore(topics=topics)
+    event_ids = []
+    with transaction(create_session_factory(engine)) as session:
+        for stream_id, count in events_per_stream.items():
+            events = table_events(count)
+            store.append(session, stream_id, store.stream_version(session, stream_id), events)
+            event_ids += [event.event_id for event in events]
+    return event_ids
+
+
+def unsent_count(engine: Engine) -> int:
+    with transaction(create_session_factory(engine)) as session:
+        return count_unsent_outbox_messages(session)
+
+
+def test_appended_events_are_consumed_exactly_once_into_the_projection(
+    migrated_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+    example_projection: sqlalchemy.Table,
+) -> None:
+    event_ids = append_events(migrated_engine, kafka_topics, {"table-1": 12, "table-2": 8, "table-3": 5})
+    with OutboxRelay(
+        migrated_engine, kafka_bootstrap_servers, batch_size=10, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    ) as relay:
+        published_counts = [relay.run_once() for _ in range(4)]
+    assert published_counts == [10, 10, 5, 0]
+    assert unsent_count(migrated_engine) == 0
+
+    consumer = new_tracked_consumer(migrated_engine, group_id=unique_prefix + "projection")
+    poll_consumer_until(consumer, lambda: len(read_projection_event_ids(migrated_engine)) >= len(event_ids))
+    consumer.poll_once(timeout_ms=300)  # Nothing more may arrive.
+    assert sorted(read_projection_event_ids(migrated_engine)) == sorted(event_ids)
+    # Keyed by stream id: each stream sits in one partition, in sequence order.
+    with migrated_engine.connect() as connection:
+        rows = connection.execute(
+            sqlalchemy.select(example_projection).order_by(example_projection.c.kafka_offset)
+        ).all()
+    for stream_id in ("table-1", "table-2", "table-3"):
+        stream_rows = [row for row in rows if row.stream_id == stream_id]
+        assert len({row.partition for row in stream_rows}) == 1
+        assert [row.sequence for row in stream_rows] == list(range(1, len(stream_rows) + 1))
+
+
+def test_a_relay_killed_between_publish_and_mark_sent_re_sends_and_duplicates_change_nothing(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 6, "table-2": 4})
+    published_before_kill: list[OutboxMessage] = []
+
+    def kill_after_publish(messages: Sequence[OutboxMessage]) -> None:
+        published_before_kill.extend(messages)
+        raise _RelayKilledError
+
+    with (
+        OutboxRelay(
+            sqlite_engine,
+            kafka_bootstrap_servers,
+            publish_timeout_ms=PUBLISH_TIMEOUT_MS,
+            before_mark_sent=kill_after_publish,
+        ) as doomed_relay,
+        pytest.raises(_RelayKilledError),
+    ):
+        doomed_relay.run_once()
+    assert len(published_before_kill) == 10
+    assert unsent_count(sqlite_engine) == 10  # Published, but not marked: the restart re-sends.
+
+    with OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS) as relay:
+        assert relay.run_once() == 10
+    assert unsent_count(sqlite_engine) == 0
+
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    # Every event is on the topic twice: wait until all 20 messages were read, then check once.
+    poll_consumer_until(consumer, lambda: _stored_offsets_total(sqlite_engine) >= 20)
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
+def _stored_offsets_total(engine: Engine) -> int:
+    """How many messages consumers have finished, summed over partitions (offsets start at 0)."""
+    total = sqlalchemy.func.coalesce(sqlalchemy.func.sum(consumer_positions.c.next_offset), 0)
+    with engine.connect() as connection:
+        return int(connection.execute(sqlalchemy.select(total)).scalar_one())
+
+
+def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
+    postgresql_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+) -> None:
+    """The first relay holds its batch's rows locked while it publishes; the second skips them."""
+    append_events(postgresql_engine, kafka_topics, {"table-1": 5})
+    first_published = threading.Event()
+    second_finished = threading.Event()
+
+    def hold_locks_until_second_finished(_messages: Sequence[OutboxMessage]) -> None:
+        first_published.set()
+        assert second_finished.wait(timeout=20)
+
+    first_relay = OutboxRelay(
+        postgresql_engine,
+        kafka_bootstrap_servers,
+        publish_timeout_ms=PUBLISH_TIMEOUT_MS,
+        before_mark_sent=hold_locks_until_second_finished,
+    )
+    second_relay = OutboxRelay(
+        postgresql_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    )
+    first_counts: list[int] = []
+    first_thread = threading.Thread(target=lambda: first_counts.append(first_relay.run_once()))
+    try:
+        first_thread.start()
+        assert first_published.wait(timeout=20)
+        assert second_relay.run_once() == 0
+        second_finished.set()
+        first_thread.join(timeout=20)
+    finally:
+        second_finished.set()
+        first_relay.close()
+        second_relay.close()
+    assert first_counts == [5]
+    assert unsent_count(postgresql_engine) == 0
+
+    consumer = new_tracked_consumer(postgresql_engine, group_id=unique_prefix + "projection")
+    poll_consumer_until(consumer, lambda: _stored_offsets_total(postgresql_engine) >= 5)
+    consumer.poll_once(timeout_ms=300)
+    assert _stored_offsets_total(postgresql_engine) == 5  # Each message is on the topic once.
