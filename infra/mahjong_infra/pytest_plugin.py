@@ -90,15 +90,18 @@ def kafka_broker(
 ) -> Iterator[kafka_infra.KafkaBroker]:
     """One real Kafka broker for the whole session, on free ports; stopped at the end."""
     started = time.monotonic()
+    failure: str | None = None
+    broker = kafka_infra.KafkaBroker.on_free_ports(tmp_path_factory.mktemp("kafka"))
+    atexit.register(broker.stop)  # even if the session dies without running finalizers
     try:
         kafka_infra.fetch()
-        broker = kafka_infra.KafkaBroker.on_free_ports(tmp_path_factory.mktemp("kafka"))
-        atexit.register(broker.stop)  # even if the session dies without running finalizers
         broker.start()
     except kafka_infra.KafkaInfraError as error:
+        failure = str(error)
+    if failure is not None:  # failed outside the except block: no "during handling" chain
         pytest.fail(
-            f"cannot start the real Kafka broker the integration tests need: {error}\n"
-            "Install Java 17+ and Maven (Debian: apt-get install -y openjdk-17-jre-headless maven).",
+            f"cannot start the real Kafka broker the integration tests need: {failure}\n"
+            "Prerequisites: Java 17+ and Maven (Debian: apt-get install -y openjdk-17-jre-headless maven).",
             pytrace=False,
         )
     elapsed = time.monotonic() - started
@@ -137,14 +140,17 @@ def unique_prefix(request: pytest.FixtureRequest) -> str:
 def postgres_cluster(request: pytest.FixtureRequest) -> Iterator[postgres_infra.PostgresCluster]:
     """One throwaway PostgreSQL cluster for the whole session; stopped and deleted at the end."""
     started = time.monotonic()
+    failure: str | None = None
     cluster = postgres_infra.PostgresCluster()
+    atexit.register(cluster.stop)
     try:
-        atexit.register(cluster.stop)
         cluster.start()
     except postgres_infra.PostgresInfraError as error:
+        failure = str(error)
+    if failure is not None:
         pytest.fail(
-            f"cannot start the real PostgreSQL the integration tests need: {error}\n"
-            f"Install {postgres_infra.INSTALL_HINT}.",
+            f"cannot start the real PostgreSQL the integration tests need: {failure}\n"
+            f"Prerequisites: {postgres_infra.INSTALL_HINT}.",
             pytrace=False,
         )
     elapsed = time.monotonic() - started
