@@ -1,0 +1,99 @@
+"""Database engines and transactions: SQLite settings, rollback, PostgreSQL connection options."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import sqlalchemy
+from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
+from sqlalchemy.engine import Engine
+
+_metadata = sqlalchemy.MetaData()
+_notes = sqlalchemy.Table("notes", _metadata, sqlalchemy.Column("text", sqlalchemy.String(50)))
+
+
+class _AbortError(Exception):
+    pass
+
+
+def test_sqlite_files_live_under_the_data_directory_which_is_created(tmp_path: pathlib.Path) -> None:
+    url = sqlite_url(tmp_path / "data" / "nested", "ledger")
+    assert url == f"sqlite:///{tmp_path}/data/nested/ledger.sqlite3"
+    engine = create_engine_for(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT 1"))
+    finally:
+        engine.dispose()
+    assert (tmp_path / "data" / "nested" / "ledger.sqlite3").exists()
+
+
+def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(tmp_path: pathlib.Path) -> None:
+    engine = create_engine_for(sqlite_url(tmp_path, "settings"), sqlite_busy_timeout_ms=1234)
+    try:
+        with engine.connect() as connection:
+            settings = {
+                name: connection.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "foreign_keys", "busy_timeout")
+            }
+        assert settings == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1234}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("name", ["", "../escape", ".hidden", "a/b"])
+def test_sqlite_database_names_are_plain_file_stems(tmp_path: pathlib.Path, name: str) -> None:
+    with pytest.raises(ValueError, match="plain file stem"):
+        sqlite_url(tmp_path, name)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite://", "SQLite file"),
+        ("sqlite:///:memory:", "SQLite file"),
+        ("postgresql://user@localhost/db", "psycopg 3"),
+        ("mysql+pymysql://user@localhost/db", "unsupported"),
+    ],
+)
+def test_unsupported_databases_are_refused_with_a_reason(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        create_engine_for(url)
+
+
+def _engine_with_notes(url: str) -> Engine:
+    engine = create_engine_for(url)
+    _metadata.create_all(engine)
+    return engine
+
+
+def _note_count(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return int(
+            connection.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(_notes)).scalar_one()
+        )
+
+
+def test_a_transaction_commits_on_success_and_rolls_back_on_error(database_url: str) -> None:
+    engine = _engine_with_notes(database_url)
+    session_factory = create_session_factory(engine)
+    try:
+        with transaction(session_factory) as session:
+            session.execute(_notes.insert().values(text="kept"))
+        with pytest.raises(_AbortError), transaction(session_factory) as session:
+            session.execute(_notes.insert().values(text="rolled back"))
+            raise _AbortError
+        assert _note_count(engine) == 1
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.integration
+def test_postgresql_connections_have_a_statement_timeout(postgres_database_url: str) -> None:
+    engine = create_engine_for(postgres_database_url, postgresql_statement_timeout_ms=2500)
+    try:
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "2500ms"
+    finally:
+        engine.dispose()

@@ -1,0 +1,86 @@
+"""Alembic run from code: the example history builds the platform tables on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import sqlalchemy
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from mahjong_platform.database import create_engine_for
+from mahjong_platform.migrations import current_revision, downgrade, upgrade
+from mahjong_platform.schema import platform_metadata
+
+PLATFORM_TABLES = {"stored_events", "outbox_messages", "consumer_positions", "processed_events"}
+
+
+def table_names(database_url: str) -> set[str]:
+    engine = create_engine_for(database_url)
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_creates_the_platform_and_service_tables_and_is_idempotent(
+    database_url: str, alembic_example_directory: pathlib.Path
+) -> None:
+    assert current_revision(database_url) is None
+    upgrade(database_url, alembic_example_directory)
+    upgrade(database_url, alembic_example_directory)
+    assert current_revision(database_url) == "0002"
+    assert table_names(database_url) == PLATFORM_TABLES | {"example_projection", "alembic_version"}
+
+
+def test_the_migrated_platform_tables_match_the_runtime_table_definitions(
+    database_url: str, alembic_example_directory: pathlib.Path
+) -> None:
+    """The frozen migration and `platform_metadata` must describe the same schema."""
+    upgrade(database_url, alembic_example_directory)
+    engine = create_engine_for(database_url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            differences = compare_metadata(context, platform_metadata)
+    finally:
+        engine.dispose()
+    # Tables the platform metadata does not know (the service's own and alembic's) are expected.
+    unexpected = [
+        difference
+        for difference in differences
+        if not (
+            isinstance(difference, tuple)
+            and difference[0] == "remove_table"
+            and difference[1].name in {"example_projection", "alembic_version"}
+        )
+    ]
+    assert unexpected == []
+
+
+def test_downgrade_to_base_removes_every_migrated_table(
+    database_url: str, alembic_example_directory: pathlib.Path
+) -> None:
+    upgrade(database_url, alembic_example_directory)
+    downgrade(database_url, alembic_example_directory, "base")
+    assert current_revision(database_url) is None
+    assert table_names(database_url) == {"alembic_version"}
+
+
+def test_each_service_can_keep_its_own_version_table(
+    database_url: str, alembic_example_directory: pathlib.Path
+) -> None:
+    upgrade(database_url, alembic_example_directory, version_table="example_service_version", revision="0001")
+    assert current_revision(database_url, version_table="example_service_version") == "0001"
+    assert current_revision(database_url) is None
+    assert "alembic_version" not in table_names(database_url)
+    assert "example_projection" not in table_names(database_url)
+
+
+@pytest.mark.parametrize("revision", ["0001", "head"])
+def test_upgrading_in_steps_equals_upgrading_at_once(
+    sqlite_database_url: str, alembic_example_directory: pathlib.Path, revision: str
+) -> None:
+    upgrade(sqlite_database_url, alembic_example_directory, revision=revision)
+    upgrade(sqlite_database_url, alembic_example_directory)
+    assert current_revision(sqlite_database_url) == "0002"
