@@ -516,17 +516,17 @@ def _claim_win(emitter: _Emitter, seat: int) -> None:
 def _why_no_claim_win(state: TableState, seat: int, window: ClaimWindow) -> str:
     player = state.players[seat]
     tile = code_of(window.tile)
-    if window.stage is WindowStage.MELD:
-        return f"the wins on {tile} are already decided; only the pong/kong claimant is asked now"
-    if player.holds_missing_suit():
-        return "a hand holding a tile of its missing suit cannot win (RULES.md 1.3)"
+    if player.holds_missing_suit() or rules_adapter.suit_of(window.tile) == player.missing_suit:
+        return "no win with a tile of your missing suit, or while holding one (RULES.md 1.3)"
     evaluation = hand_checks.claim_win_evaluation(state, seat, window.tile, window.kind, window.after_kong)
     if evaluation is None:
         return f"{tile} does not complete a winning hand for seat {seat} (RULES.md 1.6)"
-    return (
-        f"skip-win lock: seat {seat} passed a win worth ×{player.skip_win_multiplier} since its last "
-        f"draw and may win on {tile} (×{evaluation.multiplier}) only after its next draw (RULES.md 1.4)"
-    )
+    if state.rules.skip_win_lock and player.skip_win_multiplier >= evaluation.multiplier:
+        return (
+            f"skip-win lock: seat {seat} passed a win worth ×{player.skip_win_multiplier} since its last "
+            f"draw and may win on {tile} (×{evaluation.multiplier}) only after its next draw (RULES.md 1.4)"
+        )
+    return f"seat {seat} already answered the win on {tile}, or the wins on it are decided"
 
 
 def _require_meld_claimant(state: TableState, seat: int, action: str) -> ClaimWindow:

@@ -8,7 +8,6 @@ stream needs no hidden "who may claim" field.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from mahjong_table.domain import hand_checks
@@ -50,6 +49,7 @@ from mahjong_table.domain.state import (
     TableState,
     WindowKind,
     WindowStage,
+    replaced,
 )
 
 EXCHANGE_OFFSETS = {DIRECTION_CLOCKWISE: -1, DIRECTION_COUNTER_CLOCKWISE: 1, DIRECTION_OPPOSITE: 2}
@@ -78,7 +78,7 @@ def _pop_discard(state: TableState, seat: int, tile: int) -> tuple[PlayerState, 
     """Take the last discard of `seat` (claimed or robbed back) off the discard pile."""
     player = state.players[seat]
     assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
-    return _with_player(state, seat, replace(player, discards=player.discards[:-1]))
+    return _with_player(state, seat, replaced(player, discards=player.discards[:-1]))
 
 
 def _opened(state: TableState | None, event: TableOpened) -> TableState:
@@ -105,9 +105,9 @@ def _dealt(state: TableState, event: HandsDealt) -> TableState:
         counts = list(players[hand.seat].concealed)
         for code in hand.tiles:
             counts[parse_code(code)] += 1
-        players[hand.seat] = replace(players[hand.seat], concealed=tuple(counts))
+        players[hand.seat] = replaced(players[hand.seat], concealed=tuple(counts))
     phase = Phase.EXCHANGE if state.rules.exchange_three and state.exchange_direction else Phase.MISSING_SUIT
-    return replace(
+    return replaced(
         state, players=tuple(players), wall_head=state.wall_tail - event.wall_remaining, phase=phase
     )
 
@@ -116,7 +116,7 @@ def _exchange_picked(state: TableState, event: ExchangePicked) -> TableState:
     player = state.players[event.seat]
     assert player.exchange_pick is None
     pick = tuple(parse_code(code) for code in event.tiles)
-    return replace(state, players=_with_player(state, event.seat, replace(player, exchange_pick=pick)))
+    return replaced(state, players=_with_player(state, event.seat, replaced(player, exchange_pick=pick)))
 
 
 def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
@@ -126,20 +126,20 @@ def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
             tile = parse_code(code)
             hands[transfer.from_seat] = _add(hands[transfer.from_seat], tile, -1)
             hands[transfer.to_seat] = _add(hands[transfer.to_seat], tile, 1)
-    players = tuple(replace(player, concealed=hands[seat]) for seat, player in enumerate(state.players))
-    return replace(state, players=players, phase=Phase.MISSING_SUIT)
+    players = tuple(replaced(player, concealed=hands[seat]) for seat, player in enumerate(state.players))
+    return replaced(state, players=players, phase=Phase.MISSING_SUIT)
 
 
 def _missing_suit_chosen(state: TableState, event: MissingSuitChosen) -> TableState:
     player = state.players[event.seat]
     assert player.missing_suit is None
-    chosen = replace(player, missing_suit=SUIT_CODES.index(event.suit))
-    return replace(state, players=_with_player(state, event.seat, chosen))
+    chosen = replaced(player, missing_suit=SUIT_CODES.index(event.suit))
+    return replaced(state, players=_with_player(state, event.seat, chosen))
 
 
 def _missing_suits_declared(state: TableState, event: MissingSuitsDeclared) -> TableState:
     # RULES.md 1.4: the dealer starts by discarding (14 tiles, no draw).
-    return replace(
+    return replaced(
         state, missing_suits_public=True, phase=Phase.TURN, turn_seat=state.dealer_seat, drawn_tile=None
     )
 
@@ -154,13 +154,13 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
         head, tail = state.wall_head + 1, state.wall_tail
     assert tail - head == event.wall_remaining
     player = state.players[event.seat]
-    drawn = replace(
+    drawn = replaced(
         player,
         concealed=_add(player.concealed, tile, 1),
         draw_count=player.draw_count + 1,
         skip_win_multiplier=0,  # RULES.md 1.4: the skip-win lock lasts until the player's own next draw
     )
-    return replace(
+    return replaced(
         state,
         players=_with_player(state, event.seat, drawn),
         wall_head=head,
@@ -177,8 +177,10 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
 def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
     tile = parse_code(event.tile)
     player = state.players[event.seat]
-    discarded = replace(player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile))
-    after = replace(
+    discarded = replaced(
+        player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile)
+    )
+    after = replaced(
         state,
         players=_with_player(state, event.seat, discarded),
         phase=Phase.CLAIM,
@@ -186,7 +188,7 @@ def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
         discard_count=state.discard_count + 1,
     )
     window = hand_checks.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
-    return replace(after, window=window, turn_after_kong=False, turn_after_pong=False)
+    return replaced(after, window=window, turn_after_kong=False, turn_after_pong=False)
 
 
 def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
@@ -195,11 +197,11 @@ def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
     players = state.players
     if event.passed_win and state.rules.skip_win_lock:
         player = players[event.seat]
-        locked = replace(
+        locked = replaced(
             player, skip_win_multiplier=max(player.skip_win_multiplier, event.passed_win_multiplier)
         )
         players = _with_player(state, event.seat, locked)
-    after = replace(state, players=players, window=replace(window, pending=window.pending - {event.seat}))
+    after = replaced(state, players=players, window=replaced(window, pending=window.pending - {event.seat}))
     return _after_answer(after)
 
 
@@ -208,7 +210,7 @@ def _after_answer(state: TableState) -> TableState:
     window = state.window
     assert window is not None
     if window.stage is WindowStage.WIN and not window.pending and not window.winners:
-        return replace(state, window=hand_checks.meld_stage(state, window))
+        return replaced(state, window=hand_checks.meld_stage(state, window))
     return state
 
 
@@ -216,14 +218,14 @@ def _pong_claimed(state: TableState, event: PongClaimed) -> TableState:
     tile = parse_code(event.tile)
     players = _pop_discard(state, event.from_seat, tile)
     player = players[event.seat]
-    ponged = replace(
+    ponged = replaced(
         player,
         concealed=_add(player.concealed, tile, -2),
         melds=(*player.melds, MeldState("pong", tile, "", event.from_seat)),
     )
-    return replace(
+    return replaced(
         state,
-        players=_with_player(replace(state, players=players), event.seat, ponged),
+        players=_with_player(replaced(state, players=players), event.seat, ponged),
         phase=Phase.TURN,
         turn_seat=event.seat,
         drawn_tile=None,
@@ -239,15 +241,15 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
     if event.exposure == EXPOSURE_EXPOSED:
         players = _pop_discard(state, event.from_seat, tile)
         player = players[event.seat]
-        konged = replace(
+        konged = replaced(
             player,
             concealed=_add(player.concealed, tile, -3),
             melds=(*player.melds, MeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
         )
-        state = replace(state, players=players)
+        state = replaced(state, players=players)
     elif event.exposure == EXPOSURE_CONCEALED:
         player = state.players[event.seat]
-        konged = replace(
+        konged = replaced(
             player,
             concealed=_add(player.concealed, tile, -4),
             melds=(*player.melds, MeldState("kong", tile, EXPOSURE_CONCEALED)),
@@ -262,8 +264,8 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
             else meld
             for meld in player.melds
         )
-        konged = replace(player, concealed=_add(player.concealed, tile, -1), melds=melds)
-    after = replace(
+        konged = replaced(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+    after = replaced(
         state,
         players=_with_player(state, event.seat, konged),
         phase=Phase.TURN,
@@ -277,7 +279,7 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
         return after
     # RULES.md 1.5: the added tile is open to robbing (wins only) before the replacement draw.
     window = hand_checks.open_window(after, WindowKind.ROB_KONG, tile, event.seat, False)
-    return replace(after, phase=Phase.CLAIM, window=window)
+    return replaced(after, phase=Phase.CLAIM, window=window)
 
 
 def _kong_robbed(state: TableState, event: KongRobbed) -> TableState:
@@ -290,32 +292,32 @@ def _kong_robbed(state: TableState, event: KongRobbed) -> TableState:
         for meld in player.melds
     )
     # The kong is void: the pong stays and the robbed tile lies in the declarer's discards.
-    robbed = replace(player, melds=melds, discards=(*player.discards, tile))
-    return replace(state, players=_with_player(state, event.kong_seat, robbed))
+    robbed = replaced(player, melds=melds, discards=(*player.discards, tile))
+    return replaced(state, players=_with_player(state, event.kong_seat, robbed))
 
 
 def _player_won(state: TableState, event: PlayerWon) -> TableState:
     player = state.players[event.seat]
     assert player.in_game, "a seat that won or left cannot win"
-    won = replace(player, won=True, win_order=event.win_order)
-    after = replace(state, players=_with_player(state, event.seat, won), win_count=state.win_count + 1)
+    won = replaced(player, won=True, win_order=event.win_order)
+    after = replaced(state, players=_with_player(state, event.seat, won), win_count=state.win_count + 1)
     if event.win_by == WIN_BY_SELF_DRAW:
-        return replace(after, drawn_tile=None)
+        return replaced(after, drawn_tile=None)
     window = state.window
     assert window is not None and event.seat in window.pending
-    return replace(
+    return replaced(
         after,
-        window=replace(window, pending=window.pending - {event.seat}, winners=(*window.winners, event.seat)),
+        window=replaced(window, pending=window.pending - {event.seat}, winners=(*window.winners, event.seat)),
     )
 
 
 def _player_left(state: TableState, event: PlayerLeft) -> TableState:
     player = state.players[event.seat]
     assert not player.left
-    after = replace(state, players=_with_player(state, event.seat, replace(player, left=True)))
+    after = replaced(state, players=_with_player(state, event.seat, replaced(player, left=True)))
     window = after.window
     if window is not None and event.seat in window.pending:
-        after = _after_answer(replace(after, window=replace(window, pending=window.pending - {event.seat})))
+        after = _after_answer(replaced(after, window=replaced(window, pending=window.pending - {event.seat})))
     return after
 
 
@@ -325,11 +327,11 @@ def _turn_timed_out(state: TableState, event: TurnTimedOut) -> TableState:
 
 def _wall_exhausted(state: TableState, event: WallExhausted) -> TableState:
     assert state.wall_remaining == 0
-    return replace(state, wall_exhausted=True)
+    return replaced(state, wall_exhausted=True)
 
 
 def _game_ended(state: TableState, event: GameEnded) -> TableState:
-    return replace(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
+    return replaced(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
 
 
 _HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
@@ -356,11 +358,15 @@ def evolve(state: TableState | None, event: TableEvent) -> TableState:
     """Fold one event into the state. `state` is None only before `TableOpened`."""
     if isinstance(event, TableOpened):
         opened = _opened(state, event)
-        return replace(opened, version=1)
+        return replaced(opened, version=1)
     assert state is not None, f"{type(event).__name__} before TableOpened"
     assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
     after = _HANDLERS[type(event)](state, event)
-    return replace(after, version=state.version + 1)
+    if after is state:
+        return replaced(state, version=state.version + 1)
+    # `after` is a fresh value no one else holds yet: stamp its version in place.
+    object.__setattr__(after, "version", state.version + 1)
+    return after
 
 
 def fold(events: Iterable[TableEvent], state: TableState | None = None) -> TableState:

@@ -52,7 +52,9 @@ def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKi
     which is a win on another player's tile like a discard.
     """
     player = state.players[seat]
-    if player.missing_suit is not None and player.holds_missing_suit():
+    if rules_adapter.suit_of(tile) == player.missing_suit or player.holds_missing_suit():
+        return 0
+    if not _touches_hand(player, tile):
         return 0
     evaluation = claim_win_evaluation(state, seat, tile, kind, after_kong)
     if evaluation is None:
@@ -60,6 +62,14 @@ def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKi
     if state.rules.skip_win_lock and 0 < player.skip_win_multiplier >= evaluation.multiplier:
         return 0
     return evaluation.multiplier
+
+
+def _touches_hand(player: PlayerState, tile: int) -> bool:
+    """A tile can complete a hand only by joining held tiles in a pair, set or run: a copy of it or
+    a neighbour within two ranks in its suit must be held. A cheap filter before the win check."""
+    rank = tile % 9
+    low, high = tile - min(rank, 2), tile + min(8 - rank, 2)
+    return any(player.concealed[low : high + 1])
 
 
 def open_window(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
@@ -16,6 +17,8 @@ SEAT_COUNT = 4
 TILE_KIND_COUNT = 27
 WALL_TILE_COUNT = 108
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
+
+_Frozen = TypeVar("_Frozen", "PlayerState", "TableState", "ClaimWindow")
 
 
 class Phase(StrEnum):
@@ -167,3 +170,16 @@ class TableState:
             if self.players[seat].in_game:
                 return seat
         return NO_SEAT
+
+
+def replaced(value: _Frozen, **changes: object) -> _Frozen:
+    """`dataclasses.replace` for the frozen slotted state values, without re-running `__init__`.
+
+    The fold is the engine's hot path (every event replaces the table and a player); this copies
+    the slots directly, which is several times faster and gives an equal value.
+    """
+    cls = type(value)
+    copy = object.__new__(cls)
+    for name in cls.__slots__:
+        object.__setattr__(copy, name, changes[name] if name in changes else getattr(value, name))
+    return copy

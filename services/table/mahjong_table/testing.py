@@ -1,0 +1,117 @@
+"""Test helpers: build a wall that deals chosen hands, and a small harness that folds events.
+
+Used by this package's tests and available to the service's tests (deterministic tables without
+seeds). Not used by production code.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mahjong_rules.tiles import parse_tiles
+
+from mahjong_table.domain.commands import DeclareMissingSuit, TableCommand
+from mahjong_table.domain.decide import decide, open_table_with_wall
+from mahjong_table.domain.events import TableEvent
+from mahjong_table.domain.evolve import evolve, fold
+from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.domain.state import SEAT_COUNT, TILE_KIND_COUNT, TableState
+
+DEAL_ROUNDS = (4, 4, 4, 1)
+
+
+def wall_for(
+    hands: Sequence[str], dealer_seat: int = 0, head_draws: str = "", tail_draws: str = ""
+) -> list[int]:
+    """A 108-tile wall whose deal gives `hands` (per seat, compact notation, the dealer's 14) and
+    whose next head draws and tail (kong replacement) draws are the given tiles, in order.
+
+    The deal follows the rules library's order (4, 4, 4, 1 tiles per seat from the dealer, then
+    one more for the dealer); every other tile fills the middle of the wall in sorted order.
+    """
+    parsed = [parse_tiles(hand) for hand in hands]
+    assert len(parsed) == SEAT_COUNT
+    for seat, hand in enumerate(parsed):
+        assert len(hand) == (14 if seat == dealer_seat else 13), f"seat {seat} has {len(hand)} tiles"
+    head = parse_tiles(head_draws)
+    tail = parse_tiles(tail_draws)
+    used = Counter([tile for hand in parsed for tile in hand] + head + tail)
+    assert all(count <= 4 for count in used.values()), f"more than four copies: {used}"
+    rest = [tile for tile in range(TILE_KIND_COUNT) for _ in range(4 - used[tile])]
+    order = [(dealer_seat + offset) % SEAT_COUNT for offset in range(SEAT_COUNT)]
+    positions = [0] * SEAT_COUNT
+    wall: list[int] = []
+    for size in DEAL_ROUNDS:
+        for seat in order:
+            wall.extend(parsed[seat][positions[seat] : positions[seat] + size])
+            positions[seat] += size
+    wall.append(parsed[dealer_seat][13])
+    wall.extend(head)
+    wall.extend(rest)
+    wall.extend(reversed(tail))
+    assert len(wall) == 108
+    return wall
+
+
+def dice_for_dealer(dealer_seat: int) -> dict[str, int]:
+    """Dice arguments that make `dealer_seat` the dealer: the roller is the dealer, sum 5."""
+    return {"dice_roller_seat": dealer_seat, "die_1": 1, "die_2": 4}
+
+
+@dataclass
+class Table:
+    """A table under test: the events so far and the state folded from them."""
+
+    events: list[TableEvent]
+    state: TableState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = fold(self.events)
+
+    def act(self, command: TableCommand) -> list[TableEvent]:
+        """Decide and fold; returns the new events (a rule error propagates, nothing changes)."""
+        new = decide(self.state, command)
+        for event in new:
+            self.state = evolve(self.state, event)
+        self.events.extend(new)
+        return new
+
+
+def table_with_hands(
+    hands: Sequence[str],
+    *,
+    dealer_seat: int = 0,
+    head_draws: str = "",
+    tail_draws: str = "",
+    rules: RoomRules | None = None,
+    missing_suits: str | None = None,
+    exchange_direction: str = "counter_clockwise",
+) -> Table:
+    """A table dealt exactly `hands`. Without exchange three by default; with `missing_suits`
+    (one letter per seat, e.g. "smmp") the declarations are made too, so the dealer is on turn."""
+    rules = rules or RoomRules(exchange_three=False)
+    wall = wall_for(hands, dealer_seat, head_draws, tail_draws)
+    events = open_table_with_wall(
+        "table-1",
+        "room-1",
+        rules,
+        ["p0", "p1", "p2", "p3"],
+        wall,
+        exchange_direction=exchange_direction,
+        **dice_for_dealer(dealer_seat),
+    )
+    table = Table(events)
+    if missing_suits is not None:
+        for seat, suit in enumerate(missing_suits):
+            table.act(DeclareMissingSuit(seat, suit))
+    return table
+
+
+def tiles_accounted(state: TableState) -> int:
+    """Wall + concealed + melds + discards: always 108 (a claimed tile moves, it is not copied)."""
+    total = state.wall_remaining
+    for player in state.players:
+        total += player.tile_count + len(player.discards) + sum(meld.size for meld in player.melds)
+    return total
