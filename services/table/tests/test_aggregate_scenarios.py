@@ -67,9 +67,7 @@ EXCHANGE_PICKS = ("1m 2m 3m", "1p 2p 3p", "1s 2s 3s", "6p 7p 8p")
     ("direction", "receivers"),
     [
         pytest.param("clockwise", (3, 0, 1, 2), id="RULES-1.2-clockwise-gives-to-seat-minus-1"),
-        pytest.param(
-            "counter_clockwise", (1, 2, 3, 0), id="RULES-1.2-counter-clockwise-gives-to-seat-plus-1"
-        ),
+        pytest.param("counter_clockwise", (1, 2, 3, 0), id="RULES-1.2-counter-clockwise-to-seat-plus-1"),
         pytest.param("opposite", (2, 3, 0, 1), id="RULES-1.2-opposite-gives-to-seat-plus-2"),
     ],
 )
