@@ -12,11 +12,12 @@ fails at start with a message the operator can act on, not later in the middle o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal, get_args
@@ -96,6 +97,7 @@ KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
 _LOGGER = logging.getLogger(__name__)
 _TOPIC_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._-]*")
 _HOST_PORT_PATTERN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})")
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)[^@]*@")
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "[::]", "::"})
 _POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
 _POSTGRESQL_DRIVER_SCHEME = "postgresql+psycopg://"
@@ -105,17 +107,19 @@ class ConfigurationError(ValueError):
     """An environment variable holds a value the services cannot run with; the message names it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Settings:
-    """Everything a service process needs to know about its environment, validated once at start."""
+    """Everything a service process needs to know about its environment, validated once at start.
+
+    Its representation leaves out the JWT secret and database passwords: it ends up in logs.
+    """
 
     data_directory: Path
     database_urls: Mapping[ServiceName, str]
     kafka_bootstrap_servers: tuple[str, ...]
     topic_prefix: str
     topic_partitions: int
-    # Never printed: a Settings object ends up in logs and tracebacks.
-    jwt_secret: str = field(repr=False)
+    jwt_secret: str
     jwt_secret_is_development_default: bool
     grpc_addresses: Mapping[ServiceName, str]
     grpc_targets: Mapping[ServiceName, str]
@@ -123,6 +127,21 @@ class Settings:
     grpc_shutdown_grace_seconds: float
     log_level: str
     log_format: LogFormat
+
+    def __repr__(self) -> str:
+        fields = []
+        for settings_field in dataclasses.fields(self):
+            value = getattr(self, settings_field.name)
+            if settings_field.name == "jwt_secret":
+                value = "<redacted>"
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            if settings_field.name == "database_urls":
+                value = {
+                    service: _PASSWORD_IN_URL.sub(r"\1<redacted>@", url) for service, url in value.items()
+                }
+            fields.append(f"{settings_field.name}={value!r}")
+        return f"Settings({', '.join(fields)})"
 
     def database_url(self, service: ServiceName) -> str:
         """SQLAlchemy URL of ``service``'s own database (services never share one)."""

@@ -149,5 +149,15 @@ def test_a_configured_secret_is_not_announced(caplog: pytest.LogCaptureFixture) 
     assert caplog.records == []
 
 
-def test_the_secret_never_appears_in_the_settings_representation() -> None:
-    assert SECRET not in repr(load_settings({"MAHJONG_JWT_SECRET": SECRET}))
+def test_secrets_never_appear_in_the_settings_representation() -> None:
+    settings = load_settings(
+        {
+            "MAHJONG_JWT_SECRET": SECRET,
+            "MAHJONG_LEDGER_DATABASE_URL": "postgresql+psycopg://mahjong:hunter2-password@db/mahjong_ledger",
+        }
+    )
+    representation = repr(settings)
+    assert SECRET not in representation
+    assert "hunter2" not in representation
+    assert "postgresql+psycopg://mahjong:<redacted>@db/mahjong_ledger" in representation
+    assert "topic_partitions=6" in representation

@@ -30,6 +30,7 @@ from mahjong_platform.errors import (
     ServiceError,
     UnauthenticatedError,
 )
+from mahjong_platform.grpc_client import main as health_probe
 from mahjong_platform.grpc_server import (
     DeadlineInterceptor,
     RunningServer,
@@ -143,6 +144,14 @@ def test_health_reports_serving_for_the_server_and_each_service(
         health_pb2.HealthCheckRequest(service=service_name), timeout=5
     )
     assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_the_health_probe_command_exits_zero_only_when_serving(server: RunningServer) -> None:
+    target = f"127.0.0.1:{server.port}"
+    assert health_probe(["health", target, LEDGER]) == 0
+    assert health_probe(["health", target, "mahjong.v1.NoSuchService"]) == 1
+    server.set_serving(LEDGER, False)
+    assert health_probe(["health", target, LEDGER]) == 1
 
 
 def test_a_service_can_report_not_serving(server: RunningServer, channel: grpc.Channel) -> None:
