@@ -34,6 +34,7 @@ from mahjong_table.domain.errors import (
     MissingSuitObligationError,
     NotYourTurnError,
     PlayerNotInGameError,
+    TableRuleError,
     TileNotInHandError,
     WrongPhaseError,
 )
@@ -529,28 +530,32 @@ def _why_no_claim_win(state: TableState, seat: int, window: ClaimWindow) -> str:
     return f"seat {seat} already answered the win on {tile}, or the wins on it are decided"
 
 
-def _require_meld_claimant(state: TableState, seat: int, action: str) -> ClaimWindow:
+def _require_meld_claimant(
+    state: TableState, seat: int, action: str, error: type[TableRuleError]
+) -> ClaimWindow:
+    """The window if `seat` is the pong/kong claimant asked now; else `error` (or NotYourTurnError
+    while the players who can win still answer) saying why."""
     window = _require_claim(state, seat, action)
     if window.kind is WindowKind.ROB_KONG:
-        raise IllegalClaimError(f"an added kong can only be robbed by a win, not answered with a {action}")
+        raise error(f"an added kong can only be robbed by a win, not answered with a {action}")
     if window.stage is WindowStage.MELD and seat == window.meld_seat and seat in window.pending:
         return window
     player = state.players[seat]
     if player.missing_suit == rules_adapter.suit_of(window.tile):
-        raise IllegalClaimError(f"{code_of(window.tile)} is of your missing suit: no {action} (RULES.md 1.3)")
+        raise error(f"{code_of(window.tile)} is of your missing suit: no {action} (RULES.md 1.3)")
     if window.stage is WindowStage.WIN and player.concealed[window.tile] >= 2:
         if seat in window.pending:
-            raise IllegalClaimError(
+            raise error(
                 f"answer the win on {code_of(window.tile)} first (win or pass); the {action} is offered after"
             )
         raise NotYourTurnError(f"wait: the players who can win on {code_of(window.tile)} answer first")
     if state.wall_remaining == 0:
-        raise IllegalClaimError("the wall is empty: the last discard can only be won on (RULES.md 1.4)")
-    raise IllegalClaimError(f"seat {seat} does not hold two {code_of(window.tile)} to {action}")
+        raise error("the wall is empty: the last discard can only be won on (RULES.md 1.4)")
+    raise error(f"seat {seat} does not hold two {code_of(window.tile)} to {action}")
 
 
 def _pong(emitter: _Emitter, seat: int) -> None:
-    window = _require_meld_claimant(emitter.state, seat, "pong")
+    window = _require_meld_claimant(emitter.state, seat, "pong", IllegalClaimError)
     emitter.emit(PongClaimed(seat, window.from_seat, code_of(window.tile)))
 
 
@@ -558,7 +563,7 @@ def _exposed_kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     state = emitter.state
     if state.phase is Phase.CLAIM and state.window is not None and tile not in (None, state.window.tile):
         raise IllegalKongError(f"only the open discard {code_of(state.window.tile)} can be konged now")
-    window = _require_meld_claimant(state, seat, "kong")
+    window = _require_meld_claimant(state, seat, "kong", IllegalKongError)
     if not window.can_kong:
         raise IllegalKongError(f"seat {seat} does not hold three {code_of(window.tile)} to kong")
     emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
