@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import sqlalchemy
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -34,6 +35,7 @@ RELAY_BATCH_SIZE_DEFAULT = 100
 RELAY_BATCH_SIZE_MAX = 10_000
 PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
 POLL_INTERVAL_MS_DEFAULT = 200
+RETRY_PAUSE_MS_MAX = 10_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,10 +164,23 @@ class OutboxRelay:
     def run_forever(
         self, stop_event: threading.Event, poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT
     ) -> None:
-        """Relay until `stop_event` is set; a full batch is followed immediately by the next one."""
+        """Relay until `stop_event` is set; a full batch is followed immediately by the next one.
+
+        A Kafka failure (broker down, publish timeout) is logged and retried after a growing pause
+        of at most `RETRY_PAUSE_MS_MAX`: nothing was marked sent, so nothing is lost. A database
+        error propagates, as the relay cannot make progress without its database.
+        """
         assert poll_interval_ms > 0, poll_interval_ms
+        retry_pause_ms = poll_interval_ms
         while not stop_event.is_set():
-            published_count = self.run_once()
+            try:
+                published_count = self.run_once()
+            except KafkaError:
+                logger.warning("outbox relay could not publish; retrying", exc_info=True)
+                stop_event.wait(retry_pause_ms / 1000)
+                retry_pause_ms = min(retry_pause_ms * 2, RETRY_PAUSE_MS_MAX)
+                continue
+            retry_pause_ms = poll_interval_ms
             if published_count < self._batch_size:
                 stop_event.wait(poll_interval_ms / 1000)
 

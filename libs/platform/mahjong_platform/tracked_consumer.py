@@ -17,6 +17,11 @@ rolls back, the message is published to the dead letter topic with the error, an
 its position stored (in a new transaction) so consumption continues past it. Publishing first
 means a crash in between re-publishes the dead letter rather than losing the message; a duplicate
 dead letter is harmless, a lost one is silent data loss.
+
+Two instances can briefly handle the same partition (one was evicted from the group but has not
+noticed yet). The (group, event id) primary key of `processed_events` then fails the slower
+transaction; it rolls back, and the error propagates so that instance restarts from the stored
+positions. A poll that raises always rewinds to the stored positions first.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Each test gets its own prefixed topics on the shared broker (see the `kafka_topi
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -177,3 +178,36 @@ def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
     poll_consumer_until(consumer, lambda: _stored_offsets_total(postgresql_engine) >= 5)
     consumer.poll_once(timeout_ms=300)
     assert _stored_offsets_total(postgresql_engine) == 5  # Each message is on the topic once.
+
+
+def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """How a service wires them: one thread each, one stop event for a graceful shutdown."""
+    stop_event = threading.Event()
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    relay = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+    threads = [
+        threading.Thread(target=relay.run_forever, args=(stop_event, 50)),
+        threading.Thread(target=consumer.run_forever, args=(stop_event, 100)),
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 3})
+        event_ids += append_events(sqlite_engine, kafka_topics, {"table-2": 2, "table-1": 1})
+        deadline = time.monotonic() + 30
+        while len(read_projection_event_ids(sqlite_engine)) < len(event_ids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop_event.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        relay.close()
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
