@@ -1,0 +1,205 @@
+"""One way to run a service process: migrate, create topics, relay the outbox, consume, serve gRPC.
+
+Every service's ``__main__`` describes itself as a `ServiceDefinition` (its database migrations, its
+gRPC services, its consumers) and calls `run_service`. The background workers (outbox relay,
+tracked consumers) run in threads under a supervisor that restarts a crashed worker after a pause:
+the worker's state lives in the database and Kafka positions, so a restart resumes exactly where
+the crash left off (ARCHITECTURE.md "Reading events").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+from sqlalchemy import Engine
+
+from mahjong_platform.auth import AuthInterceptor
+from mahjong_platform.config import ServiceName, Settings
+from mahjong_platform.database import create_engine_for
+from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
+from mahjong_platform.migrations import upgrade
+from mahjong_platform.outbox import OutboxRelay
+from mahjong_platform.topics import Topics, ensure_topics
+from mahjong_platform.tracked_consumer import Handler, TrackedConsumer
+
+logger = logging.getLogger(__name__)
+
+WORKER_RESTART_PAUSE_SECONDS = 2.0
+WORKER_STOP_TIMEOUT_SECONDS = 15.0
+
+
+class Worker(Protocol):
+    """A background loop: runs until the event is set, and releases its resources on close."""
+
+    def run_forever(self, stop_event: threading.Event) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerDefinition:
+    """A tracked consumer the service runs: its group, what it reads, and how it applies events."""
+
+    group_id: str
+    topics: Callable[[Topics], Sequence[str]]
+    handler: Handler
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceDefinition:
+    """What a service process is made of; `run_service` does the rest."""
+
+    name: ServiceName
+    # alembic "package:folder" form, e.g. "mahjong_ledger:alembic".
+    migrations: str
+    registrations: Callable[[Engine, Settings, Topics], Sequence[ServiceRegistration]]
+    method_roles: Mapping[str, Collection[str]] = dataclasses.field(default_factory=dict)
+    consumers: Callable[[Engine, Settings, Topics], Sequence[ConsumerDefinition]] = lambda *_: ()
+    relays_outbox: bool = True
+    extra_workers: Callable[[Engine, Settings, Topics], Sequence[tuple[str, Callable[[], Worker]]]] = (
+        lambda *_: ()
+    )
+
+
+def migrate(definition: ServiceDefinition, database_url: str) -> None:
+    """Bring the service's database to the newest revision of its own migration history."""
+    upgrade(database_url, definition.migrations, version_table=f"alembic_version_{definition.name}")
+
+
+class SupervisedWorker:
+    """Runs a worker in a thread; when it crashes, logs, closes it, pauses and starts a fresh one."""
+
+    def __init__(self, name: str, create: Callable[[], Worker], stop_event: threading.Event) -> None:
+        self.name = name
+        self._create = create
+        self._stop_event = stop_event
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_seconds: float) -> None:
+        self._thread.join(timeout_seconds)
+
+    def _run(self) -> None:
+        while not self._stop_event.is_set():
+            worker: Worker | None = None
+            try:
+                worker = self._create()
+                worker.run_forever(self._stop_event)
+            except Exception:
+                logger.exception("worker %s crashed; restarting", self.name)
+                self._stop_event.wait(WORKER_RESTART_PAUSE_SECONDS)
+            finally:
+                if worker is not None:
+                    try:
+                        worker.close()
+                    except Exception:
+                        logger.exception("closing worker %s failed", self.name)
+
+
+@dataclasses.dataclass
+class RunningService:
+    """A started service process: its gRPC server, its workers, and how to stop them all."""
+
+    definition: ServiceDefinition
+    engine: Engine
+    server: RunningServer
+    workers: list[SupervisedWorker]
+    stop_event: threading.Event
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Stop serving (gracefully), stop the workers, release the database."""
+        self.server.stop(grace_seconds)
+        self.stop_event.set()
+        for worker in self.workers:
+            worker.join(WORKER_STOP_TIMEOUT_SECONDS)
+        self.engine.dispose()
+
+
+def start_service(
+    definition: ServiceDefinition, settings: Settings, *, address: str | None = None
+) -> RunningService:
+    """Migrate, ensure topics, start the workers and the gRPC server; return once it serves."""
+    database_url = settings.database_url(definition.name)
+    migrate(definition, database_url)
+    topics = Topics.with_prefix(settings.topic_prefix)
+    bootstrap_servers = list(settings.kafka_bootstrap_servers)
+    ensure_topics(bootstrap_servers, topics.all_names(), partitions=settings.topic_partitions)
+    engine = create_engine_for(database_url)
+    stop_event = threading.Event()
+    workers: list[SupervisedWorker] = []
+    if definition.relays_outbox:
+        workers.append(
+            SupervisedWorker(
+                f"{definition.name}-outbox-relay",
+                lambda: OutboxRelay(engine, bootstrap_servers, client_id=f"{definition.name}-relay"),
+                stop_event,
+            )
+        )
+    for consumer in definition.consumers(engine, settings, topics):
+        workers.append(
+            SupervisedWorker(
+                f"{definition.name}-consumer-{consumer.group_id}",
+                _consumer_factory(engine, bootstrap_servers, consumer, topics),
+                stop_event,
+            )
+        )
+    for name, create in definition.extra_workers(engine, settings, topics):
+        workers.append(SupervisedWorker(f"{definition.name}-{name}", create, stop_event))
+    for worker in workers:
+        worker.start()
+    interceptors: list[grpc.ServerInterceptor] = [
+        AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles)
+    ]
+    server = serve(
+        definition.registrations(engine, settings, topics),
+        address or settings.grpc_address(definition.name),
+        settings,
+        interceptors=interceptors,
+    )
+    return RunningService(definition, engine, server, workers, stop_event)
+
+
+def _consumer_factory(
+    engine: Engine, bootstrap_servers: list[str], consumer: ConsumerDefinition, topics: Topics
+) -> Callable[[], Worker]:
+    def create() -> Worker:
+        return TrackedConsumer(
+            engine,
+            bootstrap_servers,
+            consumer.group_id,
+            list(consumer.topics(topics)),
+            consumer.handler,
+            topics.dead_letter,
+        )
+
+    return create
+
+
+def run_service(definition: ServiceDefinition, settings: Settings) -> int:
+    """`start_service`, then serve until SIGTERM/SIGINT; the body of every service's ``__main__``."""
+    running = start_service(definition, settings)
+    logger.info("%s serving on port %d", definition.name, running.port)
+    running.server.stop_on_signals()
+    running.server.wait_for_termination()
+    running.stop_event.set()
+    for worker in running.workers:
+        worker.join(WORKER_STOP_TIMEOUT_SECONDS)
+    running.engine.dispose()
+    return 0
+
+
+def alembic_folder(package_file: str) -> str:
+    """The alembic folder next to a service package's ``__init__.py`` (as a path string)."""
+    return str(Path(package_file).with_name("alembic"))

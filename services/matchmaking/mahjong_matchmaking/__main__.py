@@ -1,0 +1,50 @@
+"""`python -m mahjong_matchmaking`: the matchmaking service process."""
+
+from __future__ import annotations
+
+from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
+from mahjong_platform.config import Settings, load_settings
+from mahjong_platform.database import create_session_factory
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_server import ServiceRegistration, register_service
+from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition, run_service
+from mahjong_platform.structured_logging import configure_logging
+from mahjong_platform.topics import Topics
+from sqlalchemy import Engine
+
+from mahjong_matchmaking.catalog import load_catalog
+from mahjong_matchmaking.projection import seat_release_handler
+from mahjong_matchmaking.servicer import MatchmakingServicer
+
+
+def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
+    servicer = MatchmakingServicer(create_session_factory(engine), load_catalog(), EventStore(topics))
+    return [
+        register_service(
+            matchmaking_service_pb2.DESCRIPTOR.services_by_name["MatchmakingService"],
+            matchmaking_service_pb2_grpc.add_MatchmakingServiceServicer_to_server,
+            servicer,
+        )
+    ]
+
+
+def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
+    return [ConsumerDefinition("matchmaking-seats", lambda topics: [topics.table], seat_release_handler())]
+
+
+DEFINITION = ServiceDefinition(
+    name="matchmaking",
+    migrations="mahjong_matchmaking:alembic",
+    registrations=registrations,
+    consumers=consumers,
+)
+
+
+def main() -> int:
+    settings = load_settings()
+    configure_logging(settings)
+    return run_service(DEFINITION, settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

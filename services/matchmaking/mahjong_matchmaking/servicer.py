@@ -1,0 +1,123 @@
+"""MatchmakingService over gRPC: validate, call the use case in a transaction, map back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import grpc
+from mahjong.v1 import matchmaking_service_pb2 as messages
+from mahjong.v1 import matchmaking_service_pb2_grpc
+from mahjong_platform.auth import current_identity
+from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.envelopes import Clock, utc_now
+from mahjong_platform.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from mahjong_platform.event_store import EventStore
+
+from mahjong_matchmaking import tickets
+from mahjong_matchmaking.catalog import Room
+from mahjong_matchmaking.models import TICKET_QUEUED
+
+WATCH_POLL_SECONDS = 0.25
+WATCH_MAX_SECONDS = 3600.0
+
+
+class TicketChanges:
+    """Wakes WatchTicket streams of this process when a ticket changes; other processes' changes
+    are seen by the streams' periodic re-read."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._generation = 0
+
+    def notify(self) -> None:
+        with self._condition:
+            self._generation += 1
+            self._condition.notify_all()
+
+    def wait(self, seen_generation: int, timeout_seconds: float) -> int:
+        with self._condition:
+            self._condition.wait_for(lambda: self._generation != seen_generation, timeout_seconds)
+            return self._generation
+
+
+class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceServicer):
+    def __init__(
+        self,
+        session_factory: SessionFactory,
+        rooms: dict[str, Room],
+        store: EventStore,
+        balance_of: tickets.BalanceLookup | None = None,
+        clock: Clock = utc_now,
+        changes: TicketChanges | None = None,
+    ) -> None:
+        self._session_factory = session_factory
+        self._rooms = rooms
+        self._store = store
+        self._balance_of = balance_of
+        self._clock = clock
+        self.changes = changes or TicketChanges()
+
+    def ListRooms(
+        self, request: messages.ListRoomsRequest, context: grpc.ServicerContext
+    ) -> messages.ListRoomsResponse:
+        return messages.ListRoomsResponse(rooms=[room.to_proto() for room in self._rooms.values()])
+
+    def Enqueue(
+        self, request: messages.EnqueueRequest, context: grpc.ServicerContext
+    ) -> messages.EnqueueResponse:
+        player_id = current_identity().player_id
+        tickets.check_idempotency_key(request.idempotency_key)
+        room = self._rooms.get(request.room_id)
+        if room is None:
+            raise InvalidArgumentError(
+                f"unknown room {request.room_id!r}; ListRooms names the rooms: {', '.join(self._rooms)}"
+            )
+        with transaction(self._session_factory) as session:
+            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)
+            if earlier is not None:
+                return messages.EnqueueResponse.FromString(earlier)
+            ticket, _events = tickets.enqueue(
+                session, self._store, room, player_id, self._clock, self._balance_of
+            )
+            answer = messages.EnqueueResponse(ticket_id=ticket.ticket_id)
+            tickets.remember_answer(
+                session, player_id, "Enqueue", request.idempotency_key, answer.SerializeToString()
+            )
+        self.changes.notify()
+        return answer
+
+    def Cancel(
+        self, request: messages.CancelRequest, context: grpc.ServicerContext
+    ) -> messages.CancelResponse:
+        player_id = current_identity().player_id
+        tickets.check_idempotency_key(request.idempotency_key)
+        if not request.ticket_id:
+            raise InvalidArgumentError("ticket_id is required")
+        with transaction(self._session_factory) as session:
+            tickets.cancel(session, self._store, request.ticket_id, player_id, self._clock)
+        self.changes.notify()
+        return messages.CancelResponse()
+
+    def WatchTicket(
+        self, request: messages.WatchTicketRequest, context: grpc.ServicerContext
+    ) -> Iterator[messages.TicketUpdate]:
+        player_id = current_identity().player_id
+        generation = 0
+        last_sent: messages.TicketUpdate | None = None
+        waited_seconds = 0.0
+        while context.is_active() and waited_seconds < WATCH_MAX_SECONDS:
+            with transaction(self._session_factory) as session:
+                ticket = tickets.load_ticket(session, request.ticket_id)
+            if ticket is None:
+                raise NotFoundError(f"no ticket {request.ticket_id!r}")
+            if ticket.player_id != player_id:
+                raise PermissionDeniedError(f"ticket {request.ticket_id} belongs to another player")
+            update = ticket.to_update()
+            if update != last_sent:
+                yield update
+                last_sent = update
+            if ticket.state != TICKET_QUEUED:
+                return
+            generation = self.changes.wait(generation, WATCH_POLL_SECONDS)
+            waited_seconds += WATCH_POLL_SECONDS

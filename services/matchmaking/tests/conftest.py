@@ -1,0 +1,73 @@
+"""A real matchmaking gRPC server on a free port, backed by a freshly migrated SQLite database."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable, Iterator
+
+import pytest
+from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
+from mahjong_matchmaking.__main__ import DEFINITION
+from mahjong_matchmaking.catalog import load_catalog
+from mahjong_matchmaking.servicer import MatchmakingServicer
+from mahjong_platform.auth import AuthInterceptor, mint_token
+from mahjong_platform.config import load_settings
+from mahjong_platform.database import SessionFactory, create_engine_for, create_session_factory, sqlite_url
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_client import open_channel
+from mahjong_platform.grpc_server import register_service, serve
+from mahjong_platform.service_runtime import migrate
+
+SECRET = "matchmaking-test-secret-0123456789abcdef"
+Stub = matchmaking_service_pb2_grpc.MatchmakingServiceStub
+
+
+class Matchmaking:
+    """The running server: a stub per player, the database, and the balances the floor check reads."""
+
+    def __init__(self, port: int, session_factory: SessionFactory, balances: dict[str, int]) -> None:
+        self.port = port
+        self.session_factory = session_factory
+        self.balances = balances
+        self._channels: list[object] = []
+
+    def stub_for(self, player_id: str | None, roles: tuple[str, ...] = ()) -> Stub:
+        token = None if player_id is None else mint_token(SECRET, player_id, roles)
+        channel = open_channel(f"127.0.0.1:{self.port}", token)
+        self._channels.append(channel)
+        return Stub(channel)
+
+
+@pytest.fixture
+def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
+    database_url = sqlite_url(tmp_path, "matchmaking")
+    migrate(DEFINITION, database_url)
+    engine = create_engine_for(database_url)
+    balances: dict[str, int] = {}
+    servicer = MatchmakingServicer(
+        create_session_factory(engine),
+        load_catalog(),
+        EventStore(),
+        balance_of=lambda player: balances.get(player, 1_000_000),
+    )
+    settings = load_settings({"MAHJONG_JWT_SECRET": SECRET})
+    registration = register_service(
+        matchmaking_service_pb2.DESCRIPTOR.services_by_name["MatchmakingService"],
+        matchmaking_service_pb2_grpc.add_MatchmakingServiceServicer_to_server,
+        servicer,
+    )
+    running = serve([registration], "127.0.0.1:0", settings, interceptors=[AuthInterceptor(SECRET)])
+    yield Matchmaking(running.port, create_session_factory(engine), balances)
+    running.stop(0)
+    engine.dispose()
+
+
+@pytest.fixture
+def enqueue(matchmaking: Matchmaking) -> Callable[[str, str], str]:
+    def call(player_id: str, room_id: str = "sichuan-novice") -> str:
+        response = matchmaking.stub_for(player_id).Enqueue(
+            matchmaking_service_pb2.EnqueueRequest(room_id=room_id, idempotency_key=f"{player_id}-{room_id}")
+        )
+        return str(response.ticket_id)
+
+    return call

@@ -1,0 +1,164 @@
+"""MatchmakingService end to end over gRPC: tickets, tables of four, bad input, idempotency."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+import pytest
+import sqlalchemy
+from mahjong.v1 import matchmaking_service_pb2 as messages
+from mahjong.v1 import table_events_pb2
+from mahjong_matchmaking.projection import seat_release_handler
+from mahjong_platform.database import transaction
+from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.schema import stored_events
+from mahjong_platform.tracked_consumer import MessagePosition
+
+from .conftest import Matchmaking
+
+
+def event_types(matchmaking: Matchmaking) -> list[str]:
+    with transaction(matchmaking.session_factory) as session:
+        return list(
+            session.execute(
+                sqlalchemy.select(stored_events.c.event_type).order_by(stored_events.c.recorded_at)
+            ).scalars()
+        )
+
+
+def test_list_rooms_serves_the_catalog(matchmaking: Matchmaking) -> None:
+    rooms = matchmaking.stub_for("alice").ListRooms(messages.ListRoomsRequest()).rooms
+    assert "sichuan-novice" in [room.room_id for room in rooms]
+
+
+def test_four_tickets_of_one_room_form_a_table_in_queue_order(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    ticket_ids = [enqueue(player) for player in ("p0", "p1", "p2", "p3")]
+    updates = [
+        next(iter(matchmaking.stub_for(player).WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))))
+        for player, ticket in zip(("p0", "p1", "p2", "p3"), ticket_ids, strict=True)
+    ]
+    assert [update.state for update in updates] == ["seated"] * 4
+    assert len({update.table_id for update in updates}) == 1
+    assert [update.seat for update in updates] == [0, 1, 2, 3]
+    assert event_types(matchmaking).count("TableAssigned") == 1
+    assert event_types(matchmaking).count("TicketQueued") == 4
+
+
+def test_a_fifth_player_waits_for_the_next_table(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    for player in ("p0", "p1", "p2", "p3"):
+        enqueue(player)
+    ticket = enqueue("p4")
+    update = next(iter(matchmaking.stub_for("p4").WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))))
+    assert update.state == "queued"
+
+
+def test_a_player_with_a_live_ticket_cannot_queue_twice(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    enqueue("alice")
+    with pytest.raises(grpc.RpcError) as raised:
+        enqueue("alice", "sichuan-cap64")
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already queued for room 'sichuan-novice'" in raised.value.details()
+
+
+def test_a_seated_player_cannot_queue_until_the_game_ends(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    ticket = enqueue("p0")
+    for player in ("p1", "p2", "p3"):
+        enqueue(player)
+    with pytest.raises(grpc.RpcError) as raised:
+        enqueue("p0", "sichuan-cap64")
+    assert "already seated" in raised.value.details()
+    update = next(iter(matchmaking.stub_for("p0").WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))))
+    ended = new_envelope(
+        table_events_pb2.GameEnded(reason="three_wins"), clock=utc_now, stream_id=update.table_id
+    )
+    with transaction(matchmaking.session_factory) as session:
+        seat_release_handler()(session, ended, MessagePosition("t", 0, 0))
+    assert enqueue("p0", "sichuan-cap64")
+
+
+def test_a_retried_enqueue_returns_the_first_ticket_and_queues_nothing(matchmaking: Matchmaking) -> None:
+    stub = matchmaking.stub_for("alice")
+    request = messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k1")
+    assert stub.Enqueue(request).ticket_id == stub.Enqueue(request).ticket_id
+    assert event_types(matchmaking).count("TicketQueued") == 1
+
+
+def test_cancel_takes_the_ticket_out_of_the_queue(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    ticket = enqueue("alice")
+    stub = matchmaking.stub_for("alice")
+    stub.Cancel(messages.CancelRequest(ticket_id=ticket, idempotency_key="c1"))
+    update = next(iter(stub.WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))))
+    assert update.state == "cancelled"
+    for player in ("p1", "p2", "p3"):
+        enqueue(player)
+    assert "TableAssigned" not in event_types(matchmaking)
+
+
+@pytest.mark.parametrize(
+    ("player", "request_", "code", "message"),
+    [
+        (
+            "alice",
+            messages.EnqueueRequest(room_id="nowhere", idempotency_key="k"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown room 'nowhere'",
+        ),
+        (
+            "alice",
+            messages.EnqueueRequest(room_id="sichuan-novice"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "idempotency_key",
+        ),
+        (
+            None,
+            messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k"),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "authorization",
+        ),
+    ],
+)
+def test_bad_enqueues_get_a_clear_status_and_change_nothing(
+    matchmaking: Matchmaking,
+    player: str | None,
+    request_: messages.EnqueueRequest,
+    code: grpc.StatusCode,
+    message: str,
+) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        matchmaking.stub_for(player).Enqueue(request_)
+    assert raised.value.code() == code
+    assert message in raised.value.details()
+    assert event_types(matchmaking) == []
+
+
+def test_a_balance_below_the_entry_floor_is_refused_naming_both(matchmaking: Matchmaking) -> None:
+    matchmaking.balances["poor"] = 1_999  # sichuan-novice floor is 2,000 beans (RULES.md 3)
+    with pytest.raises(grpc.RpcError) as raised:
+        matchmaking.stub_for("poor").Enqueue(
+            messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k")
+        )
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "1999" in raised.value.details() and "2000" in raised.value.details()
+
+
+def test_others_cannot_watch_or_cancel_your_ticket(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    ticket = enqueue("alice")
+    with pytest.raises(grpc.RpcError) as raised:
+        next(iter(matchmaking.stub_for("mallory").WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))))
+    assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as raised:
+        matchmaking.stub_for("mallory").Cancel(messages.CancelRequest(ticket_id=ticket, idempotency_key="x"))
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
