@@ -24,9 +24,9 @@ from mahjong_table.domain.state import (
 )
 
 
-def rules_melds(player: PlayerState) -> list[tuple[int, bool]]:
-    """The melds as the adapter takes them: (tile, is_kong)."""
-    return [(meld.tile, meld.kind == "kong") for meld in player.melds]
+def rules_melds(player: PlayerState) -> list[tuple[int, str]]:
+    """The melds as the adapter takes them: (tile, kong exposure or "" for a pong)."""
+    return [(meld.tile, meld.exposure if meld.kind == "kong" else "") for meld in player.melds]
 
 
 def claim_win_evaluation(
@@ -38,6 +38,8 @@ def claim_win_evaluation(
         win_by=WIN_BY_ROB_KONG if kind is WindowKind.ROB_KONG else WIN_BY_DISCARD,
         after_kong=after_kong and kind is WindowKind.DISCARD,
         is_dealer=seat == state.dealer_seat,
+        self_draw_bonus=state.rules.self_draw_bonus,
+        cap_points=state.rules.cap_points,
     )
     return rules_adapter.evaluate_win(
         player.concealed, rules_melds(player), tile, player.missing_suit, situation
@@ -149,6 +151,8 @@ def self_draw_situation(state: TableState, seat: int) -> WinSituation:
         last_tile=state.wall_remaining == 0 and state.drawn_tile is not None,
         first_turn=first_turn,
         is_dealer=is_dealer,
+        self_draw_bonus=state.rules.self_draw_bonus,
+        cap_points=state.rules.cap_points,
     )
 
 
