@@ -297,6 +297,8 @@ class SeatView(_message.Message):
     MISSING_SUIT_FIELD_NUMBER: _builtins.int
     WON_FIELD_NUMBER: _builtins.int
     LEFT_FIELD_NUMBER: _builtins.int
+    EXCHANGE_PICKED_FIELD_NUMBER: _builtins.int
+    MISSING_SUIT_CHOSEN_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
     player_id: _builtins.str
     concealed_count: _builtins.int
@@ -304,6 +306,9 @@ class SeatView(_message.Message):
     """Empty until all missing suits are declared."""
     won: _builtins.bool
     left: _builtins.bool
+    exchange_picked: _builtins.bool
+    """Whether the seat has made its hidden exchange pick / missing-suit choice (not what it was)."""
+    missing_suit_chosen: _builtins.bool
     @_builtins.property
     def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
     @_builtins.property
@@ -319,14 +324,52 @@ class SeatView(_message.Message):
         missing_suit: _builtins.str = ...,
         won: _builtins.bool = ...,
         left: _builtins.bool = ...,
+        exchange_picked: _builtins.bool = ...,
+        missing_suit_chosen: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concealed_count", b"concealed_count", "discards", b"discards", "left", b"left", "melds", b"melds", "missing_suit", b"missing_suit", "player_id", b"player_id", "seat", b"seat", "won", b"won"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concealed_count", b"concealed_count", "discards", b"discards", "exchange_picked", b"exchange_picked", "left", b"left", "melds", b"melds", "missing_suit", b"missing_suit", "missing_suit_chosen", b"missing_suit_chosen", "player_id", b"player_id", "seat", b"seat", "won", b"won"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SeatView: _TypeAlias = SeatView  # noqa: Y015
+
+@_typing.final
+class LegalAction(_message.Message):
+    """One kind of command the caller may send now, with the tiles or suits it may name."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    TILES_FIELD_NUMBER: _builtins.int
+    SUITS_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"exchange_three", "declare_missing_suit", "discard", "pong", "kong", "win", "pass", "leave"."""
+    @_builtins.property
+    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """exchange_three: held tiles of suits with at least three; discard: allowed tiles (the missing
+        suit first, RULES.md 1.3); kong: the tiles that can be konged now.
+        """
+
+    @_builtins.property
+    def suits(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """declare_missing_suit: "m", "p", "s"."""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        tiles: _abc.Iterable[_builtins.str] | None = ...,
+        suits: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "suits", b"suits", "tiles", b"tiles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LegalAction: _TypeAlias = LegalAction  # noqa: Y015
 
 @_typing.final
 class TableView(_message.Message):
@@ -345,29 +388,40 @@ class TableView(_message.Message):
     WALL_REMAINING_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
     CLAIMABLE_TILE_FIELD_NUMBER: _builtins.int
+    CLAIM_FROM_SEAT_FIELD_NUMBER: _builtins.int
+    DRAWN_TILE_FIELD_NUMBER: _builtins.int
+    EXCHANGE_PICK_FIELD_NUMBER: _builtins.int
+    EXCHANGE_DIRECTION_FIELD_NUMBER: _builtins.int
+    END_REASON_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     room_id: _builtins.str
     sequence: _builtins.int
+    """The table's last event sequence; pass it to Watch as after_sequence to follow from here."""
     your_seat: _builtins.int
     hand: _builtins.str
-    """Your concealed tiles, compact notation."""
+    """Your concealed tiles, compact notation (including a just-drawn tile)."""
     dealer_seat: _builtins.int
     phase: _builtins.str
     """"exchange", "missing_suit", "turn", "claim" or "ended"."""
     turn_seat: _builtins.int
     wall_remaining: _builtins.int
     claimable_tile: _builtins.str
-    """The discard open for claims, if any."""
+    """The discard (or added-kong tile) open for claims, and who it came from."""
+    claim_from_seat: _builtins.int
+    drawn_tile: _builtins.str
+    """The tile you just drew, when it is your turn after a draw."""
+    exchange_pick: _builtins.str
+    """Your exchange pick, once made; the direction once announced."""
+    exchange_direction: _builtins.str
+    end_reason: _builtins.str
     @_builtins.property
     def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatView]: ...
     @_builtins.property
-    def legal_actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """What you may do right now: "exchange_three", "declare_missing_suit", "discard", "pong",
-        "kong", "win", "pass", "leave".
-        """
-
+    def legal_actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LegalAction]: ...
     @_builtins.property
-    def deadline(self) -> _timestamp_pb2.Timestamp: ...
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the server acts for whoever it is waiting on (turn_timeout_ms after the last event)."""
+
     def __init__(
         self,
         *,
@@ -380,14 +434,19 @@ class TableView(_message.Message):
         dealer_seat: _builtins.int = ...,
         phase: _builtins.str = ...,
         turn_seat: _builtins.int = ...,
-        legal_actions: _abc.Iterable[_builtins.str] | None = ...,
+        legal_actions: _abc.Iterable[Global___LegalAction] | None = ...,
         wall_remaining: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         claimable_tile: _builtins.str = ...,
+        claim_from_seat: _builtins.int = ...,
+        drawn_tile: _builtins.str = ...,
+        exchange_pick: _builtins.str = ...,
+        exchange_direction: _builtins.str = ...,
+        end_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimable_tile", b"claimable_tile", "deadline", b"deadline", "dealer_seat", b"dealer_seat", "hand", b"hand", "legal_actions", b"legal_actions", "phase", b"phase", "room_id", b"room_id", "seats", b"seats", "sequence", b"sequence", "table_id", b"table_id", "turn_seat", b"turn_seat", "wall_remaining", b"wall_remaining", "your_seat", b"your_seat"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_from_seat", b"claim_from_seat", "claimable_tile", b"claimable_tile", "deadline", b"deadline", "dealer_seat", b"dealer_seat", "drawn_tile", b"drawn_tile", "end_reason", b"end_reason", "exchange_direction", b"exchange_direction", "exchange_pick", b"exchange_pick", "hand", b"hand", "legal_actions", b"legal_actions", "phase", b"phase", "room_id", b"room_id", "seats", b"seats", "sequence", b"sequence", "table_id", b"table_id", "turn_seat", b"turn_seat", "wall_remaining", b"wall_remaining", "your_seat", b"your_seat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
