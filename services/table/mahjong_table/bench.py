@@ -1,7 +1,7 @@
 """Pure engine self-play benchmark: complete Sichuan Bloody games per second, no I/O.
 
-Four greedy players (`selfplay.greedy_command`) play seeded games through `decide` and `evolve`
-exactly as the service would (commands in, events folded), so the figure includes the rules
+Four greedy players (`selfplay.greedy_command`) play seeded games through `execute` (`decide`
+with its events folded once) as the service would, so the figure includes the rules
 library's win checks, the claim windows and the legal-action computation a client asks for.
 
     python -m mahjong_table.bench [--games 200]
@@ -13,8 +13,8 @@ import argparse
 import time
 from collections import Counter
 
-from mahjong_table.domain.decide import decide, open_table
-from mahjong_table.domain.evolve import evolve, fold
+from mahjong_table.domain.decide import execute, open_table
+from mahjong_table.domain.evolve import fold
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.selfplay import greedy_command
 
@@ -32,9 +32,7 @@ def run(game_count: int) -> dict[str, float]:
         state = fold(opening)
         event_count += len(opening)
         while not state.is_over:
-            events = decide(state, greedy_command(state))
-            for event in events:
-                state = evolve(state, event)
+            events, state = execute(state, greedy_command(state))
             command_count += 1
             event_count += len(events)
         end_reasons[state.end_reason] += 1

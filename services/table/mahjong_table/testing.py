@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from mahjong_rules.tiles import parse_tiles
 
 from mahjong_table.domain.commands import DeclareMissingSuit, TableCommand
-from mahjong_table.domain.decide import decide, open_table_with_wall
+from mahjong_table.domain.decide import execute, open_table_with_wall
 from mahjong_table.domain.events import TableEvent
-from mahjong_table.domain.evolve import evolve, fold
+from mahjong_table.domain.evolve import fold
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.domain.state import SEAT_COUNT, TILE_KIND_COUNT, TableState
 
@@ -72,9 +72,7 @@ class Table:
 
     def act(self, command: TableCommand) -> list[TableEvent]:
         """Decide and fold; returns the new events (a rule error propagates, nothing changes)."""
-        new = decide(self.state, command)
-        for event in new:
-            self.state = evolve(self.state, event)
+        new, self.state = execute(self.state, command)
         self.events.extend(new)
         return new
 

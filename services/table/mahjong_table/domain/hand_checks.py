@@ -24,9 +24,9 @@ from mahjong_table.domain.state import (
 )
 
 
-def rules_melds(player: PlayerState) -> list[tuple[int, str]]:
+def rules_melds(player: PlayerState) -> tuple[tuple[int, str], ...]:
     """The melds as the adapter takes them: (tile, kong exposure or "" for a pong)."""
-    return [(meld.tile, meld.exposure if meld.kind == "kong" else "") for meld in player.melds]
+    return tuple((meld.tile, meld.exposure if meld.kind == "kong" else "") for meld in player.melds)
 
 
 def claim_win_evaluation(
@@ -56,7 +56,7 @@ def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKi
     player = state.players[seat]
     if rules_adapter.suit_of(tile) == player.missing_suit or player.holds_missing_suit():
         return 0
-    if not _touches_hand(player, tile):
+    if tile not in rules_adapter.waiting_tiles(player.concealed, rules_melds(player), player.missing_suit):
         return 0
     evaluation = claim_win_evaluation(state, seat, tile, kind, after_kong)
     if evaluation is None:
@@ -64,14 +64,6 @@ def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKi
     if state.rules.skip_win_lock and 0 < player.skip_win_multiplier >= evaluation.multiplier:
         return 0
     return evaluation.multiplier
-
-
-def _touches_hand(player: PlayerState, tile: int) -> bool:
-    """A tile can complete a hand only by joining held tiles in a pair, set or run: a copy of it or
-    a neighbour within two ranks in its suit must be held. A cheap filter before the win check."""
-    rank = tile % 9
-    low, high = tile - min(rank, 2), tile + min(8 - rank, 2)
-    return any(player.concealed[low : high + 1])
 
 
 def open_window(
@@ -167,8 +159,14 @@ def self_draw_win(state: TableState, seat: int) -> tuple[int, WinEvaluation] | N
     player = state.players[seat]
     if player.holds_missing_suit():
         return None
-    situation = self_draw_situation(state, seat)
     melds = rules_melds(player)
+    drawn = state.drawn_tile
+    if drawn is not None:
+        without_drawn = list(player.concealed)
+        without_drawn[drawn] -= 1
+        if drawn not in rules_adapter.waiting_tiles(tuple(without_drawn), melds, player.missing_suit):
+            return None
+    situation = self_draw_situation(state, seat)
     candidates = (
         [state.drawn_tile]
         if state.drawn_tile is not None

@@ -32,6 +32,7 @@ __all__ = [
     "initial_wall",
     "parse_code",
     "suit_of",
+    "waiting_tiles",
 ]
 
 TILE_KIND_COUNT = 27
@@ -126,6 +127,25 @@ def _context(situation: WinSituation) -> rules.WinContext:
 @lru_cache(maxsize=256)
 def _fan(fan_id: str, name: str, multiplier: int) -> Fan:
     return Fan(fan_id, name, multiplier, 1)
+
+
+@lru_cache(maxsize=16_384)
+def waiting_tiles(
+    counts: tuple[int, ...], melds: tuple[tuple[int, str], ...], missing_suit: int | None
+) -> frozenset[int]:
+    """The tiles that would complete a waiting hand (rules library `find_waits`), memoised.
+
+    A hand stays the same while the other three players discard, so the claim window asks the
+    same question several times; the answer is cached by the hand itself. `counts` are the 27
+    concealed counts (13 - 3 x melds tiles).
+    """
+    concealed = [tile for tile in range(TILE_KIND_COUNT) for _ in range(counts[tile])]
+    result = rules.find_waits(
+        concealed,
+        [_rules_meld(tile, exposure) for tile, exposure in melds],
+        None if missing_suit is None else SUIT_CODES_TYPED[missing_suit],
+    )
+    return frozenset(wait.tile for wait in result.waits)
 
 
 def evaluate_win(
