@@ -272,6 +272,36 @@ def test_a_concealed_kong_draws_its_replacement_from_the_tail_rules_1_5() -> Non
     assert_consistent(table)
 
 
+# Seat 1 konges the dealer's 5p, draws 6s from the tail and must discard it (missing s); seat 2 wins.
+KONG_DISCARD_HANDS = ("1235p1112223344s", "555p123456789m1p", "678p789p45678s99s", "1234567899m234p")
+
+
+def test_a_win_on_the_discard_right_after_a_kong_is_kong_discard_rules_1_5_1_7() -> None:
+    table = table_with_hands(KONG_DISCARD_HANDS, missing_suits="msms", tail_draws="6s")
+    table.act(Discard(0, "5p"))
+    assert [action.kind for action in legal_actions(table.state, 1)] == ["pong", "kong", "pass", "leave"]
+    events = table.act(Kong(1))
+    assert kinds(events) == ["KongDeclared", "TileDrawn"]
+    declared, drawn = events
+    assert isinstance(declared, KongDeclared) and (declared.exposure, declared.from_seat) == ("exposed", 0)
+    assert isinstance(drawn, TileDrawn) and drawn.from_tail and drawn.tile == "6s"
+    assert table.state.players[0].discards == ()  # the konged discard left the discard pile
+    table.act(Discard(1, "6s"))
+    won = table.act(Win(2))[0]
+    assert isinstance(won, PlayerWon) and won.after_kong and won.from_seat == 1
+    assert "kong_discard" in [fan.id for fan in won.fans]
+    assert_consistent(table)
+
+
+def test_the_dealer_wins_on_the_initial_fourteen_tiles_heavenly_rules_1_7() -> None:
+    hands = ("1112223334445m5m", "123456789p1234s", "123456789s5678m", "6677889m556789p")
+    table = table_with_hands(hands, missing_suits="smps")
+    won = table.act(Win(0))[0]
+    assert isinstance(won, PlayerWon) and won.first_turn and won.win_by == "self_draw"
+    assert "heavenly" in [fan.id for fan in won.fans]
+    assert_consistent(table)
+
+
 # Dealer 1. Seat 0 keeps 1111s and 999s to the end; seat 1 waits on 9s only.
 LAST_TILE_HANDS = ("1111s999s234678p", "111222333444m9s5p", "5566778899m115p", "5566778899m234s")
 

@@ -43,6 +43,7 @@ from mahjong_table.domain.events import (
     END_REASON_THREE_WINS,
     END_REASON_WALL_EXHAUSTED,
     EXCHANGE_DIRECTIONS,
+    EXPOSURE_ADDED,
     EXPOSURE_CONCEALED,
     EXPOSURE_EXPOSED,
     LEAVE_REASONS,
@@ -472,8 +473,10 @@ def _codes(counts: Sequence[int]) -> tuple[str, ...]:
 
 
 def meld_event(meld: MeldState) -> Meld:
-    """The event form of a meld (proto `Meld`)."""
-    return Meld(meld.kind, code_of(meld.tile), meld.exposure, meld.from_seat)
+    """The event form of a meld (proto `Meld`): `from_seat` is -1 for concealed and added kongs, as
+    the proto says (the state keeps an added kong's pong source so a robbed kong can revert)."""
+    from_seat = NO_SEAT if meld.exposure == EXPOSURE_ADDED else meld.from_seat
+    return Meld(meld.kind, code_of(meld.tile), meld.exposure, from_seat)
 
 
 # ------------------------------------------------------------------------------------ claims

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mahjong_table.domain import hand_checks
+from mahjong_table.domain import hand_checks, rules_adapter
 from mahjong_table.domain.decide import meld_event
 from mahjong_table.domain.events import (
     EXPOSURE_CONCEALED,
@@ -93,6 +93,8 @@ class TableView:
     """The tile the viewer is asked about now (a discard or an added kong), else ""."""
     claim_from_seat: int
     legal_actions: tuple[LegalAction, ...]
+    waits: tuple[str, ...]
+    """Hint: the tiles that would complete the viewer's hand when it has no extra tile (RULES.md 1.7)."""
     end_reason: str
     version: int
 
@@ -149,6 +151,18 @@ def _public_meld(meld: Meld, owner: int, viewer_seat: int | None, game_over: boo
     return meld
 
 
+def _waits(state: TableState, seat: int) -> tuple[str, ...]:
+    player = state.players[seat]
+    if player.won or player.left or state.phase in (Phase.DEALING, Phase.EXCHANGE):
+        return ()
+    if player.tile_count + 3 * len(player.melds) != 13:
+        return ()
+    tiles = rules_adapter.waiting_tiles(
+        player.concealed, hand_checks.rules_melds(player), player.missing_suit
+    )
+    return tuple(code_of(tile) for tile in sorted(tiles))
+
+
 def view_for(state: TableState, seat: int) -> TableView:
     """The seat's view: own hand, every meld and discard, whose turn, phase, legal actions now,
     wall remaining and the tile the seat is asked about."""
@@ -193,6 +207,7 @@ def view_for(state: TableState, seat: int) -> TableView:
         claimable_tile=code_of(window.tile) if asked and window is not None else "",
         claim_from_seat=window.from_seat if asked and window is not None else NO_SEAT,
         legal_actions=legal_actions(state, seat),
+        waits=_waits(state, seat),
         end_reason=state.end_reason,
         version=state.version,
     )
