@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from mjctl import evaluate
+from mjctl import bots, evaluate, token
 
-SUBCOMMANDS: tuple[ModuleType, ...] = (evaluate,)
+SUBCOMMANDS: tuple[ModuleType, ...] = (evaluate, bots, token)
 
 
 def build_parser() -> argparse.ArgumentParser:

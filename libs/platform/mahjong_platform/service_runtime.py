@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from mahjong_platform.auth import AuthInterceptor
 from mahjong_platform.config import ServiceName, Settings
 from mahjong_platform.database import create_engine_for
+from mahjong_platform.errors import ErrorMapping
 from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay
@@ -65,6 +66,8 @@ class ServiceDefinition:
     extra_workers: Callable[[Engine, Settings, Topics], Sequence[tuple[str, Callable[[], Worker]]]] = (
         lambda *_: ()
     )
+    # Exception types of the service's domain and the status codes they map to.
+    error_mapping: ErrorMapping = dataclasses.field(default_factory=dict)
 
 
 def migrate(definition: ServiceDefinition, database_url: str) -> None:
@@ -167,6 +170,7 @@ def start_service(
         address or settings.grpc_address(definition.name),
         settings,
         interceptors=interceptors,
+        extra_error_mapping=definition.error_mapping,
     )
     return RunningService(definition, engine, server, workers, stop_event)
 

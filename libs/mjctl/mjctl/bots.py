@@ -1,0 +1,301 @@
+"""``mjctl bots``: bot players that find tables and play them through the public gRPC API only.
+
+Each bot holds its own token, enqueues through MatchmakingService, follows its ticket, then plays
+its table with TableService: it reads its view (GetView), acts on its legal actions (Act), and
+waits for the next event on its Watch stream. No back door: a bot knows only what its seat sees.
+
+Policy (issue 4): exchange the weakest suit, declare the shortest suit missing (and so discard it
+first), keep pairs and runs, pong/kong when offered, always win when it can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import queue
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+import grpc
+from mahjong.v1 import matchmaking_service_pb2 as matchmaking_messages
+from mahjong.v1 import matchmaking_service_pb2_grpc, table_service_pb2_grpc
+from mahjong.v1 import table_service_pb2 as table_messages
+
+WATCH_WAIT_SECONDS = 1.0
+GAME_MAX_SECONDS = 600.0
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+# ------------------------------------------------------------------------------------ policy
+
+
+def _tiles_of(hand: str) -> list[str]:
+    """ "123m55p" → ["1m", "2m", "3m", "5p", "5p"]."""
+    tiles: list[str] = []
+    ranks: list[str] = []
+    for character in hand:
+        if character.isdigit():
+            ranks.append(character)
+        else:
+            tiles.extend(rank + character for rank in ranks)
+            ranks = []
+    return tiles
+
+
+def choose_exchange(hand: str) -> str:
+    """Three tiles of the weakest suit holding at least three: fewest tiles, lowest ranks first."""
+    tiles = _tiles_of(hand)
+    by_suit = {suit: sorted(t for t in tiles if t[1] == suit) for suit in "mps"}
+    candidates = [suit for suit in "mps" if len(by_suit[suit]) >= 3]
+    suit = min(candidates, key=lambda s: (len(by_suit[s]), s))
+    return "".join(tile[0] for tile in by_suit[suit][:3]) + suit
+
+
+def choose_missing_suit(hand: str) -> str:
+    """The suit with the fewest tiles."""
+    counts = Counter(tile[1] for tile in _tiles_of(hand))
+    return min("mps", key=lambda suit: (counts.get(suit, 0), suit))
+
+
+def choose_discard(hand: str, allowed: list[str]) -> str:
+    """The allowed tile that helps least: no pair, fewest neighbours (keeps pairs and runs)."""
+    counts = Counter(_tiles_of(hand))
+
+    def usefulness(tile: str) -> tuple[int, int, str]:
+        rank, suit = int(tile[0]), tile[1]
+        neighbours = sum(
+            counts.get(f"{rank + step}{suit}", 0) for step in (-2, -1, 1, 2) if 1 <= rank + step <= 9
+        )
+        edge = 0 if rank in (1, 9) else 1
+        return (min(counts[tile], 3) * 4 + neighbours, edge, tile)
+
+    return min(allowed, key=usefulness)
+
+
+def choose_command(view: table_messages.TableView) -> table_messages.ActRequest | None:
+    """The bot's command for its current view, or None when it is not asked to act."""
+    actions = {action.kind: action for action in view.legal_actions}
+    request = table_messages.ActRequest(table_id=view.table_id, idempotency_key=str(uuid.uuid4()))
+    if "win" in actions:
+        request.win.SetInParent()
+    elif "exchange_three" in actions:
+        request.exchange_three.tiles = choose_exchange(view.hand)
+    elif "declare_missing_suit" in actions:
+        request.declare_missing_suit.suit = choose_missing_suit(view.hand)
+    elif "kong" in actions:
+        request.kong.tile = actions["kong"].tiles[0] if view.phase == "turn" else ""
+    elif "pong" in actions:
+        request.pong.SetInParent()
+    elif "discard" in actions:
+        request.discard.tile = choose_discard(view.hand, list(actions["discard"].tiles))
+    elif "pass" in actions:
+        request.__getattribute__("pass").SetInParent()
+    else:
+        return None
+    return request
+
+
+# ------------------------------------------------------------------------------------ player
+
+
+@dataclasses.dataclass
+class GameResult:
+    table_id: str
+    seat: int
+    summary: str
+    seconds: float
+
+
+class BotPlayer:
+    """One bot: its own channels (carrying its own token), its Act latencies, its finished games."""
+
+    def __init__(
+        self, player_id: str, matchmaking: grpc.Channel, table: grpc.Channel, log: Callable[[str], None]
+    ) -> None:
+        self.player_id = player_id
+        self._matchmaking = matchmaking_service_pb2_grpc.MatchmakingServiceStub(matchmaking)
+        self._table = table_service_pb2_grpc.TableServiceStub(table)
+        self.act_latencies_seconds: list[float] = []
+        self._log = log
+
+    def find_table(self, room_id: str) -> tuple[str, int]:
+        ticket = self._matchmaking.Enqueue(
+            matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4())),
+            timeout=CALL_TIMEOUT_SECONDS,
+        )
+        for update in self._matchmaking.WatchTicket(
+            matchmaking_messages.WatchTicketRequest(ticket_id=ticket.ticket_id), timeout=GAME_MAX_SECONDS
+        ):
+            if update.state == "seated":
+                return update.table_id, update.seat
+            if update.state == "cancelled":
+                raise RuntimeError(f"{self.player_id}: ticket {ticket.ticket_id} was cancelled")
+        raise RuntimeError(f"{self.player_id}: ticket stream ended before a seat was assigned")
+
+    def play(self, table_id: str) -> table_messages.TableView:
+        """Play the table to its end; return the final view."""
+        events: queue.Queue[int] = queue.Queue()
+        stream = self._table.Watch(table_messages.WatchRequest(table_id=table_id), timeout=GAME_MAX_SECONDS)
+        reader = threading.Thread(target=_drain, args=(stream, events), daemon=True)
+        reader.start()
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < GAME_MAX_SECONDS:
+                view: table_messages.TableView = self._table.GetView(
+                    table_messages.GetViewRequest(table_id=table_id), timeout=CALL_TIMEOUT_SECONDS
+                )
+                if view.phase == "ended":
+                    return view
+                request = choose_command(view)
+                if request is None:
+                    _wait_for_event(events)
+                    continue
+                request.expected_sequence = view.sequence
+                self._act(request)
+            raise RuntimeError(f"{self.player_id}: table {table_id} did not end in {GAME_MAX_SECONDS} s")
+        finally:
+            stream.cancel()
+
+    def _act(self, request: table_messages.ActRequest) -> None:
+        before = time.perf_counter()
+        try:
+            self._table.Act(request, timeout=CALL_TIMEOUT_SECONDS)
+        except grpc.RpcError as error:
+            # The table moved on (a timeout acted for us, another claim won): look again.
+            if error.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED):
+                raise
+        finally:
+            self.act_latencies_seconds.append(time.perf_counter() - before)
+
+
+def _drain(stream: grpc.Future, events: queue.Queue[int]) -> None:
+    try:
+        for envelope in stream:
+            events.put(envelope.sequence)
+    except grpc.RpcError:
+        pass
+
+
+def _wait_for_event(events: queue.Queue[int]) -> None:
+    try:
+        events.get(timeout=WATCH_WAIT_SECONDS)
+        while True:
+            events.get_nowait()
+    except queue.Empty:
+        pass
+
+
+def describe_game(view: table_messages.TableView) -> str:
+    """One line for a finished game: who won (seat order) and how the game ended."""
+    winners = [f"seat {seat.seat} ({seat.player_id})" for seat in view.seats if seat.won]
+    left = [f"seat {seat.seat}" for seat in view.seats if seat.left]
+    parts = [
+        f"table {view.table_id[:8]} ended ({view.end_reason})",
+        "winners: " + (", ".join(winners) or "none"),
+    ]
+    if left:
+        parts.append("escaped: " + ", ".join(left))
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------ command
+
+
+@dataclasses.dataclass
+class BotRunReport:
+    games: list[str]
+    seconds: float
+    act_latencies_seconds: list[float]
+
+    def summary_lines(self) -> list[str]:
+        latencies = sorted(self.act_latencies_seconds) or [0.0]
+        p50 = statistics.median(latencies) * 1000
+        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+        return [
+            f"{len(self.games)} games in {self.seconds:.1f} s = {len(self.games) / self.seconds:.2f} games/s",
+            f"Act latency over {len(self.act_latencies_seconds)} calls: p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+        ]
+
+
+def run_bots(
+    room_id: str,
+    players: int,
+    games: int,
+    channel_for: Callable[[str, str], grpc.Channel],
+    log: Callable[[str], None] = print,
+    player_prefix: str = "bot",
+) -> BotRunReport:
+    """Run `players` bots for at least `games` games (whole rounds of players/4 tables);
+    `channel_for(service, player)` opens a channel to "matchmaking" or "table" carrying that
+    player's token."""
+    if players < 4 or players % 4:
+        raise ValueError("--players must be a positive multiple of 4 (a table seats four)")
+    run_id = uuid.uuid4().hex[:6]
+    bots = [
+        BotPlayer(
+            f"{player_prefix}-{run_id}-{index}",
+            channel_for("matchmaking", f"{player_prefix}-{run_id}-{index}"),
+            channel_for("table", f"{player_prefix}-{run_id}-{index}"),
+            log,
+        )
+        for index in range(players)
+    ]
+    # Every bot plays the same number of games, so the queue always fills whole tables.
+    rounds = -(-games // (players // 4))
+    finished: list[str] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def bot_loop(bot: BotPlayer) -> None:
+        try:
+            for _round in range(rounds):
+                table_id, seat = bot.find_table(room_id)
+                view = bot.play(table_id)
+                if seat == 0:  # one line per game, from the bot in seat 0
+                    line = describe_game(view)
+                    with lock:
+                        finished.append(line)
+                    log(line)
+        except BaseException as error:  # reported by the caller; other bots go on
+            errors.append(error)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=bot_loop, args=(bot,), daemon=True) for bot in bots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} bots failed; first: {errors[0]!r}") from errors[0]
+    seconds = time.monotonic() - started
+    latencies = [latency for bot in bots for latency in bot.act_latencies_seconds]
+    return BotRunReport(finished, seconds, latencies)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("bots", help="run bot players against the running services")
+    parser.add_argument("--room", default="sichuan-novice", help="room id (see ListRooms)")
+    parser.add_argument("--players", type=int, default=4, help="number of bots, a multiple of 4")
+    parser.add_argument("--games", type=int, default=1, help="stop after this many finished games")
+    parser.set_defaults(handler=_run)
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    from mahjong_platform.auth import mint_token
+    from mahjong_platform.config import load_settings
+    from mahjong_platform.grpc_client import open_channel
+
+    settings = load_settings()
+
+    def channel_for(service: str, player_id: str) -> grpc.Channel:
+        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600)
+        return open_channel(settings.grpc_target(service), token)  # type: ignore[arg-type]
+
+    report = run_bots(arguments.room, arguments.players, arguments.games, channel_for)
+    for line in report.summary_lines():
+        print(line)
+    return 0

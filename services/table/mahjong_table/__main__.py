@@ -1,0 +1,79 @@
+"""`python -m mahjong_table`: the table engine process."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from mahjong.v1 import table_service_pb2, table_service_pb2_grpc
+from mahjong_platform.config import Settings, load_settings
+from mahjong_platform.database import create_session_factory
+from mahjong_platform.envelopes import utc_now
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_server import ServiceRegistration, register_service
+from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition, Worker, run_service
+from mahjong_platform.structured_logging import configure_logging
+from mahjong_platform.topics import Topics
+from sqlalchemy import Engine
+
+from mahjong_table.deadlines import DeadlineWorker
+from mahjong_table.projection import table_opening_handler
+from mahjong_table.servicer import TABLE_ERROR_MAPPING, Presence, TableServicer
+from mahjong_table.tables import TableEngine
+
+
+@dataclasses.dataclass
+class TableProcess:
+    """The objects one table-engine process shares between its gRPC server and its workers."""
+
+    engine: TableEngine
+    presence: Presence
+
+    def registrations(
+        self, database: Engine, settings: Settings, topics: Topics
+    ) -> list[ServiceRegistration]:
+        servicer = TableServicer(create_session_factory(database), self.engine, self.presence)
+        return [
+            register_service(
+                table_service_pb2.DESCRIPTOR.services_by_name["TableService"],
+                table_service_pb2_grpc.add_TableServiceServicer_to_server,
+                servicer,
+            )
+        ]
+
+    def consumers(self, database: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
+        return [
+            ConsumerDefinition(
+                "table-openings", lambda topics: [topics.match], table_opening_handler(self.engine)
+            )
+        ]
+
+    def workers(
+        self, database: Engine, settings: Settings, topics: Topics
+    ) -> list[tuple[str, Callable[[], Worker]]]:
+        session_factory = create_session_factory(database)
+        return [("deadlines", lambda: DeadlineWorker(session_factory, self.engine, self.presence, utc_now))]
+
+
+def definition(settings: Settings) -> ServiceDefinition:
+    process = TableProcess(
+        TableEngine(EventStore(Topics.with_prefix(settings.topic_prefix)), utc_now), Presence()
+    )
+    return ServiceDefinition(
+        name="table",
+        migrations="mahjong_table:alembic",
+        registrations=process.registrations,
+        consumers=process.consumers,
+        extra_workers=process.workers,
+        error_mapping=TABLE_ERROR_MAPPING,
+    )
+
+
+def main() -> int:
+    settings = load_settings()
+    configure_logging(settings)
+    return run_service(definition(settings), settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""Domain events ↔ protobuf messages, field for field.
+
+The domain events mirror `table_events.proto` by name (see `domain/events.py`), so one generic
+mapping serves every event: nested dataclasses become nested messages, tuples become repeated
+fields, and the three enums travel as lower-case names in the domain ("exposed", "self_draw",
+"sichuan_bloody") and as proto enum values on the wire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from google.protobuf.message import Message
+from mahjong.v1 import common_pb2, envelope_pb2, match_events_pb2, rooms_pb2, table_events_pb2
+
+from mahjong_table.domain import events as domain_events
+from mahjong_table.domain.room_rules import RoomRules
+
+# field name → (proto enum prefix, enum descriptor)
+_ENUM_FIELDS = {
+    "exposure": ("KONG_EXPOSURE_", common_pb2.KongExposure),
+    "win_by": ("WIN_BY_", common_pb2.WinBy),
+    "variant": ("VARIANT_", common_pb2.Variant),
+}
+_MESSAGE_MODULES = (table_events_pb2, common_pb2, match_events_pb2, rooms_pb2)
+_DOMAIN_TYPES: dict[str, type[Any]] = {
+    name: value
+    for name, value in vars(domain_events).items()
+    if isinstance(value, type) and dataclasses.is_dataclass(value)
+}
+_DOMAIN_TYPES["RoomRules"] = RoomRules
+
+
+class CodecError(ValueError):
+    """A message does not fit the domain event it names (a bug or a foreign producer)."""
+
+
+def _message_class(name: str) -> type[Message]:
+    for module in _MESSAGE_MODULES:
+        message_class = getattr(module, name, None)
+        if message_class is not None:
+            return typing.cast(type[Message], message_class)
+    raise CodecError(f"no protobuf message named {name}")
+
+
+def to_message(value: Any) -> Message:
+    """The protobuf message of a domain dataclass (event, meld, fan, rules...)."""
+    message = _message_class(type(value).__name__)()
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if field.name in _ENUM_FIELDS:
+            prefix, enum = _ENUM_FIELDS[field.name]
+            setattr(message, field.name, enum.Value(prefix + item.upper()) if item else 0)
+        elif dataclasses.is_dataclass(item):
+            getattr(message, field.name).CopyFrom(to_message(item))
+        elif isinstance(item, tuple):
+            target = getattr(message, field.name)
+            if item and dataclasses.is_dataclass(item[0]):
+                target.extend(to_message(element) for element in item)
+            else:
+                target.extend(item)
+        else:
+            setattr(message, field.name, item)
+    return message
+
+
+def from_message(message: Message, domain_type: type[Any] | None = None) -> Any:
+    """The domain dataclass of a protobuf message (the inverse of `to_message`)."""
+    domain_type = domain_type or _DOMAIN_TYPES[message.DESCRIPTOR.name]
+    hints = typing.get_type_hints(domain_type, vars(domain_events) | {"RoomRules": RoomRules})
+    arguments: dict[str, Any] = {}
+    for field in dataclasses.fields(domain_type):
+        value = getattr(message, field.name)
+        hint = hints[field.name]
+        if field.name in _ENUM_FIELDS:
+            prefix, enum = _ENUM_FIELDS[field.name]
+            arguments[field.name] = enum.Name(value).removeprefix(prefix).lower() if value else ""
+        elif isinstance(value, Message):
+            arguments[field.name] = from_message(value, typing.cast(type[Any], hint))
+        elif typing.get_origin(hint) is tuple:
+            (element_type, *_rest) = typing.get_args(hint)
+            if dataclasses.is_dataclass(element_type):
+                element_class = typing.cast(type[Any], element_type)
+                arguments[field.name] = tuple(from_message(item, element_class) for item in value)
+            else:
+                arguments[field.name] = tuple(value)
+        else:
+            arguments[field.name] = value
+    return domain_type(**arguments)
+
+
+def event_of(envelope: envelope_pb2.Envelope) -> domain_events.TableEvent:
+    """The domain event an envelope carries; CodecError when it carries no table event."""
+    payload_name = envelope.WhichOneof("payload")
+    if payload_name is None:
+        raise CodecError(f"event {envelope.event_id} has no payload")
+    payload = getattr(envelope, payload_name)
+    if payload.DESCRIPTOR.name not in _DOMAIN_TYPES:
+        raise CodecError(f"event {envelope.event_id} carries {payload.DESCRIPTOR.name}, not a table event")
+    return typing.cast(domain_events.TableEvent, from_message(payload))
+
+
+def room_rules_of(message: rooms_pb2.RoomRules) -> RoomRules:
+    """The domain room rules of the room snapshot in `TableAssigned`."""
+    return typing.cast(RoomRules, from_message(message, RoomRules))

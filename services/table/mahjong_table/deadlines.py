@@ -1,0 +1,116 @@
+"""Deadlines and disconnections: the server acts for players who do not (issue 4, RULES.md 1.10).
+
+Polls the live tables' status rows: where a deadline passed, `ExpireDeadline` lets the domain act
+for whoever is waited on (recorded as `TurnTimedOut` + the automatic action, so replays never
+depend on clocks); where a seated player has had no Watch stream open for longer than the room's
+`reconnect_grace_ms`, the player escapes (`Leave`, reason "disconnected").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import sqlalchemy
+from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.envelopes import Clock
+
+from mahjong_table.domain.commands import ExpireDeadline, Leave, TableCommand
+from mahjong_table.domain.errors import TableRuleError
+from mahjong_table.domain.events import LEAVE_REASON_DISCONNECTED
+from mahjong_table.domain.state import TableState
+from mahjong_table.models import table_status
+from mahjong_table.servicer import Presence
+from mahjong_table.tables import TableEngine
+
+logger = logging.getLogger(__name__)
+
+CommandFor = Callable[[TableState], TableCommand]
+
+POLL_INTERVAL_SECONDS = 0.1
+PRESENCE_CHECK_INTERVAL_SECONDS = 1.0
+EXPIRED_TABLES_PER_POLL = 200
+
+
+class _Superseded(Exception):
+    """The table moved on since its deadline was read: the deadline no longer applies."""
+
+
+class DeadlineWorker:
+    """A background worker (see `service_runtime.Worker`)."""
+
+    def __init__(
+        self, session_factory: SessionFactory, engine: TableEngine, presence: Presence, clock: Clock
+    ) -> None:
+        self._session_factory = session_factory
+        self._engine = engine
+        self._presence = presence
+        self._clock = clock
+        self._last_presence_check = 0.0
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        while not stop_event.is_set():
+            self.run_once()
+            stop_event.wait(POLL_INTERVAL_SECONDS)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def run_once(self) -> int:
+        """Expire every passed deadline, and (once a second) escape disconnected players."""
+        acted = self.expire_deadlines()
+        if time.monotonic() - self._last_presence_check >= PRESENCE_CHECK_INTERVAL_SECONDS:
+            self._last_presence_check = time.monotonic()
+            acted += self.escape_disconnected()
+        return acted
+
+    def expire_deadlines(self) -> int:
+        with transaction(self._session_factory) as session:
+            expired = session.execute(
+                sqlalchemy.select(table_status.c.table_id, table_status.c.version)
+                .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= self._clock())
+                .order_by(table_status.c.deadline_at)
+                .limit(EXPIRED_TABLES_PER_POLL)
+            ).all()
+        acted = 0
+        for row in expired:
+            acted += self._act(row.table_id, _expire_at_version(row.version))
+        return acted
+
+    def escape_disconnected(self) -> int:
+        with transaction(self._session_factory) as session:
+            live = self._engine.live_tables(session)
+            states = [self._engine.load_state(session, table_id) for table_id in live]
+        acted = 0
+        for state in states:
+            grace_seconds = state.rules.reconnect_grace_ms / 1000
+            for seat in state.seats_in_game():
+                if self._presence.away_seconds(state.table_id, seat) > grace_seconds:
+                    acted += self._act(state.table_id, _leave(seat))
+        return acted
+
+    def _act(self, table_id: str, command_for: CommandFor) -> int:
+        try:
+            self._engine.act(lambda: transaction(self._session_factory), table_id, command_for)
+        except (_Superseded, TableRuleError) as reason:
+            logger.debug("table %s: automatic action skipped: %s", table_id, reason)
+            return 0
+        return 1
+
+
+def _leave(seat: int) -> CommandFor:
+    def command_for(_state: TableState) -> TableCommand:
+        return Leave(seat, LEAVE_REASON_DISCONNECTED)
+
+    return command_for
+
+
+def _expire_at_version(version: int) -> CommandFor:
+    def command_for(state: TableState) -> TableCommand:
+        if state.version != version:
+            raise _Superseded(f"table is at version {state.version}, the deadline was for {version}")
+        return ExpireDeadline()
+
+    return command_for

@@ -1,0 +1,21 @@
+"""The table engine's reading of `mahjong.match.v1`: a `TableAssigned` opens the table.
+
+The opening events are appended in the consumer's transaction, together with its Kafka position,
+so a table opens exactly once however often the assignment is delivered.
+"""
+
+from __future__ import annotations
+
+from mahjong.v1 import envelope_pb2
+from mahjong_platform.tracked_consumer import Handler, MessagePosition
+from sqlalchemy.orm import Session
+
+from mahjong_table.tables import TableEngine
+
+
+def table_opening_handler(engine: TableEngine) -> Handler:
+    def handle(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
+        if envelope.WhichOneof("payload") == "table_assigned":
+            engine.open_from_assignment(session, envelope.table_assigned, causation_id=envelope.event_id)
+
+    return handle

@@ -1,0 +1,273 @@
+"""TableService over gRPC: Act, Watch (redacted per viewer, resumable), GetView.
+
+Thin: authenticate the caller's seat, map the request to a domain command, let `TableEngine` decide
+and persist, map the result back. A player sees only what `domain.views.redact` lets their seat
+see; the ops role watches with full information (ARCHITECTURE.md "Identity and hidden information").
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+
+import grpc
+from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
+from mahjong.v1 import table_service_pb2 as messages
+from mahjong_platform.auth import OPERATIONS_ROLES, current_identity
+from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
+from mahjong_rules import RulesError, format_tiles, parse_tiles
+from sqlalchemy.orm import Session
+
+from mahjong_table import codec
+from mahjong_table.domain import commands
+from mahjong_table.domain.errors import InvalidCommandError, TableRuleError
+from mahjong_table.domain.events import NO_SEAT
+from mahjong_table.domain.state import TableState
+from mahjong_table.domain.views import redact, view_for
+from mahjong_table.models import table_status
+from mahjong_table.tables import TableEngine
+
+IDEMPOTENCY_KEY_MAX_LENGTH = 128
+WATCH_POLL_SECONDS = 0.5
+WATCH_BATCH_EVENTS = 500
+WATCH_MAX_SECONDS = 4 * 3600.0
+
+TABLE_ERROR_MAPPING: ErrorMapping = {
+    InvalidCommandError: grpc.StatusCode.INVALID_ARGUMENT,
+    TableRuleError: grpc.StatusCode.FAILED_PRECONDITION,
+    RulesError: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+class Presence:
+    """Which seats have a Watch stream open, and since when a seat has had none (for the
+    reconnect grace of RULES.md 1.10). In memory: after a restart every seat gets a fresh grace."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[tuple[str, int], int] = {}
+        self._away_since: dict[tuple[str, int], float] = {}
+
+    def connected(self, table_id: str, seat: int) -> None:
+        with self._lock:
+            self._streams[(table_id, seat)] = self._streams.get((table_id, seat), 0) + 1
+            self._away_since.pop((table_id, seat), None)
+
+    def disconnected(self, table_id: str, seat: int) -> None:
+        with self._lock:
+            remaining = self._streams.get((table_id, seat), 1) - 1
+            self._streams[(table_id, seat)] = remaining
+            if remaining <= 0:
+                self._away_since[(table_id, seat)] = time.monotonic()
+
+    def away_seconds(self, table_id: str, seat: int) -> float:
+        """How long the seat has had no stream open; first asked = away from now on."""
+        with self._lock:
+            if self._streams.get((table_id, seat), 0) > 0:
+                return 0.0
+            since = self._away_since.setdefault((table_id, seat), time.monotonic())
+            return time.monotonic() - since
+
+    def forget(self, table_id: str) -> None:
+        with self._lock:
+            for key in [key for key in self._streams if key[0] == table_id]:
+                del self._streams[key]
+            for key in [key for key in self._away_since if key[0] == table_id]:
+                del self._away_since[key]
+
+
+def seat_of(state: TableState, player_id: str) -> int:
+    for seat, player in enumerate(state.players):
+        if player.player_id == player_id:
+            return seat
+    return NO_SEAT
+
+
+def command_from_request(request: messages.ActRequest, seat: int) -> commands.TableCommand:
+    """The domain command of an ActRequest; INVALID_ARGUMENT for a malformed one."""
+    kind = request.WhichOneof("command")
+    if kind == "exchange_three":
+        try:
+            tiles = parse_tiles(request.exchange_three.tiles)
+        except RulesError as error:
+            raise InvalidArgumentError(f"exchange_three.tiles: {error}") from None
+        return commands.ExchangeThree(seat, tuple(format_tiles([tile]) for tile in tiles))
+    if kind == "declare_missing_suit":
+        return commands.DeclareMissingSuit(seat, request.declare_missing_suit.suit)
+    if kind == "discard":
+        return commands.Discard(seat, request.discard.tile)
+    if kind == "pong":
+        return commands.Pong(seat)
+    if kind == "kong":
+        return commands.Kong(seat, request.kong.tile or None)
+    if kind == "win":
+        return commands.Win(seat)
+    if kind == "pass":
+        return commands.Pass(seat)
+    if kind == "leave":
+        return commands.Leave(seat)
+    raise InvalidArgumentError(
+        "command is required: one of exchange_three, declare_missing_suit, discard, pong, kong, win, "
+        "pass, leave"
+    )
+
+
+def redacted_envelope(
+    envelope: envelope_pb2.Envelope, viewer_seat: int | None
+) -> envelope_pb2.Envelope | None:
+    """The envelope as `viewer_seat` may see it (None: full information, for ops)."""
+    if viewer_seat is None:
+        return envelope
+    visible = redact(codec.event_of(envelope), viewer_seat)
+    if visible is None:
+        return None
+    redacted = envelope_pb2.Envelope()
+    redacted.CopyFrom(envelope)
+    payload_name = envelope.WhichOneof("payload")
+    assert payload_name is not None
+    getattr(redacted, payload_name).CopyFrom(codec.to_message(visible))
+    return redacted
+
+
+class TableServicer(table_service_pb2_grpc.TableServiceServicer):
+    def __init__(self, session_factory: SessionFactory, engine: TableEngine, presence: Presence) -> None:
+        self._session_factory = session_factory
+        self._engine = engine
+        self._presence = presence
+
+    def _transaction(self) -> AbstractContextManager[Session]:
+        return transaction(self._session_factory)
+
+    def _caller_seat(self, table_id: str) -> tuple[TableState, int | None]:
+        """The table and the caller's seat (None for ops watching with full information)."""
+        if not table_id:
+            raise InvalidArgumentError("table_id is required")
+        identity = current_identity()
+        with transaction(self._session_factory) as session:
+            state = self._engine.load_state(session, table_id)
+        seat = seat_of(state, identity.player_id)
+        if seat != NO_SEAT:
+            return state, seat
+        if identity.has_any_role(OPERATIONS_ROLES):
+            return state, None
+        raise PermissionDeniedError(f"player {identity.player_id!r} has no seat at table {table_id}")
+
+    def Act(self, request: messages.ActRequest, context: grpc.ServicerContext) -> messages.ActResponse:
+        if not 0 < len(request.idempotency_key) <= IDEMPOTENCY_KEY_MAX_LENGTH:
+            raise InvalidArgumentError(f"idempotency_key must be 1..{IDEMPOTENCY_KEY_MAX_LENGTH} characters")
+        _state, seat = self._caller_seat(request.table_id)
+        if seat is None:
+            raise PermissionDeniedError("only a seated player can act at a table")
+        command = command_from_request(request, seat)
+
+        def command_for(current: TableState) -> commands.TableCommand:
+            # The optimistic check a client may ask for: it decided on the view at that sequence.
+            if request.expected_sequence and request.expected_sequence != current.version:
+                raise ConflictError(
+                    f"table {request.table_id} is at sequence {current.version}, the command was decided "
+                    f"at {request.expected_sequence}: refresh the view and decide again"
+                )
+            return command
+
+        def answer_of(new_state: TableState, envelopes: list[envelope_pb2.Envelope]) -> bytes:
+            visible = [e for e in (redacted_envelope(envelope, seat) for envelope in envelopes) if e]
+            return messages.ActResponse(sequence=new_state.version, events=visible).SerializeToString()
+
+        _state, _envelopes, answer = self._engine.act(
+            self._transaction,
+            request.table_id,
+            command_for,
+            answer_of,
+            idempotency=(current_identity().player_id, request.idempotency_key),
+        )
+        return messages.ActResponse.FromString(answer)
+
+    def Watch(
+        self, request: messages.WatchRequest, context: grpc.ServicerContext
+    ) -> Iterator[envelope_pb2.Envelope]:
+        if request.after_sequence < 0:
+            raise InvalidArgumentError("after_sequence must not be negative")
+        _state, seat = self._caller_seat(request.table_id)
+        after = request.after_sequence
+        started = time.monotonic()
+        if seat is not None:
+            self._presence.connected(request.table_id, seat)
+        try:
+            while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
+                with transaction(self._session_factory) as session:
+                    envelopes = self._engine.store.load(
+                        session, request.table_id, after, limit=WATCH_BATCH_EVENTS
+                    )
+                for envelope in envelopes:
+                    after = envelope.sequence
+                    visible = redacted_envelope(envelope, seat)
+                    if visible is not None:
+                        yield visible
+                    if envelope.WhichOneof("payload") == "game_ended":
+                        return
+                if not envelopes:
+                    self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
+        finally:
+            if seat is not None:
+                self._presence.disconnected(request.table_id, seat)
+
+    def GetView(self, request: messages.GetViewRequest, context: grpc.ServicerContext) -> messages.TableView:
+        state, seat = self._caller_seat(request.table_id)
+        if seat is None:
+            raise PermissionDeniedError("GetView shows a seat's view; ops use Watch for full information")
+        return table_view_message(state, seat, self._deadline_of(request.table_id))
+
+    def _deadline_of(self, table_id: str) -> datetime.datetime | None:
+        with transaction(self._session_factory) as session:
+            row = session.execute(table_status.select().where(table_status.c.table_id == table_id)).first()
+        return None if row is None else row.deadline_at
+
+
+def table_view_message(
+    state: TableState, seat: int, deadline: datetime.datetime | None
+) -> messages.TableView:
+    """The public TableView message of the domain view of `seat`."""
+    view = view_for(state, seat)
+    message = messages.TableView(
+        table_id=view.table_id,
+        room_id=state.room_id,
+        sequence=view.version,
+        your_seat=seat,
+        hand="".join(view.hand) and format_tiles(parse_tiles("".join(view.hand))),
+        dealer_seat=view.dealer_seat,
+        phase=view.phase,
+        turn_seat=view.turn_seat,
+        wall_remaining=view.wall_remaining,
+        claimable_tile=view.claimable_tile,
+        claim_from_seat=view.claim_from_seat,
+        drawn_tile=view.drawn_tile,
+        exchange_pick="".join(view.exchange_pick),
+        exchange_direction=view.exchange_direction,
+        end_reason=view.end_reason,
+    )
+    for seat_view in view.seats:
+        message.seats.append(
+            messages.SeatView(
+                seat=seat_view.seat,
+                player_id=seat_view.player_id,
+                concealed_count=seat_view.concealed_tile_count,
+                melds=[codec.to_message(meld) for meld in seat_view.melds],  # type: ignore[misc]
+                discards=seat_view.discards,
+                missing_suit=seat_view.missing_suit,
+                won=seat_view.won,
+                left=seat_view.left,
+                exchange_picked=seat_view.exchange_picked,
+                missing_suit_chosen=seat_view.missing_suit_chosen,
+            )
+        )
+    for action in view.legal_actions:
+        message.legal_actions.append(
+            messages.LegalAction(kind=action.kind, tiles=action.tiles, suits=action.suits)
+        )
+    if deadline is not None:
+        message.deadline.FromDatetime(deadline)
+    return message

@@ -1,0 +1,254 @@
+"""The table engine's use cases: open a table, act on it, expire its deadline, read it.
+
+Each use case loads the table's state (folded from its event stream, cached per table), asks the
+pure domain for events, and appends them with the version it decided on, in one transaction with
+the outbox and the table's status row. A lost race re-decides on the fresh state (the domain is
+pure, so that is always safe); a rule violation raises and nothing is written.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+import sqlalchemy
+from mahjong.v1 import envelope_pb2, match_events_pb2
+from mahjong_platform.envelopes import Clock, new_envelope
+from mahjong_platform.errors import ConflictError, NotFoundError
+from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
+from sqlalchemy.orm import Session
+
+from mahjong_table import codec
+from mahjong_table.domain.commands import TableCommand
+from mahjong_table.domain.decide import decide, open_table, waited_on
+from mahjong_table.domain.events import GameEnded, TableEvent
+from mahjong_table.domain.evolve import fold
+from mahjong_table.domain.state import TableState
+from mahjong_table.models import table_answers, table_status
+
+CACHED_TABLES_MAX = 10_000
+DECIDE_ATTEMPTS_MAX = 5
+
+
+class TableChanges:
+    """Wakes the Watch streams of one table in this process when its stream grows."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._versions: dict[str, int] = {}
+
+    def notify(self, table_id: str, version: int) -> None:
+        with self._condition:
+            self._versions[table_id] = version
+            self._condition.notify_all()
+
+    def wait(self, table_id: str, seen_version: int, timeout_seconds: float) -> None:
+        with self._condition:
+            self._condition.wait_for(lambda: self._versions.get(table_id, 0) > seen_version, timeout_seconds)
+
+
+class StateCache:
+    """The latest folded state per table, bounded (least recently used out), thread-safe.
+
+    Only ever filled with states read from committed events, so a cache hit is a true prefix of
+    the stream; `load_state` folds whatever came after it.
+    """
+
+    def __init__(self, capacity: int = CACHED_TABLES_MAX) -> None:
+        self._states: collections.OrderedDict[str, TableState] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._capacity = capacity
+
+    def get(self, table_id: str) -> TableState | None:
+        with self._lock:
+            state = self._states.get(table_id)
+            if state is not None:
+                self._states.move_to_end(table_id)
+            return state
+
+    def put(self, state: TableState) -> None:
+        with self._lock:
+            current = self._states.get(state.table_id)
+            if current is None or current.version <= state.version:
+                self._states[state.table_id] = state
+                self._states.move_to_end(state.table_id)
+            while len(self._states) > self._capacity:
+                self._states.popitem(last=False)
+
+
+@dataclasses.dataclass
+class TableEngine:
+    """The table use cases with their dependencies made explicit."""
+
+    store: EventStore
+    clock: Clock
+    cache: StateCache = dataclasses.field(default_factory=StateCache)
+    changes: TableChanges = dataclasses.field(default_factory=TableChanges)
+
+    def load_state(self, session: Session, table_id: str) -> TableState:
+        """The table's current state; NotFoundError for a table that was never opened."""
+        cached = self.cache.get(table_id)
+        after = cached.version if cached is not None else 0
+        envelopes = self.store.load(session, table_id, after)
+        if cached is None and not envelopes:
+            raise NotFoundError(f"no table {table_id!r}")
+        state = fold((codec.event_of(envelope) for envelope in envelopes), cached)
+        assert state.version == after + len(envelopes), (state.version, after, len(envelopes))
+        return state
+
+    def open_from_assignment(
+        self, session: Session, assigned: match_events_pb2.TableAssigned, causation_id: str
+    ) -> list[envelope_pb2.Envelope]:
+        """Open the table matchmaking formed; a table already open is left alone (redelivery)."""
+        if self.store.stream_version(session, assigned.table_id) > 0:
+            return []
+        seats = [seat.player_id for seat in sorted(assigned.seats, key=lambda seat: seat.seat)]
+        events = open_table(
+            assigned.table_id,
+            assigned.room_id,
+            codec.room_rules_of(assigned.room.rules),
+            seats,
+            assigned.seed,
+        )
+        return self._append(session, None, events, causation_id=causation_id)
+
+    def act(
+        self,
+        session_scope: Callable[[], AbstractContextManager[Session]],
+        table_id: str,
+        command_for_seat: Callable[[TableState], TableCommand],
+        answer_of: Callable[[TableState, list[envelope_pb2.Envelope]], bytes] | None = None,
+        idempotency: tuple[str, str] | None = None,
+    ) -> tuple[TableState, list[envelope_pb2.Envelope], bytes]:
+        """Decide `command_for_seat(state)` on the current state and append its events.
+
+        With `idempotency` = (player id, key), the first answer of that key is stored in the same
+        transaction as the events, and a retry returns it without deciding again. Each attempt
+        runs in its own transaction; a version conflict (another writer appended first) retries
+        on the fresh state, at most DECIDE_ATTEMPTS_MAX times.
+        """
+        for _attempt in range(DECIDE_ATTEMPTS_MAX):
+            try:
+                with session_scope() as session:
+                    if idempotency is not None:
+                        earlier = first_answer(session, table_id, *idempotency)
+                        if earlier is not None:
+                            return self.load_state(session, table_id), [], earlier
+                    state = self.load_state(session, table_id)
+                    events = decide(state, command_for_seat(state))
+                    envelopes = self._append(session, state, events, causation_id="")
+                    new_state = fold((codec.event_of(envelope) for envelope in envelopes), state)
+                    answer = answer_of(new_state, envelopes) if answer_of is not None else b""
+                    if idempotency is not None:
+                        remember_answer(session, table_id, *idempotency, answer)
+                self._published(new_state)
+                return new_state, envelopes, answer
+            except WrongExpectedVersionError:
+                continue
+        raise ConflictError(f"table {table_id} is busy: too many concurrent commands, retry")
+
+    def _append(
+        self,
+        session: Session,
+        state: TableState | None,
+        events: Sequence[TableEvent],
+        causation_id: str,
+    ) -> list[envelope_pb2.Envelope]:
+        if not events:
+            return []
+        table_id = state.table_id if state is not None else _table_id_of(events)
+        version = state.version if state is not None else 0
+        envelopes = [
+            new_envelope(
+                codec.to_message(event),
+                clock=self.clock,
+                stream_id=table_id,
+                causation_id=causation_id,
+                correlation_id=table_id,
+            )
+            for event in events
+        ]
+        last_sequence = self.store.append(session, table_id, version, envelopes)
+        for sequence, envelope in enumerate(envelopes, start=version + 1):
+            envelope.sequence = sequence
+        new_state = fold(events, state)
+        assert new_state.version == last_sequence, (new_state.version, last_sequence)
+        self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+        return envelopes
+
+    def _write_status(self, session: Session, state: TableState, last_event_at: datetime.datetime) -> None:
+        timeout = datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
+        deadline = last_event_at + timeout if waited_on(state) and not state.is_over else None
+        values = {
+            "room_id": state.room_id,
+            "version": state.version,
+            "phase": str(state.phase),
+            "ended": state.is_over,
+            "last_event_at": last_event_at,
+            "deadline_at": deadline,
+        }
+        updated = session.execute(
+            table_status.update().where(table_status.c.table_id == state.table_id).values(**values)
+        )
+        if not getattr(updated, "rowcount", 0):
+            session.execute(table_status.insert().values(table_id=state.table_id, **values))
+
+    def _published(self, state: TableState) -> None:
+        self.cache.put(state)
+        self.changes.notify(state.table_id, state.version)
+
+    def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
+        """Tell Watch streams about events committed outside `act` (opening, consumers)."""
+        if envelopes:
+            self.changes.notify(envelopes[-1].stream_id, envelopes[-1].sequence)
+
+    def expired_tables(self, session: Session, now: datetime.datetime, limit: int = 100) -> list[str]:
+        """Live tables whose deadline has passed, oldest deadline first."""
+        return list(
+            session.execute(
+                sqlalchemy.select(table_status.c.table_id)
+                .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= now)
+                .order_by(table_status.c.deadline_at)
+                .limit(limit)
+            ).scalars()
+        )
+
+    def live_tables(self, session: Session, limit: int = 10_000) -> list[str]:
+        return list(
+            session.execute(
+                sqlalchemy.select(table_status.c.table_id).where(table_status.c.ended.is_(False)).limit(limit)
+            ).scalars()
+        )
+
+
+def _table_id_of(events: Sequence[TableEvent]) -> str:
+    table_id = getattr(events[0], "table_id", "")
+    assert table_id, "the first event of a new table must be TableOpened"
+    return str(table_id)
+
+
+def first_answer(session: Session, table_id: str, player_id: str, key: str) -> bytes | None:
+    row = session.execute(
+        sqlalchemy.select(table_answers.c.answer).where(
+            table_answers.c.table_id == table_id,
+            table_answers.c.player_id == player_id,
+            table_answers.c.idempotency_key == key,
+        )
+    ).first()
+    return None if row is None else bytes(row.answer)
+
+
+def remember_answer(session: Session, table_id: str, player_id: str, key: str, answer: bytes) -> None:
+    session.execute(
+        table_answers.insert().values(
+            table_id=table_id, player_id=player_id, idempotency_key=key, answer=answer
+        )
+    )
+
+
+def ended(events: Sequence[TableEvent]) -> bool:
+    return any(isinstance(event, GameEnded) for event in events)
