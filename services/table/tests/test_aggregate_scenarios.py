@@ -251,6 +251,17 @@ def test_an_added_kong_is_robbed_by_a_player_who_wins_on_its_tile_rules_1_5() ->
     assert_consistent(table)
 
 
+def test_a_robbing_win_that_ends_the_game_still_voids_the_kong_rules_1_5_1_10() -> None:
+    table = table_with_hands(ROB_HANDS, missing_suits="msmm", head_draws="9m9m5m5p6m")
+    _pong_then_add_kong(table)
+    table.act(Leave(1))
+    table.act(Leave(0))  # seats 2 and 3 remain in the game
+    events = table.act(Win(3))  # seat 3 robs: only seat 2 is left in the game
+    assert kinds(events) == ["PlayerWon", "KongRobbed", "GameEnded"]
+    assert [meld.kind for meld in table.state.players[2].melds] == ["pong"]
+    assert_consistent(table)
+
+
 def test_an_added_kong_nobody_robs_draws_its_replacement_from_the_tail_rules_1_5() -> None:
     table = table_with_hands(ROB_HANDS, missing_suits="msmm", head_draws="9m9m5m5p6m", tail_draws="7s")
     _pong_then_add_kong(table)

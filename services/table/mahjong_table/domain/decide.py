@@ -709,12 +709,17 @@ def _end_if_due(emitter: _Emitter) -> bool:
     if state.is_over:
         return True
     if state.win_count >= 3:
-        _end(emitter, END_REASON_THREE_WINS)
-        return True
-    if len(state.seats_in_game()) < 2:
-        _end(emitter, END_REASON_ESCAPES)
-        return True
-    return False
+        reason = END_REASON_THREE_WINS
+    elif len(state.seats_in_game()) < 2:
+        reason = END_REASON_ESCAPES
+    else:
+        return False
+    window = state.window
+    if window is not None and window.kind is WindowKind.ROB_KONG and window.winners:
+        # A robbed added kong is void even when the robbing win ends the game (RULES.md 1.5).
+        emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
+    _end(emitter, reason)
+    return True
 
 
 def _advance(emitter: _Emitter) -> None:
