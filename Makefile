@@ -42,7 +42,7 @@ bench: setup
 	$(BIN)/python -m mahjong_rules.bench
 
 run: setup
-	$(BIN)/python -m mjctl run $(RUN_ARGS)
+	$(BIN)/mjctl run $(RUN_ARGS)
 
 kafka-start: setup
 	$(BIN)/python -m mahjong_infra.kafka start

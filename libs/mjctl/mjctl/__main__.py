@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from mjctl import bots, evaluate, token
+from mjctl import bots, evaluate, run, token
 
-SUBCOMMANDS: tuple[ModuleType, ...] = (evaluate, bots, token)
+SUBCOMMANDS: tuple[ModuleType, ...] = (evaluate, bots, token, run)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ from mahjong.v1 import table_service_pb2 as table_messages
 WATCH_WAIT_SECONDS = 1.0
 GAME_MAX_SECONDS = 600.0
 CALL_TIMEOUT_SECONDS = 30.0
+TABLE_OPEN_MAX_SECONDS = 60.0
 
 
 # ------------------------------------------------------------------------------------ policy
@@ -123,10 +124,19 @@ class BotPlayer:
         self._log = log
 
     def find_table(self, room_id: str) -> tuple[str, int]:
-        ticket = self._matchmaking.Enqueue(
-            matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4())),
-            timeout=CALL_TIMEOUT_SECONDS,
-        )
+        request = matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4()))
+        deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
+        while True:
+            try:
+                ticket = self._matchmaking.Enqueue(request, timeout=CALL_TIMEOUT_SECONDS)
+                break
+            except grpc.RpcError as error:
+                # Matchmaking frees the seat when it reads GameEnded from Kafka, a moment after
+                # the game ended for the bot.
+                seat_not_yet_freed = "already seated" in (error.details() or "")
+                if not seat_not_yet_freed or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         for update in self._matchmaking.WatchTicket(
             matchmaking_messages.WatchTicketRequest(ticket_id=ticket.ticket_id), timeout=GAME_MAX_SECONDS
         ):
@@ -136,8 +146,24 @@ class BotPlayer:
                 raise RuntimeError(f"{self.player_id}: ticket {ticket.ticket_id} was cancelled")
         raise RuntimeError(f"{self.player_id}: ticket stream ended before a seat was assigned")
 
+    def wait_until_open(self, table_id: str) -> None:
+        """The seat is assigned by matchmaking before the table engine has read the assignment
+        from Kafka and opened the table: until then the table is NOT_FOUND."""
+        deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
+        while True:
+            try:
+                self._table.GetView(
+                    table_messages.GetViewRequest(table_id=table_id), timeout=CALL_TIMEOUT_SECONDS
+                )
+                return
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def play(self, table_id: str) -> table_messages.TableView:
         """Play the table to its end; return the final view."""
+        self.wait_until_open(table_id)
         events: queue.Queue[int] = queue.Queue()
         stream = self._table.Watch(table_messages.WatchRequest(table_id=table_id), timeout=GAME_MAX_SECONDS)
         reader = threading.Thread(target=_drain, args=(stream, events), daemon=True)
@@ -208,6 +234,7 @@ def describe_game(view: table_messages.TableView) -> str:
 @dataclasses.dataclass
 class BotRunReport:
     games: list[str]
+    table_ids: list[str]
     seconds: float
     act_latencies_seconds: list[float]
 
@@ -247,6 +274,7 @@ def run_bots(
     # Every bot plays the same number of games, so the queue always fills whole tables.
     rounds = -(-games // (players // 4))
     finished: list[str] = []
+    table_ids: list[str] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -259,6 +287,7 @@ def run_bots(
                     line = describe_game(view)
                     with lock:
                         finished.append(line)
+                        table_ids.append(table_id)
                     log(line)
         except BaseException as error:  # reported by the caller; other bots go on
             errors.append(error)
@@ -273,7 +302,7 @@ def run_bots(
         raise RuntimeError(f"{len(errors)} bots failed; first: {errors[0]!r}") from errors[0]
     seconds = time.monotonic() - started
     latencies = [latency for bot in bots for latency in bot.act_latencies_seconds]
-    return BotRunReport(finished, seconds, latencies)
+    return BotRunReport(finished, table_ids, seconds, latencies)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,0 +1,144 @@
+"""``mjctl run`` (what ``make run`` calls): the whole system on this machine, and a demo.
+
+Starts a local Kafka broker (jars fetched once from Maven Central), every service as its own
+process (each migrates its SQLite database under ``MAHJONG_DATA_DIR`` on start), waits until each
+reports SERVING, lets bots play a few games through the public API, prints what happened at each
+table (with an ops token: full information), and keeps everything running until Ctrl-C
+(``--exit-after-demo`` stops it all after the demo instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+SERVICES = ("ledger", "scoring", "table", "matchmaking")
+HEALTH_TIMEOUT_SECONDS = 90.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("run", help="start Kafka and every service, then play a demo")
+    parser.add_argument("--room", default="sichuan-novice")
+    parser.add_argument("--games", type=int, default=3, help="demo games (0: no demo)")
+    parser.add_argument("--players", type=int, default=4, help="demo bots, a multiple of 4")
+    parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
+    parser.set_defaults(handler=_run)
+
+
+def installed_services() -> list[str]:
+    """The services to start: ``MAHJONG_RUN_SERVICES`` (comma separated) or every installed one."""
+    chosen = os.environ.get("MAHJONG_RUN_SERVICES", "")
+    names = [name.strip() for name in chosen.split(",") if name.strip()] or list(SERVICES)
+    return [name for name in names if importlib.util.find_spec(f"mahjong_{name}.__main__") is not None]
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    from mahjong_platform.config import load_settings
+
+    settings = load_settings()
+    data_directory = Path(settings.data_directory)
+    logs = data_directory / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with _kafka(settings.kafka_bootstrap_servers, data_directory) as bootstrap_servers:
+        print(f"kafka ready at {bootstrap_servers}")
+        with _services(logs) as names:
+            _wait_healthy(settings, names)
+            print(f"services serving: {', '.join(f'{n} {settings.grpc_target(n)}' for n in names)}")  # type: ignore[arg-type]
+            if arguments.games > 0:
+                _demo(settings, arguments)
+            if arguments.exit_after_demo:
+                return 0
+            print("running; press Ctrl-C to stop (logs in", logs, ")")
+            stopped = threading.Event()
+            signal.signal(signal.SIGINT, lambda *_: stopped.set())
+            signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+            stopped.wait()
+    return 0
+
+
+@contextlib.contextmanager
+def _kafka(bootstrap_servers: tuple[str, ...], data_directory: Path) -> Iterator[str]:
+    """A broker at the configured address: reuse one that is running, else start ours (and stop it
+    on the way out)."""
+    from mahjong_infra import kafka
+
+    host, _, port = bootstrap_servers[0].rpartition(":")
+    broker = kafka.KafkaBroker(data_dir=data_directory / "kafka", host=host, port=int(port))
+    if broker.running_pid() is not None or kafka._port_is_open(host, int(port)):
+        yield broker.bootstrap_servers
+        return
+    print("starting kafka (the first run fetches the broker jars from Maven Central)...")
+    kafka.fetch()
+    broker.start()
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def _services(logs: Path) -> Iterator[list[str]]:
+    names = installed_services()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for name in names:
+            log_file = (logs / f"{name}.log").open("ab")
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", f"mahjong_{name}"],
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=os.environ.copy(),
+                )
+            )
+        yield names
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait_healthy(settings: object, names: list[str]) -> None:
+    from mahjong_platform.grpc_client import check_health
+
+    deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+    for name in names:
+        target = settings.grpc_target(name)  # type: ignore[attr-defined]
+        while not check_health(target, timeout_seconds=1.0):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not report SERVING at {target}; see data/logs/{name}.log")
+            time.sleep(0.3)
+
+
+def _demo(settings: object, arguments: argparse.Namespace) -> None:
+    from mahjong_platform.auth import mint_token
+    from mahjong_platform.grpc_client import open_channel
+
+    from mjctl.bots import run_bots
+    from mjctl.summary import print_table_summary
+
+    secret: str = settings.jwt_secret  # type: ignore[attr-defined]
+
+    def channel_for(service: str, player_id: str):  # type: ignore[no-untyped-def]
+        return open_channel(settings.grpc_target(service), mint_token(secret, player_id))  # type: ignore[attr-defined]
+
+    print(f"demo: {arguments.players} bots play {arguments.games} games in room {arguments.room}")
+    report = run_bots(arguments.room, arguments.players, arguments.games, channel_for, log=lambda _line: None)
+    operations = open_channel(settings.grpc_target("table"), mint_token(secret, "demo-ops", ["ops"]))  # type: ignore[attr-defined]
+    for table_id in report.table_ids:
+        print_table_summary(operations, table_id)
+    for line in report.summary_lines():
+        print(line)
