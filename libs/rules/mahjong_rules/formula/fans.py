@@ -290,6 +290,8 @@ CalculatorFlags = tuple[bool, bool, bool, bool, int, int]
 def calculator_packs(melds: Sequence[FormulaMeld]) -> tuple[CalculatorPack, ...]:
     """The melds as the calculator's packs: a chow by its middle tile; offer 0 only for a concealed
     kong (the calculator reads offer 0 as concealed, any other as melded)."""
+    if not melds:
+        return ()
     packs: list[CalculatorPack] = []
     for meld in melds:
         if meld.kind == "chow":
@@ -302,13 +304,20 @@ def calculator_packs(melds: Sequence[FormulaMeld]) -> tuple[CalculatorPack, ...]
     return tuple(packs)
 
 
+_FLAGS: dict["FormulaWinContext", CalculatorFlags] = {}
+
+
 def calculator_flags(context: FormulaWinContext) -> CalculatorFlags:
     """(self-drawn, 4th tile, about kong, wall last, seat wind 0..3, round wind 0..3).
 
-    "About kong" is 杠上开花 for a self-draw and 抢杠和 for a robbed kong.
+    "About kong" is 杠上开花 for a self-draw and 抢杠和 for a robbed kong. Memoised: contexts are
+    frozen values and few.
     """
+    cached = _FLAGS.get(context)
+    if cached is not None:
+        return cached
     about_kong = (context.self_drawn and context.after_kong) or context.win_by is WinBy.ROB_KONG
-    return (
+    flags = (
         context.self_drawn,
         context.fourth_tile,
         about_kong,
@@ -316,6 +325,8 @@ def calculator_flags(context: FormulaWinContext) -> CalculatorFlags:
         context.seat_wind - EAST_WIND,
         context.round_wind - EAST_WIND,
     )
+    _FLAGS[context] = flags
+    return flags
 
 
 CalculatorFan = tuple[int, int, str, str]
