@@ -1,0 +1,50 @@
+"""`python -m mahjong_scoring`: the scoring service process.
+
+Migrates its database, then runs (under the platform's service runtime) the outbox relay to
+`mahjong.settlement.v1`, the tracked consumer of `mahjong.table.v1` that keeps the settlement
+projection, and the gRPC `ScoringService`, all configured from the MAHJONG_* settings.
+"""
+
+from __future__ import annotations
+
+from mahjong_platform.config import Settings, load_settings
+from mahjong_platform.database import create_session_factory
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_server import ServiceRegistration
+from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition, run_service
+from mahjong_platform.structured_logging import configure_logging
+from mahjong_platform.topics import Topics
+from sqlalchemy import Engine
+
+from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
+from mahjong_scoring.servicer import registration
+
+
+def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
+    """The gRPC services of the process: `ScoringService` over the scoring database."""
+    return [registration(create_session_factory(engine))]
+
+
+def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
+    """The settlement projection, consuming the table topic and appending to the scoring event store."""
+    projection = SettlementProjection(EventStore(topics))
+    return [ConsumerDefinition(CONSUMER_GROUP, lambda topics: [topics.table], projection)]
+
+
+DEFINITION = ServiceDefinition(
+    name="scoring",
+    migrations="mahjong_scoring:alembic",
+    registrations=registrations,
+    consumers=consumers,
+)
+
+
+def main() -> int:
+    """Run the scoring service until SIGTERM or SIGINT."""
+    settings = load_settings()
+    configure_logging(settings)
+    return run_service(DEFINITION, settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""`ScoringService` over gRPC: the rules library (EvaluateHand, ListWaits) and each game's settlement.
+
+EvaluateHand and ListWaits take the same fields with the same meaning as ``mjctl evaluate``: the
+hand without the winning tile in compact notation, melds, the win flags; an omitted win_by means
+a discard win, an empty self_draw_bonus means "double", and an empty missing_suit means the suit
+absent from the hand (if any). A malformed hand (bad tile code, wrong size, a fifth copy) is
+INVALID_ARGUMENT; the formula family is UNIMPLEMENTED until its scoring lands here.
+
+GetGameSettlement reads the projection: every `SettlementInstructed` line of the game in order
+(reason, payees with per-line reasons, fans and multiplier), the per-seat totals, and whether the
+game is settled (GameSettled emitted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+import sqlalchemy
+from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc, settlement_events_pb2
+from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.errors import InvalidArgumentError, NotFoundError, ServiceError
+from mahjong_platform.grpc_server import ServiceRegistration, register_service
+from mahjong_rules import (
+    SUITS,
+    Fan,
+    Meld,
+    RulesError,
+    Suit,
+    Tile,
+    WinContext,
+    evaluate_win,
+    find_waits,
+    parse_tile,
+    parse_tiles,
+    suits_held,
+    tile_code,
+)
+
+from mahjong_scoring.models import scoring_games, scoring_lines, scoring_players
+
+SERVICE_NAME = "ScoringService"
+MELDS_MAX = 4
+TABLE_ID_MAX_LENGTH = 200
+_WIN_BYS = {
+    common_pb2.WIN_BY_UNSPECIFIED: "discard",
+    common_pb2.WIN_BY_DISCARD: "discard",
+    common_pb2.WIN_BY_SELF_DRAW: "self_draw",
+    common_pb2.WIN_BY_ROB_KONG: "rob_kong",
+}
+_EXPOSURES = {
+    common_pb2.KONG_EXPOSURE_EXPOSED: "exposed",
+    common_pb2.KONG_EXPOSURE_ADDED: "added",
+    common_pb2.KONG_EXPOSURE_CONCEALED: "concealed",
+}
+
+
+class UnimplementedError(ServiceError):
+    """A well-formed request for something this service does not do yet (the formula family)."""
+
+    status_code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class ScoringServicer(scoring_service_pb2_grpc.ScoringServiceServicer):
+    """Thin: validate the request, call the rules or read the projection, map the answer back."""
+
+    def __init__(self, session_factory: SessionFactory) -> None:
+        self._session_factory = session_factory
+
+    def EvaluateHand(
+        self, request: scoring_service_pb2.EvaluateHandRequest, context: grpc.ServicerContext
+    ) -> scoring_service_pb2.EvaluateHandResponse:
+        """Score a winning hand (RULES.md 1.6, 1.7): multiplier and fans, or win = false."""
+        return evaluate_hand(request)
+
+    def ListWaits(
+        self, request: scoring_service_pb2.ListWaitsRequest, context: grpc.ServicerContext
+    ) -> scoring_service_pb2.ListWaitsResponse:
+        """The waits of a 13-tile position with their wait multipliers (RULES.md 1.7, 1.8)."""
+        return list_waits(request)
+
+    def GetGameSettlement(
+        self, request: scoring_service_pb2.GetGameSettlementRequest, context: grpc.ServicerContext
+    ) -> scoring_service_pb2.GetGameSettlementResponse:
+        """Every settlement line of a game, its totals, and whether it is settled."""
+        return game_settlement(self._session_factory, request.table_id)
+
+
+def registration(session_factory: SessionFactory) -> ServiceRegistration:
+    """The servicer's registration for `mahjong_platform.grpc_server.serve`."""
+    return register_service(
+        scoring_service_pb2.DESCRIPTOR.services_by_name[SERVICE_NAME],
+        scoring_service_pb2_grpc.add_ScoringServiceServicer_to_server,
+        ScoringServicer(session_factory),
+    )
+
+
+def evaluate_hand(
+    request: scoring_service_pb2.EvaluateHandRequest,
+) -> scoring_service_pb2.EvaluateHandResponse:
+    """EvaluateHand without gRPC: the answer, or a `ServiceError` for a request it cannot answer."""
+    _check_variant(request.variant)
+    try:
+        concealed = parse_tiles(request.concealed)
+        melds = _melds(request.melds)
+        if not request.win_tile:
+            raise InvalidArgumentError("win_tile is required, e.g. '5p'")
+        win_tile = parse_tile(request.win_tile)
+        if request.win_by not in _WIN_BYS:
+            raise InvalidArgumentError(f"unknown win_by {request.win_by}")
+        if request.cap_points < 0:
+            raise InvalidArgumentError(f"cap_points must be 0 (no cap) or positive, not {request.cap_points}")
+        context = WinContext(
+            win_by=_WIN_BYS[request.win_by],  # type: ignore[arg-type]
+            after_kong=request.after_kong,
+            last_tile=request.last_tile,
+            first_turn=request.first_turn,
+            dealer=request.dealer,
+            self_draw_bonus=request.self_draw_bonus or "double",  # type: ignore[arg-type]
+            cap_points=request.cap_points,
+        )
+        missing_suit = _missing_suit(request.missing_suit, [*concealed, win_tile], melds)
+        evaluation = evaluate_win(concealed, melds, win_tile, missing_suit, context)
+    except RulesError as error:
+        raise InvalidArgumentError(str(error)) from error
+    if evaluation is None:
+        return scoring_service_pb2.EvaluateHandResponse(win=False)
+    return scoring_service_pb2.EvaluateHandResponse(
+        win=True, multiplier=evaluation.multiplier, fans=_fan_messages(evaluation.fans)
+    )
+
+
+def list_waits(request: scoring_service_pb2.ListWaitsRequest) -> scoring_service_pb2.ListWaitsResponse:
+    """ListWaits without gRPC: the answer, or a `ServiceError` for a request it cannot answer."""
+    _check_variant(request.variant)
+    try:
+        concealed = parse_tiles(request.concealed)
+        melds = _melds(request.melds)
+        waits = find_waits(concealed, melds, _missing_suit(request.missing_suit, concealed, melds))
+    except RulesError as error:
+        raise InvalidArgumentError(str(error)) from error
+    return scoring_service_pb2.ListWaitsResponse(
+        ready=waits.ready,
+        waits=[
+            scoring_service_pb2.Wait(
+                tile=tile_code(wait.tile), multiplier=wait.multiplier, fans=_fan_messages(wait.fans)
+            )
+            for wait in waits.waits
+        ],
+    )
+
+
+def game_settlement(
+    session_factory: SessionFactory, table_id: str
+) -> scoring_service_pb2.GetGameSettlementResponse:
+    """GetGameSettlement without gRPC: the game's lines in order, its totals, and settled."""
+    if not 0 < len(table_id) <= TABLE_ID_MAX_LENGTH:
+        raise InvalidArgumentError(f"table_id must be 1..{TABLE_ID_MAX_LENGTH} characters")
+    with transaction(session_factory) as session:
+        game = session.execute(
+            sqlalchemy.select(scoring_games.c.settled).where(scoring_games.c.table_id == table_id)
+        ).first()
+        if game is None:
+            raise NotFoundError(
+                f"scoring has no game for table {table_id!r} (not opened, or not consumed yet)"
+            )
+        line_rows = session.execute(
+            sqlalchemy.select(scoring_lines.c.instruction)
+            .where(scoring_lines.c.table_id == table_id)
+            .order_by(scoring_lines.c.line)
+        ).all()
+        player_rows = session.execute(
+            sqlalchemy.select(scoring_players)
+            .where(scoring_players.c.table_id == table_id)
+            .order_by(scoring_players.c.seat)
+        ).all()
+    return scoring_service_pb2.GetGameSettlementResponse(
+        table_id=table_id,
+        lines=[
+            settlement_events_pb2.SettlementInstructed.FromString(bytes(row.instruction)) for row in line_rows
+        ],
+        totals=[
+            settlement_events_pb2.PlayerSettlement(
+                account=row.account,
+                seat=row.seat,
+                points=row.points,
+                beans=row.beans,
+                rake_beans=row.rake_beans,
+            )
+            for row in player_rows
+        ],
+        settled=bool(game.settled),
+    )
+
+
+def _check_variant(variant: int) -> None:
+    if variant == common_pb2.VARIANT_FORMULA:
+        raise UnimplementedError(
+            "variant formula is not supported by scoring yet; use VARIANT_SICHUAN_BLOODY"
+        )
+    if variant != common_pb2.VARIANT_SICHUAN_BLOODY:
+        raise InvalidArgumentError("variant must be VARIANT_SICHUAN_BLOODY (or VARIANT_FORMULA)")
+
+
+def _melds(melds: Sequence[common_pb2.Meld]) -> list[Meld]:
+    if len(melds) > MELDS_MAX:
+        raise InvalidArgumentError(f"a hand has at most {MELDS_MAX} melds, got {len(melds)}")
+    parsed = []
+    for meld in melds:
+        tile = parse_tile(meld.tile)
+        if meld.kind == "pong":
+            parsed.append(Meld("pong", tile))
+        elif meld.kind == "kong":
+            exposure = _EXPOSURES.get(meld.exposure)
+            if exposure is None:
+                raise InvalidArgumentError(
+                    f"the kong of {meld.tile} needs exposure exposed, added or concealed"
+                )
+            parsed.append(Meld("kong", tile, exposure))  # type: ignore[arg-type]
+        else:
+            raise InvalidArgumentError(f"meld kind must be pong or kong, not {meld.kind!r}")
+    return parsed
+
+
+def _missing_suit(value: str, tiles: Sequence[Tile], melds: Sequence[Meld]) -> Suit | None:
+    """The declared missing suit, or (as ``mjctl evaluate``) the suit absent from the hand."""
+    if value:
+        for suit in SUITS:
+            if suit == value:
+                return suit
+        raise InvalidArgumentError(f"missing_suit must be m, p or s, not {value!r}")
+    held = suits_held(tiles, melds)
+    return next((suit for suit in SUITS if suit not in held), None)
+
+
+def _fan_messages(fans: Sequence[Fan]) -> list[common_pb2.Fan]:
+    return [common_pb2.Fan(id=fan.id, name=fan.name, multiplier=fan.multiplier, count=1) for fan in fans]

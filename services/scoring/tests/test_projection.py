@@ -1,0 +1,141 @@
+"""The settlement projection on SQLite: rows, outbox, idempotency, rebuild equals live, memory safety."""
+
+from __future__ import annotations
+
+import pathlib
+
+import sqlalchemy
+from mahjong.v1 import envelope_pb2
+from mahjong_platform.database import SessionFactory, create_session_factory, sqlite_url, transaction
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.outbox import count_unsent_outbox_messages
+from mahjong_platform.schema import stored_events
+from mahjong_platform.topics import Topics
+from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
+from mahjong_scoring.models import PROJECTION_TABLES, scoring_games, scoring_metadata
+from mahjong_scoring.projection import SettlementProjection
+from mahjong_scoring.testing import TableScript, room_rules
+from sqlalchemy.engine import Engine
+
+from .conftest import migrated_engine
+
+POSITION = MessagePosition("mahjong.table.v1", 0, 0)
+DEAL = ["11234567888m99p5s", "123456789p2255s", "11335779s24699m", "123m1122456p789s"]
+
+
+def whole_game() -> TableScript:
+    """Concealed kong, then the wall-exhausted checks (flower pig, not ready, kong refund), rake."""
+    script = TableScript(rules=room_rules(coefficient=100, rake_beans=50)).open(DEAL, "smpm")
+    script.discard(0, "5s")
+    script.draw(1, "1s")
+    script.discard(1, "1s")
+    script.draw(0, "8m")
+    script.kong(0, "8m", "concealed")
+    script.draw(0, "4p", from_tail=True)
+    script.discard(0, "9p")
+    script.wall_exhausted()
+    script.ended("wall_exhausted")
+    return script
+
+
+def apply_all(
+    session_factory: SessionFactory, projection: SettlementProjection, events: list[envelope_pb2.Envelope]
+) -> None:
+    for envelope in events:
+        with transaction(session_factory) as session:
+            projection(session, envelope, POSITION)
+
+
+def projection_rows(session_factory: SessionFactory) -> dict[str, list[tuple[object, ...]]]:
+    with transaction(session_factory) as session:
+        rows = {
+            table.name: [
+                tuple(row) for row in session.execute(sqlalchemy.select(table).order_by(*table.primary_key))
+            ]
+            for table in PROJECTION_TABLES
+        }
+        rows["stored_events"] = [
+            (row.stream_id, row.sequence, row.event_id, bytes(row.envelope))
+            for row in session.execute(sqlalchemy.select(stored_events).order_by(stored_events.c.sequence))
+        ]
+    return rows
+
+
+def test_each_settlement_event_is_stored_and_queued_for_the_settlement_topic(
+    session_factory: SessionFactory,
+) -> None:
+    script = whole_game()
+    apply_all(session_factory, SettlementProjection(EventStore(Topics.with_prefix("t."))), script.events)
+    _, expected = settle_table_events(new_game_settlement(), script.events)
+    rows = projection_rows(session_factory)
+    assert [row[2] for row in rows["stored_events"]] == [envelope.event_id for envelope in expected.envelopes]
+    with transaction(session_factory) as session:
+        assert count_unsent_outbox_messages(session) == len(expected.envelopes)
+        topics = set(session.execute(sqlalchemy.select(stored_events.c.topic)).scalars())
+        game = session.execute(sqlalchemy.select(scoring_games)).one()
+    assert topics == {"t.mahjong.settlement.v1"}
+    assert game.settled and game.line_count == len(expected.instructions)
+
+
+def test_the_same_table_event_twice_adds_nothing(session_factory: SessionFactory) -> None:
+    script = whole_game()
+    projection = SettlementProjection(EventStore())
+    apply_all(session_factory, projection, script.events)
+    before = projection_rows(session_factory)
+    apply_all(session_factory, projection, script.events[3:6])
+    apply_all(session_factory, SettlementProjection(EventStore()), script.events[-2:])
+    assert projection_rows(session_factory) == before
+
+
+def test_a_rebuilt_projection_from_the_same_events_has_identical_rows(
+    session_factory: SessionFactory, tmp_path: pathlib.Path
+) -> None:
+    script = whole_game()
+    apply_all(session_factory, SettlementProjection(EventStore()), script.events)
+    rebuilt_engine: Engine = migrated_engine(sqlite_url(tmp_path / "rebuild", "scoring"))
+    try:
+        rebuilt = create_session_factory(rebuilt_engine)
+        # Rebuilt without the in-memory fold: every event folds the game again from the inbox.
+        apply_all(rebuilt, SettlementProjection(EventStore(), games_in_memory_max=1), script.events)
+        assert projection_rows(rebuilt) == projection_rows(session_factory)
+    finally:
+        rebuilt_engine.dispose()
+
+
+def test_a_rolled_back_event_does_not_leak_from_memory_into_the_next(session_factory: SessionFactory) -> None:
+    script = whole_game()
+    projection = SettlementProjection(EventStore())
+    apply_all(session_factory, projection, script.events[:5])
+    kong_event = script.events[7]
+    assert kong_event.WhichOneof("payload") == "kong_declared"
+    try:
+        with transaction(session_factory) as session:
+            projection(session, script.events[5], POSITION)
+            raise RuntimeError("crash before commit")
+    except RuntimeError:
+        pass
+    apply_all(session_factory, projection, script.events[5:])
+    reference = projection_rows(session_factory)
+    other_engine_rows = _fresh_rows(script.events)
+    assert reference["scoring_lines"] == other_engine_rows["scoring_lines"]
+
+
+def _fresh_rows(events: list[envelope_pb2.Envelope]) -> dict[str, list[tuple[object, ...]]]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        engine = migrated_engine(sqlite_url(pathlib.Path(directory), "scoring"))
+        try:
+            factory = create_session_factory(engine)
+            apply_all(factory, SettlementProjection(EventStore()), events)
+            return projection_rows(factory)
+        finally:
+            engine.dispose()
+
+
+def test_the_migrated_database_matches_the_metadata(scoring_engine: Engine) -> None:
+    inspector = sqlalchemy.inspect(scoring_engine)
+    for table in scoring_metadata.sorted_tables:
+        columns = {column["name"] for column in inspector.get_columns(table.name)}
+        assert columns == {column.name for column in table.columns}, table.name

@@ -1,0 +1,112 @@
+"""ScoringService over a real in-process gRPC server: the rules over gRPC and a game's settlement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc
+from mahjong_platform.config import load_settings
+from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_server import serve
+from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_scoring.projection import SettlementProjection
+from mahjong_scoring.servicer import registration
+from mahjong_scoring.testing import TableScript, room_rules
+
+SICHUAN = common_pb2.VARIANT_SICHUAN_BLOODY
+
+
+@pytest.fixture
+def stub(session_factory: SessionFactory) -> Iterator[scoring_service_pb2_grpc.ScoringServiceStub]:
+    running = serve([registration(session_factory)], "127.0.0.1:0", load_settings({}))
+    channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
+    try:
+        yield scoring_service_pb2_grpc.ScoringServiceStub(channel)
+    finally:
+        channel.close()
+        running.stop(0)
+
+
+def test_evaluate_hand_scores_like_mjctl_evaluate(stub: scoring_service_pb2_grpc.ScoringServiceStub) -> None:
+    response = stub.EvaluateHand(
+        scoring_service_pb2.EvaluateHandRequest(
+            variant=SICHUAN,
+            concealed="234678m9p",
+            melds=[
+                common_pb2.Meld(kind="pong", tile="5p"),
+                common_pb2.Meld(kind="kong", tile="7p", exposure=common_pb2.KONG_EXPOSURE_EXPOSED),
+            ],
+            win_tile="9p",
+            win_by=common_pb2.WIN_BY_SELF_DRAW,
+        )
+    )
+    assert response.win
+    assert [(fan.id, fan.multiplier) for fan in response.fans] == [
+        ("plain", 1),
+        ("root", 2),
+        ("self_draw", 2),
+    ]
+    assert response.multiplier == 4
+
+
+def test_evaluate_hand_answers_no_win_and_rejects_bad_tiles(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+) -> None:
+    no_win = stub.EvaluateHand(
+        scoring_service_pb2.EvaluateHandRequest(variant=SICHUAN, concealed="13579m2468p1357s", win_tile="9p")
+    )
+    assert not no_win.win
+    with pytest.raises(grpc.RpcError) as error:
+        stub.EvaluateHand(
+            scoring_service_pb2.EvaluateHandRequest(variant=SICHUAN, concealed="12x", win_tile="1m")
+        )
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ListWaits(
+            scoring_service_pb2.ListWaitsRequest(variant=common_pb2.VARIANT_FORMULA, concealed="1m")
+        )
+    assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_list_waits_gives_each_wait_with_its_multiplier(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+) -> None:
+    response = stub.ListWaits(
+        scoring_service_pb2.ListWaitsRequest(variant=SICHUAN, concealed="1112345678999m")
+    )
+    assert response.ready
+    assert [wait.tile for wait in response.waits] == [f"{rank}m" for rank in range(1, 10)]
+    assert all(wait.multiplier >= 4 for wait in response.waits)  # 清一色 at least
+
+
+def test_get_game_settlement_returns_every_line_with_reason_and_fans_and_the_totals(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub, session_factory: SessionFactory
+) -> None:
+    script = TableScript(rules=room_rules(coefficient=10, rake_beans=5)).open(
+        ["11234567888m99p5s", "123456789p2255s", "11335779s24699m", "123m1122456p789s"], "smpm"
+    )
+    script.discard(0, "5s")
+    script.win(1, "5s", "discard", from_seat=0)
+    script.draw(2, "1s")
+    projection = SettlementProjection(EventStore())
+    for envelope in script.events:
+        with transaction(session_factory) as session:
+            projection(session, envelope, MessagePosition("mahjong.table.v1", 0, 0))
+    response = stub.GetGameSettlement(scoring_service_pb2.GetGameSettlementRequest(table_id="table-1"))
+    assert not response.settled
+    (line,) = response.lines
+    assert (line.reason, line.payer_account, line.payees[0].account) == ("win", "player:p0", "player:p1")
+    assert (line.payees[0].points, line.payees[0].beans, line.coefficient) == (1, 10, 10)
+    assert [fan.name for fan in line.fans] == ["平胡"]
+    assert [(total.account, total.beans) for total in response.totals] == [
+        ("player:p0", -10),
+        ("player:p1", 10),
+        ("player:p2", 0),
+        ("player:p3", 0),
+    ]
+    with pytest.raises(grpc.RpcError) as error:
+        stub.GetGameSettlement(scoring_service_pb2.GetGameSettlementRequest(table_id="no-such-table"))
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
