@@ -58,14 +58,24 @@ def command_for(state: TableState, seat: int, action: LegalAction, generator: ra
 
 
 def random_legal_command(
-    state: TableState, generator: random.Random, *, timeout_chance: float = 0.05, leave_chance: float = 0.003
+    state: TableState,
+    generator: random.Random,
+    *,
+    timeout_chance: float = 0.05,
+    leave_chance: float = 0.003,
+    win_chance: float = 0.7,
+    greedy_chance: float = 0.0,
 ) -> TableCommand:
-    """Any legal command of any waited-on seat, sometimes a deadline expiry or a leave."""
+    """Any legal command of any waited-on seat, sometimes a deadline expiry or a leave; an offered
+    win is taken with `win_chance`, and with `greedy_chance` the greedy player's move is made
+    (random discards rarely make a hand ready, so wins and the end by three wins would be rare)."""
     if generator.random() < timeout_chance:
         return ExpireDeadline()
     if generator.random() < leave_chance:
         leavers = [seat for seat in range(4) if not state.players[seat].left]
         return Leave(generator.choice(leavers), "leave")
+    if generator.random() < greedy_chance:
+        return greedy_command(state)
     choices = [
         (seat, action)
         for seat in waited_on(state)
@@ -74,6 +84,9 @@ def random_legal_command(
     ]
     if not choices:
         return ExpireDeadline()
+    wins = [(seat, action) for seat, action in choices if action.kind == ACTION_WIN]
+    if wins and generator.random() < win_chance:
+        return Win(generator.choice(wins)[0])
     seat, action = generator.choice(choices)
     return command_for(state, seat, action, generator)
 

@@ -390,7 +390,22 @@ def test_leaving_during_the_exchange_picks_for_the_escapee_so_the_swap_can_happe
     for seat in range(3):
         table.act(ExchangeThree(seat, tuple(EXCHANGE_PICKS[seat].split())))
     events = table.act(Leave(3))
-    assert kinds(events) == ["PlayerLeft", "ExchangePicked", "TilesExchanged"]
+    assert kinds(events) == ["PlayerLeft", "ExchangePicked", "TilesExchanged", "MissingSuitChosen"]
+    assert table.state.players[3].missing_suit is not None  # the escapee is declared for, too
+    assert_consistent(table)
+
+
+def test_leaving_before_the_exchange_starts_the_others_still_exchange_and_declare_rules_1_10() -> None:
+    table = table_with_hands(EXCHANGE_HANDS, rules=RoomRules())
+    assert kinds(table.act(Leave(2))) == ["PlayerLeft", "ExchangePicked"]
+    for seat in (0, 1):
+        table.act(ExchangeThree(seat, tuple(EXCHANGE_PICKS[seat].split())))
+    events = table.act(ExchangeThree(3, tuple(EXCHANGE_PICKS[3].split())))
+    assert kinds(events) == ["ExchangePicked", "TilesExchanged", "MissingSuitChosen"]
+    for seat, suit in ((0, "p"), (1, "s")):
+        table.act(DeclareMissingSuit(seat, suit))
+    events = table.act(DeclareMissingSuit(3, "p"))
+    assert kinds(events) == ["MissingSuitChosen", "MissingSuitsDeclared"]
     assert_consistent(table)
 
 

@@ -602,7 +602,7 @@ def _emit_pass(emitter: _Emitter, seat: int, *, automatic: bool) -> None:
 
 def _leave(emitter: _Emitter, command: Leave) -> None:
     """RULES.md 1.10: the escapee takes no further part. During the exchange or the missing-suit
-    choice the server completes their pick/choice so the others' swap and reveal can happen."""
+    choice the server completes their pick/choice (`_advance`) so the swap and reveal can happen."""
     _check_seat(command.seat)
     if command.reason not in LEAVE_REASONS:
         raise InvalidCommandError(f"leave reason must be one of {LEAVE_REASONS}, got {command.reason!r}")
@@ -612,13 +612,6 @@ def _leave(emitter: _Emitter, command: Leave) -> None:
     if player.left:
         raise PlayerNotInGameError(f"seat {command.seat} already left the table")
     emitter.emit(PlayerLeft(command.seat, command.reason, had_won=player.won))
-    if _end_if_due(emitter):
-        return
-    state = emitter.state
-    if state.phase is Phase.EXCHANGE and player.exchange_pick is None:
-        _auto_pick(emitter, command.seat)
-    elif state.phase is Phase.MISSING_SUIT and player.missing_suit is None:
-        _auto_missing_suit(emitter, command.seat)
 
 
 def _auto_pick(emitter: _Emitter, seat: int) -> None:
@@ -727,7 +720,12 @@ def _advance(emitter: _Emitter) -> None:
     closed claim windows resolved, turns of seats that won or left passed on, the end."""
     while not _end_if_due(emitter):
         state = emitter.state
-        if state.phase is Phase.EXCHANGE and _all_picked(state):
+        absent = [seat for seat in _waited_on(state) if state.players[seat].left]
+        if absent and state.phase is Phase.EXCHANGE:
+            _auto_pick(emitter, absent[0])  # RULES.md 1.10: escapees act no more; the server picks
+        elif absent and state.phase is Phase.MISSING_SUIT:
+            _auto_missing_suit(emitter, absent[0])
+        elif state.phase is Phase.EXCHANGE and _all_picked(state):
             _swap(emitter)
         elif state.phase is Phase.MISSING_SUIT and all(p.missing_suit is not None for p in state.players):
             _reveal_missing_suits(emitter)
