@@ -4,6 +4,7 @@ and fails naming a posting tampered with in the database."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -202,10 +203,8 @@ def test_instructions_apply_exactly_once_through_duplicates_a_crash_and_a_restar
         while not crashes:
             if time.monotonic() > deadline:
                 pytest.fail("the consumer never reached the crash point")
-            try:
+            with contextlib.suppress(RuntimeError):
                 consumer.poll_once(timeout_ms=200)
-            except RuntimeError:
-                pass
     finally:
         consumer.close()
 
