@@ -205,8 +205,10 @@ class PongClaimed:
 class KongDeclared:
     """A kong (RULES.md 1.5). `from_seat` is the discarder for an exposed kong, -1 otherwise.
 
-    An added kong may still be robbed: `KongRobbed` then voids it. Until the replacement draw
-    (`TileDrawn` with `from_tail`) or the `KongRobbed`, an added kong earns nothing yet.
+    An added kong may still be robbed (RULES.md 1.5): the claim window on its tile closes with a
+    `KongRobbed` (the kong is void and earns nothing) or with anything else, usually the
+    replacement `TileDrawn` with `from_tail` (the kong stands). Consumers that pay kongs should
+    settle an added kong only when its window has closed.
     """
 
     seat: int
