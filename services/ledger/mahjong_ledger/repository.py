@@ -298,13 +298,10 @@ class LedgerRepository:
         line: int,
         memo: str,
     ) -> PostResult:
-        existing = self._existing(session, kind, order_key, digest)
-        if existing is not None:
-            return PostResult(existing, newly_posted=False)
         posted_at = _aware(context.occurred_at)
         self._open_accounts(session, accounts, posted_at)
         balances = self._lock_balances(session, accounts)
-        # Again after the lock: a concurrent call with the same key may have committed meanwhile.
+        # Only after the lock: a concurrent call with the same key has committed or not started.
         existing = self._existing(session, kind, order_key, digest)
         if existing is not None:
             return PostResult(existing, newly_posted=False)
@@ -329,9 +326,12 @@ class LedgerRepository:
                 posted_at=posted_at,
             )
         )
+        posting_ids: list[int] = []
         if transfer.postings:
-            session.execute(
-                ledger_postings.insert(),
+            inserted = session.execute(
+                ledger_postings.insert().returning(
+                    ledger_postings.c.posting_id, sort_by_parameter_order=True
+                ),
                 [
                     {
                         "transfer_id": transfer.transfer_id,
@@ -344,6 +344,7 @@ class LedgerRepository:
                     for posting in transfer.postings
                 ],
             )
+            posting_ids = [int(posting_id) for posting_id in inserted.scalars()]
             session.execute(
                 ledger_accounts.update()
                 .where(ledger_accounts.c.account == sqlalchemy.bindparam("target_account"))
@@ -354,20 +355,50 @@ class LedgerRepository:
                 ],
             )
         self._append_transfer_posted(session, transfer, stream_id, context)
-        record = self.find_transfer(session, kind, order_key)
-        assert record is not None
+        record = TransferRecord(
+            transfer_id=transfer.transfer_id,
+            kind=kind.value,
+            order_key=order_key,
+            table_id=transfer.table_id,
+            room_id=transfer.room_id,
+            reason=transfer.reason,
+            payer_account=transfer.payer_account,
+            requested_beans=transfer.requested_beans,
+            posted_beans=transfer.posted_beans,
+            request_digest=transfer.request_digest,
+            source_event_id=source_event_id,
+            line=line,
+            memo=memo,
+            posted_at=posted_at,
+            postings=tuple(
+                PostingRecord(
+                    posting_id=posting_id,
+                    account=posting.account,
+                    beans=posting.beans,
+                    reason=posting.reason,
+                    balance_after_beans=new_balances[posting.account],
+                    posted_at=posted_at,
+                )
+                for posting_id, posting in zip(posting_ids, transfer.postings, strict=True)
+            ),
+        )
         return PostResult(record, newly_posted=True)
 
     def _existing(
         self, session: Session, kind: TransferKind, order_key: str, digest: str
     ) -> TransferRecord | None:
-        record = self.find_transfer(session, kind, order_key)
-        if record is not None and record.request_digest != digest:
+        query = sqlalchemy.select(ledger_transfers.c.transfer_id, ledger_transfers.c.request_digest).where(
+            ledger_transfers.c.kind == kind.value, ledger_transfers.c.order_key == order_key
+        )
+        row = session.execute(query).first()
+        if row is None:
+            return None
+        if row.request_digest != digest:
             raise IdempotencyConflictError(
                 f"{kind.value} key {order_key!r} was already used for a different request "
-                f"(transfer {record.transfer_id}); use a new key for a new request"
+                f"(transfer {row.transfer_id}); use a new key for a new request"
             )
-        return record
+        return self.find_transfer(session, kind, order_key)
 
     def _open_accounts(
         self, session: Session, accounts: Collection[str], opened_at: datetime.datetime

@@ -1,0 +1,173 @@
+"""Benchmark: ledger postings per second on SQLite and on PostgreSQL.
+
+    python -m mahjong_ledger.bench [--instructions 2000] [--backend sqlite|postgresql|both]
+
+Each settlement instruction goes through the projection handler in its own transaction, as the
+tracked consumer applies it (minus Kafka): lock the accounts, split, insert the transfer and its
+postings, update the balances, append ``TransferPosted`` to the event store and the outbox. The
+mix is a game's: kongs (3 payees), wins (1 payee), shortfalls and the rake, so about 2.7 postings
+per instruction. PostgreSQL runs in a throwaway cluster (`mahjong_infra.postgres`) on loopback.
+Prints a table; figures are for the machine it runs on, not a promise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy
+from mahjong.v1 import envelope_pb2
+from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.topics import Topics
+from mahjong_platform.tracked_consumer import MessagePosition
+
+from mahjong_ledger.app import migrate
+from mahjong_ledger.domain import DepositOrder
+from mahjong_ledger.models import ledger_postings
+from mahjong_ledger.projection import SettlementProjection
+from mahjong_ledger.reconcile import reconcile
+from mahjong_ledger.repository import LedgerRepository
+from mahjong_ledger.testing import instruction_envelope, payee
+
+PLAYERS_PER_TABLE = 4
+TABLES = 50
+STARTING_BEANS = 50_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One backend's figures."""
+
+    backend: str
+    instructions: int
+    postings: int
+    seconds: float
+    reconcile_seconds: float
+
+    @property
+    def postings_per_second(self) -> float:
+        return self.postings / self.seconds
+
+    @property
+    def instructions_per_second(self) -> float:
+        return self.instructions / self.seconds
+
+
+def instructions(count: int) -> list[envelope_pb2.Envelope]:
+    """A deterministic stream of game-like instructions over TABLES tables of four players."""
+    envelopes = []
+    for index in range(count):
+        table = index % TABLES
+        seats = [f"player:t{table}s{seat}" for seat in range(PLAYERS_PER_TABLE)]
+        payer = seats[index % PLAYERS_PER_TABLE]
+        others = [seat for seat in seats if seat != payer]
+        kind = index % 4
+        if kind == 0:
+            payees, reason = [payee(other, 200) for other in others], "exposed_kong"
+        elif kind == 1:
+            payees, reason = [payee(others[0], 3_600)], "win"
+        elif kind == 2:
+            payees, reason = (
+                [payee(other, 9_000 + 1_000 * number) for number, other in enumerate(others)],
+                "win",
+            )
+        else:
+            payees, reason = [payee("house:rake", 400)], "rake"
+        envelopes.append(
+            instruction_envelope(
+                f"bench-{index}",
+                payer,
+                payees,
+                table_id=f"bench-table-{table}",
+                reason=reason,
+                sequence=index + 1,
+            )
+        )
+    return envelopes
+
+
+def run(backend: str, database_url: str, count: int) -> Result:
+    """Migrate, fund the players, post `count` instructions one transaction each, and time it."""
+    migrate(database_url)
+    engine = create_engine_for(database_url)
+    try:
+        session_factory = create_session_factory(engine)
+        repository = LedgerRepository(EventStore(topics=Topics()))
+        with transaction(session_factory) as session:
+            for table in range(TABLES):
+                for seat in range(PLAYERS_PER_TABLE):
+                    account = f"player:t{table}s{seat}"
+                    repository.deposit(
+                        session, DepositOrder(account, STARTING_BEANS, f"bench-fund:{account}")
+                    )
+        with transaction(session_factory) as session:
+            postings_before = session.execute(
+                sqlalchemy.select(sqlalchemy.func.count()).select_from(ledger_postings)
+            )
+            postings_before_count = int(postings_before.scalar_one())
+        projection = SettlementProjection(repository)
+        envelopes = instructions(count)
+        started = time.perf_counter()
+        for offset, envelope in enumerate(envelopes):
+            with transaction(session_factory) as session:
+                projection.handle(session, envelope, MessagePosition("bench", 0, offset))
+        seconds = time.perf_counter() - started
+        with transaction(session_factory) as session:
+            postings_after = session.execute(
+                sqlalchemy.select(sqlalchemy.func.count()).select_from(ledger_postings)
+            )
+            postings = int(postings_after.scalar_one()) - postings_before_count
+            reconcile_started = time.perf_counter()
+            report = reconcile(session)
+            reconcile_seconds = time.perf_counter() - reconcile_started
+        assert report.ok, report.findings
+        return Result(backend, count, postings, seconds, reconcile_seconds)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def postgresql_database() -> Iterator[str]:
+    """A database in a throwaway PostgreSQL cluster, stopped and deleted afterwards."""
+    from mahjong_infra.postgres import PostgresCluster
+
+    with PostgresCluster() as cluster:
+        yield cluster.create_database("ledger_bench")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print a table of postings per second."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--instructions", type=int, default=2_000)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    arguments = parser.parse_args(argv)
+    assert 1 <= arguments.instructions <= 1_000_000, "--instructions must be 1..1,000,000"
+    results = []
+    if arguments.backend in ("sqlite", "both"):
+        with tempfile.TemporaryDirectory() as directory:
+            results.append(
+                run("sqlite", sqlite_url(pathlib.Path(directory), "ledger"), arguments.instructions)
+            )
+    if arguments.backend in ("postgresql", "both"):
+        with postgresql_database() as url:
+            results.append(run("postgresql", url, arguments.instructions))
+    print(
+        f"{'backend':<12}{'instructions':>14}{'postings':>10}{'seconds':>9}"
+        f"{'instr/s':>10}{'postings/s':>12}{'reconcile s':>13}"
+    )
+    for result in results:
+        print(
+            f"{result.backend:<12}{result.instructions:>14}{result.postings:>10}{result.seconds:>9.2f}"
+            f"{result.instructions_per_second:>10.0f}{result.postings_per_second:>12.0f}{result.reconcile_seconds:>13.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
