@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -53,6 +54,8 @@ MAX_POLL_RECORDS_DEFAULT = 100
 MAX_POLL_RECORDS_MAX = 10_000
 SESSION_TIMEOUT_MS_DEFAULT = 10_000
 HEARTBEAT_INTERVAL_MS_DEFAULT = 1_000
+METADATA_MAX_AGE_MS_DEFAULT = 30_000
+TOPIC_METADATA_TIMEOUT_MS_DEFAULT = 30_000
 DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
 # A dead letter carries the error text for a human; a stack-trace-sized message is plenty.
 DEAD_LETTER_ERROR_MAX_CHARACTERS = 4_000
@@ -99,6 +102,8 @@ class TrackedConsumer:
         max_poll_records: int = MAX_POLL_RECORDS_DEFAULT,
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT,
+        metadata_max_age_ms: int = METADATA_MAX_AGE_MS_DEFAULT,
+        topic_metadata_timeout_ms: int = TOPIC_METADATA_TIMEOUT_MS_DEFAULT,
         dead_letter_publish_timeout_ms: int = DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT,
         clock: Clock = utc_now,
         before_commit: BeforeCommitHook | None = None,
@@ -111,6 +116,7 @@ class TrackedConsumer:
             raise ValueError("a consumer must not consume its own dead letter topic")
         assert 1 <= max_poll_records <= MAX_POLL_RECORDS_MAX, max_poll_records
         assert 0 < heartbeat_interval_ms < session_timeout_ms, (heartbeat_interval_ms, session_timeout_ms)
+        assert metadata_max_age_ms > 0, metadata_max_age_ms
         self._engine = engine
         self._session_factory = create_session_factory(engine)
         self._group_id = group_id
@@ -130,6 +136,9 @@ class TrackedConsumer:
             max_poll_records=max_poll_records,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            # A topic or partition the broker had not yet announced when the group formed is picked
+            # up (by a rejoin) at the next metadata refresh, so keep the refresh interval short.
+            metadata_max_age_ms=metadata_max_age_ms,
             fetch_max_wait_ms=100,
         )
         self._dead_letter_producer = create_idempotent_producer(
@@ -137,7 +146,23 @@ class TrackedConsumer:
             client_id=f"mahjong-dead-letters-{group_id}",
             delivery_timeout_ms=dead_letter_publish_timeout_ms,
         )
+        self._wait_until_topics_are_known(topics, topic_metadata_timeout_ms)
         self._consumer.subscribe(list(topics), listener=_SeekToStoredPositions(self))
+
+    def _wait_until_topics_are_known(self, topics: Sequence[str], timeout_ms: int) -> None:
+        """Block until the client's metadata lists every topic's partitions.
+
+        Joining the group before that makes the group leader assign nothing for a topic it has no
+        partitions for, and kafka-python may not rejoin for a long time after that. A topic that
+        never shows up is a deployment error (run `ensure_topics` first), reported here.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000
+        for topic in topics:
+            while not self._consumer.partitions_for_topic(topic):
+                if time.monotonic() > deadline:
+                    self.close()
+                    raise UnknownTopicError(f"topic {topic!r} has no partitions after {timeout_ms} ms")
+                time.sleep(0.1)
 
     def poll_once(self, timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT) -> int:
         """Fetch and handle at most one batch of messages; return how many were handled.
@@ -301,6 +326,10 @@ class TrackedConsumer:
                 "error": error[:200],
             },
         )
+
+
+class UnknownTopicError(LookupError):
+    """A subscribed topic does not exist (or the broker has not announced it yet)."""
 
 
 class _HandlerFailedError(Exception):

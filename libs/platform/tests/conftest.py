@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pathlib
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import pytest
 import sqlalchemy
+from kafka import KafkaAdminClient, KafkaConsumer
 from mahjong.v1.envelope_pb2 import Envelope
 from mahjong_platform.database import create_engine_for, sqlite_url
 from mahjong_platform.migrations import upgrade
@@ -96,7 +98,43 @@ def postgresql_engine(postgres_database_url: str) -> Iterator[Engine]:
 # --- Kafka ----------------------------------------------------------------------------------------
 
 TEST_PARTITION_COUNT = 2
-POLL_DEADLINE_SECONDS = 30.0
+POLL_DEADLINE_SECONDS = 60.0
+COORDINATOR_READY_DEADLINE_SECONDS = 120.0
+
+
+@pytest.fixture(scope="session")
+def kafka_group_coordinator_ready(kafka_bootstrap_servers: str) -> None:
+    """Waits once per session until consumer groups can form on the shared broker.
+
+    The first group on a fresh broker makes it create `__consumer_offsets` (50 partitions by
+    default), which on a busy two-core machine can take longer than one test's poll deadline;
+    until a group's partition has a leader, joining that group fails with NotCoordinator.
+    """
+    topic = f"warmup.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_bootstrap_servers, [topic], partitions=1)
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka_bootstrap_servers,
+        group_id=topic,
+        enable_auto_commit=False,
+        metadata_max_age_ms=1_000,
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + COORDINATOR_READY_DEADLINE_SECONDS
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                pytest.fail(f"no consumer group formed within {COORDINATOR_READY_DEADLINE_SECONDS} s")
+            consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close(autocommit=False)
+    # Each group's coordinator lives on one of the offsets topic's partitions: wait for them all.
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap_servers)
+    try:
+        admin.wait_for_topics(
+            ["__consumer_offsets"], timeout_ms=int(COORDINATOR_READY_DEADLINE_SECONDS * 1000)
+        )
+    finally:
+        admin.close()
 
 
 @pytest.fixture
@@ -133,7 +171,9 @@ class ConsumerFactory(Protocol):
 
 
 @pytest.fixture
-def new_tracked_consumer(kafka_bootstrap_servers: str, kafka_topics: Topics) -> Iterator[ConsumerFactory]:
+def new_tracked_consumer(
+    kafka_bootstrap_servers: str, kafka_topics: Topics, kafka_group_coordinator_ready: None
+) -> Iterator[ConsumerFactory]:
     """Creates tracked consumers of this test's table topic with short timeouts; closes them all."""
     created: list[TrackedConsumer] = []
 
@@ -153,6 +193,8 @@ def new_tracked_consumer(kafka_bootstrap_servers: str, kafka_topics: Topics) -> 
             kafka_topics.dead_letter,
             session_timeout_ms=6_000,
             heartbeat_interval_ms=500,
+            # Bounds the stall when the group forms before the broker announces the new topic.
+            metadata_max_age_ms=1_000,
             dead_letter_publish_timeout_ms=10_000,
             before_commit=before_commit,
         )

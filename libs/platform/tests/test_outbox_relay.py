@@ -192,16 +192,25 @@ def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
     stop_event = threading.Event()
     consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
     relay = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+    thread_errors: list[BaseException] = []
+
+    def run_and_record_errors(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as error:  # Reported by the assertion below, not lost in the thread.
+            thread_errors.append(error)
+            raise
+
     threads = [
-        threading.Thread(target=relay.run_forever, args=(stop_event, 50)),
-        threading.Thread(target=consumer.run_forever, args=(stop_event, 100)),
+        threading.Thread(target=run_and_record_errors, args=(lambda: relay.run_forever(stop_event, 50),)),
+        threading.Thread(target=run_and_record_errors, args=(lambda: consumer.run_forever(stop_event, 100),)),
     ]
     try:
         for thread in threads:
             thread.start()
         event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 3})
         event_ids += append_events(sqlite_engine, kafka_topics, {"table-2": 2, "table-1": 1})
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while len(read_projection_event_ids(sqlite_engine)) < len(event_ids) and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
@@ -209,5 +218,6 @@ def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
         for thread in threads:
             thread.join(timeout=10)
         relay.close()
+    assert thread_errors == []
     assert not any(thread.is_alive() for thread in threads)
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)

@@ -71,11 +71,15 @@ def read_dead_letters(
     """Read the dead letter topic from the beginning until `expected_count` letters arrived."""
     reader = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
     try:
-        partitions = [TopicPartition(topic, partition) for partition in reader.partitions_for_topic(topic)]
+        deadline = time.monotonic() + READ_DEADLINE_SECONDS
+        partition_numbers = reader.partitions_for_topic(topic)
+        while not partition_numbers and time.monotonic() < deadline:
+            time.sleep(0.1)  # The reader's metadata may not know the topic yet.
+            partition_numbers = reader.partitions_for_topic(topic)
+        partitions = [TopicPartition(topic, partition) for partition in partition_numbers]
         reader.assign(partitions)
         reader.seek_to_beginning(*partitions)
         letters: list[envelope_pb2.DeadLetter] = []
-        deadline = time.monotonic() + READ_DEADLINE_SECONDS
         while len(letters) < expected_count and time.monotonic() < deadline:
             for records in reader.poll(timeout_ms=200).values():
                 letters += [envelope_pb2.DeadLetter.FromString(record.value) for record in records]
