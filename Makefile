@@ -38,8 +38,15 @@ test-unit: setup
 test-integration: setup
 	$(BIN)/pytest -m "integration" $(PYTEST_ARGS)
 
+# The pure-Python peer `mahjong` shares its top-level name with our generated `mahjong.v1`, so it
+# lives in its own folder, put first on the path only for the rules benchmark.
+PEERS := .cache/bench-peers
 bench: setup
-	$(BIN)/python -m mahjong_rules.bench
+	test -d $(PEERS)/mahjong || $(BIN)/pip install --quiet --target $(PEERS) mahjong==1.3.0
+	PYTHONPATH=$(PEERS) $(BIN)/python -m mahjong_rules.bench
+	$(BIN)/python -m mahjong_rules.formula.bench
+	$(BIN)/python -m mahjong_table.bench
+	$(BIN)/python -m mahjong_ledger.bench
 
 run: setup
 	$(BIN)/mjctl run $(RUN_ARGS)

@@ -316,6 +316,9 @@ class KafkaBroker:
             "default.replication.factor": "1",
             "min.insync.replicas": "1",
             "offsets.topic.replication.factor": "1",
+            # The default 50 partitions make the first consumer group of a fresh broker take many
+            # seconds to form on a small machine; a single-node broker gains nothing from them.
+            "offsets.topic.num.partitions": "1",
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "share.coordinator.state.topic.replication.factor": "1",
@@ -370,8 +373,8 @@ class KafkaBroker:
             "kafka.tools.StorageTool",
             "format",
             "--standalone",
-            "-t",
-            cluster_id or random_cluster_id(),
+            # One argument: a random id may start with "-", which a separate value would not survive.
+            f"--cluster-id={cluster_id or random_cluster_id()}",
             "-c",
             str(self.properties_path),
         )

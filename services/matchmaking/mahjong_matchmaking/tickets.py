@@ -18,6 +18,8 @@ from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
 from mahjong_platform.envelopes import new_envelope
 from mahjong_platform.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from mahjong_platform.event_store import EventStore
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from mahjong_matchmaking.catalog import Room
@@ -190,16 +192,13 @@ def release_seat(session: Session, table_id: str, seat: int | None, clock: Clock
 
 
 def _lock_room_queue(session: Session, room_id: str) -> None:
-    exists = session.execute(
+    """Serialize a room's enqueues (so two never form overlapping tables): the room's queue row is
+    created if missing (concurrent creators do not collide) and locked until the transaction ends."""
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(insert(room_queues).values(room_id=room_id, last_order=0).on_conflict_do_nothing())
+    session.execute(
         sqlalchemy.select(room_queues.c.last_order).where(room_queues.c.room_id == room_id).with_for_update()
-    ).first()
-    if exists is None:
-        session.execute(room_queues.insert().values(room_id=room_id, last_order=0))
-        session.execute(
-            sqlalchemy.select(room_queues.c.last_order)
-            .where(room_queues.c.room_id == room_id)
-            .with_for_update()
-        )
+    )
 
 
 def _next_order(session: Session, room_id: str) -> int:
