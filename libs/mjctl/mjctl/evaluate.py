@@ -116,7 +116,9 @@ def evaluate_request(request: object) -> dict[str, Any]:
     if variant not in VARIANTS:
         raise RequestError(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
     if variant == "formula":
-        return {"ok": False, "error": "variant formula is not supported yet"}
+        from mahjong_rules.formula.evaluate_json import evaluate_formula_request
+
+        return evaluate_formula_request(request)
     mode = request.get("mode", "win")
     if mode == "waits":
         return _waits(request)

@@ -82,7 +82,7 @@ def test_waits_mode() -> None:
         ("not json", "not JSON"),
         ("[1, 2]", "JSON object"),
         ('{"concealed": "1m"}', "variant"),
-        ('{"variant": "formula", "concealed": "1m"}', "variant formula is not supported yet"),
+        ('{"variant": "formula", "concealed": "1m"}', "missing key: win_tile"),
         ('{"variant": "sichuan_bloody", "concealed": "0m", "win_tile": "1m"}', "'0m'"),
         ('{"variant": "sichuan_bloody", "concealed": "55555m", "win_tile": "1m"}', "5m"),
         ('{"variant": "sichuan_bloody", "concealed": "123m", "win_tile": "1m"}', "expected 13"),
@@ -143,4 +143,4 @@ def test_the_installed_command_over_a_pipe() -> None:
     assert len(answers) == 3
     assert answers[0]["win"] is True
     assert answers[1]["ok"] is False
-    assert answers[2] == {"ok": False, "error": "variant formula is not supported yet"}
+    assert answers[2] == {"ok": False, "error": "missing key: concealed"}
