@@ -11,13 +11,20 @@ from mahjong.v1 import matchmaking_service_pb2_grpc
 from mahjong_platform.auth import current_identity
 from mahjong_platform.database import SessionFactory, transaction
 from mahjong_platform.envelopes import Clock, utc_now
-from mahjong_platform.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from mahjong_platform.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from mahjong_platform.event_store import EventStore
 
 from mahjong_matchmaking import tickets
 from mahjong_matchmaking.catalog import Room
 from mahjong_matchmaking.models import TICKET_QUEUED
 
+# The table engine runs Sichuan Bloody only; Formula rooms open with issue 6.
+PLAYABLE_VARIANTS = ("sichuan_bloody",)
 WATCH_POLL_SECONDS = 0.25
 WATCH_MAX_SECONDS = 3600.0
 
@@ -72,6 +79,11 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         if room is None:
             raise InvalidArgumentError(
                 f"unknown room {request.room_id!r}; ListRooms names the rooms: {', '.join(self._rooms)}"
+            )
+        if room.rules.variant not in PLAYABLE_VARIANTS:
+            raise FailedPreconditionError(
+                f"room {room.room_id!r} is a {room.rules.variant} room; the table engine plays only "
+                f"{', '.join(PLAYABLE_VARIANTS)} rooms so far"
             )
         with transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)
