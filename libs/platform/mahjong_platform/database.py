@@ -27,6 +27,7 @@ POSTGRESQL_POOL_TIMEOUT_SECONDS = 30
 POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
 
 SessionFactory = sessionmaker[Session]
+READ_ONLY_OPTION = "mahjong_read_only"
 
 
 def sqlite_url(data_directory: pathlib.Path | str, database_name: str) -> str:
@@ -89,6 +90,19 @@ def transaction(session_factory: SessionFactory) -> Iterator[Session]:
         yield session
 
 
+@contextlib.contextmanager
+def read_transaction(session_factory: SessionFactory) -> Iterator[Session]:
+    """A unit of work that only reads: a consistent snapshot that never waits for writers.
+
+    On SQLite it starts with a plain BEGIN instead of BEGIN IMMEDIATE, so queries such as a game
+    view or a stream poll do not serialize behind every write. Writing in it is a bug (on SQLite it
+    could fail with "database is locked" rather than wait).
+    """
+    read_only_engine = session_factory.kw["bind"].execution_options(**{READ_ONLY_OPTION: True})
+    with Session(bind=read_only_engine, expire_on_commit=False) as session, session.begin():
+        yield session
+
+
 def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engine:
     assert busy_timeout_ms >= 0, busy_timeout_ms
     database = url.database
@@ -112,6 +126,9 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engi
 
     @event.listens_for(engine, "begin")
     def _begin_immediate(connection: sqlalchemy.Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only unit of work (`read_transaction`) takes no write lock: under WAL it reads a
+        # consistent snapshot while a writer works, instead of queueing behind every writer.
+        read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine

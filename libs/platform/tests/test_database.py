@@ -97,3 +97,22 @@ def test_postgresql_connections_have_a_statement_timeout(postgres_database_url: 
             assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "2500ms"
     finally:
         engine.dispose()
+
+
+def test_a_read_transaction_does_not_wait_for_a_writer_on_sqlite(tmp_path: pathlib.Path) -> None:
+    """Readers (views, stream polls) take a snapshot under WAL instead of queueing behind writers."""
+    from mahjong_platform.database import create_session_factory, read_transaction, transaction
+
+    engine = create_engine_for(sqlite_url(tmp_path, "readers"), sqlite_busy_timeout_ms=200)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE numbers (value INTEGER)")
+        connection.exec_driver_sql("INSERT INTO numbers VALUES (1)")
+    session_factory = create_session_factory(engine)
+    with transaction(session_factory) as writer:
+        writer.execute(sqlalchemy.text("INSERT INTO numbers VALUES (2)"))
+        with read_transaction(session_factory) as reader:
+            seen = reader.execute(sqlalchemy.text("SELECT count(*) FROM numbers")).scalar_one()
+        assert seen == 1  # the committed snapshot, without waiting for the writer's lock
+    with read_transaction(session_factory) as reader:
+        assert reader.execute(sqlalchemy.text("SELECT count(*) FROM numbers")).scalar_one() == 2
+    engine.dispose()

@@ -9,7 +9,7 @@ import grpc
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import matchmaking_service_pb2_grpc
 from mahjong_platform.auth import current_identity
-from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.errors import (
     FailedPreconditionError,
@@ -119,7 +119,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         last_sent: messages.TicketUpdate | None = None
         waited_seconds = 0.0
         while context.is_active() and waited_seconds < WATCH_MAX_SECONDS:
-            with transaction(self._session_factory) as session:
+            with read_transaction(self._session_factory) as session:
                 ticket = tickets.load_ticket(session, request.ticket_id)
             if ticket is None:
                 raise NotFoundError(f"no ticket {request.ticket_id!r}")

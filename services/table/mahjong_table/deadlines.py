@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import sqlalchemy
-from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.envelopes import Clock
 
 from mahjong_table.domain.commands import ExpireDeadline, Leave, TableCommand
@@ -67,7 +67,7 @@ class DeadlineWorker:
         return acted
 
     def expire_deadlines(self) -> int:
-        with transaction(self._session_factory) as session:
+        with read_transaction(self._session_factory) as session:
             expired = session.execute(
                 sqlalchemy.select(table_status.c.table_id, table_status.c.version)
                 .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= self._clock())
@@ -80,7 +80,7 @@ class DeadlineWorker:
         return acted
 
     def escape_disconnected(self) -> int:
-        with transaction(self._session_factory) as session:
+        with read_transaction(self._session_factory) as session:
             live = self._engine.live_tables(session)
             states = [self._engine.load_state(session, table_id) for table_id in live]
         acted = 0

@@ -17,7 +17,7 @@ import grpc
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.auth import OPERATIONS_ROLES, current_identity
-from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
 from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
@@ -147,7 +147,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         if not table_id:
             raise InvalidArgumentError("table_id is required")
         identity = current_identity()
-        with transaction(self._session_factory) as session:
+        with read_transaction(self._session_factory) as session:
             state = self._engine.load_state(session, table_id)
         seat = seat_of(state, identity.player_id)
         if seat != NO_SEAT:
@@ -198,7 +198,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             self._presence.connected(request.table_id, seat)
         try:
             while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
-                with transaction(self._session_factory) as session:
+                with read_transaction(self._session_factory) as session:
                     envelopes = self._engine.store.load(
                         session, request.table_id, after, limit=WATCH_BATCH_EVENTS
                     )
@@ -222,7 +222,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         return table_view_message(state, seat, self._deadline_of(request.table_id))
 
     def _deadline_of(self, table_id: str) -> datetime.datetime | None:
-        with transaction(self._session_factory) as session:
+        with read_transaction(self._session_factory) as session:
             row = session.execute(table_status.select().where(table_status.c.table_id == table_id)).first()
         return None if row is None else row.deadline_at
 
