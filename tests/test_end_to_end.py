@@ -1,14 +1,20 @@
-"""End to end on the real broker and PostgreSQL (issue 4): four bots find a table through
-matchmaking and play a full game through the table engine; the table's stream on Kafka equals its
-event store, event for event."""
+"""End to end on the real broker and PostgreSQL (issues 4 and 5): four new players get their
+starting beans, find a table through matchmaking and play a full game through the table engine;
+the table's stream on Kafka equals its event store, event for event; scoring settles the game and
+the ledger posts it: the books balance and reconcile."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from mahjong.v1 import ledger_service_pb2, ledger_service_pb2_grpc
+from mahjong_ledger.app import LedgerProcess
+from mahjong_ledger.settings import load_ledger_settings
 from mahjong_matchmaking.__main__ import DEFINITION as MATCHMAKING
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import Settings, load_settings
@@ -16,7 +22,8 @@ from mahjong_platform.database import create_engine_for, create_session_factory,
 from mahjong_platform.envelopes import parse_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
-from mahjong_platform.service_runtime import RunningService, start_service
+from mahjong_platform.service_runtime import start_service
+from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_table.__main__ import definition as table_definition
 from mjctl.bots import run_bots
 
@@ -36,19 +43,31 @@ def settings(
             "MAHJONG_JWT_SECRET": SECRET,
             "MAHJONG_TABLE_DATABASE_URL": postgres_database_factory("table"),
             "MAHJONG_MATCHMAKING_DATABASE_URL": postgres_database_factory("matchmaking"),
+            "MAHJONG_SCORING_DATABASE_URL": postgres_database_factory("scoring"),
+            "MAHJONG_LEDGER_DATABASE_URL": postgres_database_factory("ledger"),
         }
     )
 
 
 @pytest.fixture
-def services(settings: Settings) -> Iterator[dict[str, RunningService]]:
+def services(settings: Settings) -> Iterator[dict[str, int]]:
+    """Every service on a free port (the ledger runs as its own process object); yields the ports."""
+    ledger = LedgerProcess(settings, load_ledger_settings({})).start(address="127.0.0.1:0")
+    assert ledger.server is not None
     running = {
+        "scoring": start_service(SCORING, settings, address="127.0.0.1:0"),
         "table": start_service(table_definition(settings), settings, address="127.0.0.1:0"),
-        "matchmaking": start_service(MATCHMAKING, settings, address="127.0.0.1:0"),
     }
-    yield running
+    # Matchmaking dials the ledger for balances: point it at the ledger's free port.
+    matchmaking_settings = dataclasses.replace(
+        settings, grpc_targets={**settings.grpc_targets, "ledger": f"127.0.0.1:{ledger.server.port}"}
+    )
+    running["matchmaking"] = start_service(MATCHMAKING, matchmaking_settings, address="127.0.0.1:0")
+    ports = {name: service.port for name, service in running.items()} | {"ledger": ledger.server.port}
+    yield ports
     for service in running.values():
         service.stop(0)
+    ledger.stop()
 
 
 def table_topic_events(settings: Settings, table_id: str, expected: int) -> list[bytes]:
@@ -70,9 +89,9 @@ def table_topic_events(settings: Settings, table_id: str, expected: int) -> list
 
 
 def test_four_bots_play_a_full_game_and_kafka_carries_the_event_store(
-    settings: Settings, services: dict[str, RunningService]
+    settings: Settings, services: dict[str, int]
 ) -> None:
-    ports = {name: service.port for name, service in services.items()}
+    ports = services
 
     def channel_for(service: str, player_id: str) -> grpc.Channel:
         return open_channel(f"127.0.0.1:{ports[service]}", mint_token(SECRET, player_id))
@@ -89,3 +108,39 @@ def test_four_bots_play_a_full_game_and_kafka_carries_the_event_store(
     # The relay may re-send after a crash; consumers dedupe by event id, and so does this check.
     unique = list({envelope.event_id: envelope for envelope in on_kafka}.values())
     assert [e.SerializeToString() for e in unique] == [e.SerializeToString() for e in stored]
+
+    ledger = ledger_service_pb2_grpc.LedgerServiceStub(
+        open_channel(f"127.0.0.1:{ports['ledger']}", mint_token(SECRET, "finance-desk", ["finance"]))
+    )
+    statement = wait_for_rake(ledger, table_id)
+    net = {posting.account: posting.beans for posting in statement.net}
+    assert sum(net.values()) == 0  # every transfer of the game is double entry
+    assert net["house:rake"] == 4 * 50  # sichuan-novice: A = 50 from each seated player (RULES.md 1.9)
+    reconciled = ledger.Reconcile(ledger_service_pb2.ReconcileRequest())
+    assert reconciled.ok, reconciled.findings
+    assert reconciled.accounts_sum_beans == 0
+    balances = [
+        ledger.GetBalance(ledger_service_pb2.GetBalanceRequest(account=account)).balance_beans
+        for account in net
+        if account.startswith("player:")
+    ]
+    assert all(balance >= 0 for balance in balances)
+    # Every player started with the grant; what they hold now is the grant plus the game's net.
+    assert sum(balances) == 4 * 100_000 + sum(v for k, v in net.items() if k.startswith("player:"))
+
+
+def wait_for_rake(
+    ledger: ledger_service_pb2_grpc.LedgerServiceStub, table_id: str
+) -> ledger_service_pb2.GetGameStatementResponse:
+    """The game's statement once its four rake transfers (the last lines of a game) are posted."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            statement = ledger.GetGameStatement(ledger_service_pb2.GetGameStatementRequest(table_id=table_id))
+            if sum(transfer.reason == "rake" for transfer in statement.transfers) == 4:
+                return statement
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+        assert time.monotonic() < deadline, "the ledger did not post the game's rake in 120 s"
+        time.sleep(0.2)

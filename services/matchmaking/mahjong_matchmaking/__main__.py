@@ -13,12 +13,18 @@ from mahjong_platform.topics import Topics
 from sqlalchemy import Engine
 
 from mahjong_matchmaking.catalog import load_catalog
+from mahjong_matchmaking.ledger_client import LedgerBalances
 from mahjong_matchmaking.projection import seat_release_handler
 from mahjong_matchmaking.servicer import MatchmakingServicer
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
-    servicer = MatchmakingServicer(create_session_factory(engine), load_catalog(), EventStore(topics))
+    servicer = MatchmakingServicer(
+        create_session_factory(engine),
+        load_catalog(),
+        EventStore(topics),
+        balance_of=LedgerBalances(settings),
+    )
     return [
         register_service(
             matchmaking_service_pb2.DESCRIPTOR.services_by_name["MatchmakingService"],

@@ -85,12 +85,18 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                 f"room {room.room_id!r} is a {room.rules.variant} room; the table engine plays only "
                 f"{', '.join(PLAYABLE_VARIANTS)} rooms so far"
             )
+        with read_transaction(self._session_factory) as session:
+            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)
+        if earlier is not None:
+            return messages.EnqueueResponse.FromString(earlier)
+        # Asked before the write transaction, so no database lock is held across a network call.
+        balance_beans = None if self._balance_of is None else self._balance_of(player_id)
         with transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)
             if earlier is not None:
                 return messages.EnqueueResponse.FromString(earlier)
             ticket, _events = tickets.enqueue(
-                session, self._store, room, player_id, self._clock, self._balance_of
+                session, self._store, room, player_id, self._clock, balance_beans
             )
             answer = messages.EnqueueResponse(ticket_id=ticket.ticket_id)
             tickets.remember_answer(

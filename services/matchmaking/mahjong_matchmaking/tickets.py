@@ -98,13 +98,14 @@ def enqueue(
     room: Room,
     player_id: str,
     clock: Clock,
-    balance_of: BalanceLookup | None = None,
+    balance_beans: int | None = None,
     seed_source: Callable[[], int] = lambda: secrets.randbits(63),
 ) -> tuple[Ticket, list[envelope_pb2.Envelope]]:
     """Queue `player_id` in `room`; when the queue holds four tickets, seat them at a new table.
 
     Refuses a player who already has a live ticket or seat (FAILED_PRECONDITION), and one whose
-    balance is below the room's entry floor (RULES.md 1.9).
+    balance (`balance_beans`, read from the ledger before the transaction; None = not checked) is
+    below the room's entry floor (RULES.md 1.9).
     """
     _lock_room_queue(session, room.room_id)
     live = session.execute(
@@ -118,13 +119,11 @@ def enqueue(
             f"player {player_id!r} is already {where} room {live.room_id!r} (ticket {live.ticket_id}); "
             "cancel it or finish the game first"
         )
-    if balance_of is not None:
-        balance_beans = balance_of(player_id)
-        if balance_beans < room.rules.entry_floor_beans:
-            raise FailedPreconditionError(
-                f"balance {balance_beans} beans is below room {room.room_id!r}'s entry floor of "
-                f"{room.rules.entry_floor_beans} beans"
-            )
+    if balance_beans is not None and balance_beans < room.rules.entry_floor_beans:
+        raise FailedPreconditionError(
+            f"balance {balance_beans} beans is below room {room.room_id!r}'s entry floor of "
+            f"{room.rules.entry_floor_beans} beans"
+        )
     now = clock()
     order = _next_order(session, room.room_id)
     ticket = Ticket(str(uuid.uuid4()), player_id, room.room_id, TICKET_QUEUED, None, None)
