@@ -20,6 +20,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import grpc
+    from mahjong_platform.config import ServiceName, Settings
 
 SERVICES = ("ledger", "scoring", "table", "matchmaking")
 HEALTH_TIMEOUT_SECONDS = 90.0
@@ -32,6 +37,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--players", type=int, default=4, help="demo bots, a multiple of 4")
     parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
     parser.set_defaults(handler=_run)
+
+
+def service_name(name: str) -> ServiceName:
+    """`name` as a checked service name."""
+    assert name in SERVICES, name
+    return cast("ServiceName", name)
 
 
 def installed_services() -> list[str]:
@@ -52,7 +63,8 @@ def _run(arguments: argparse.Namespace) -> int:
         print(f"kafka ready at {bootstrap_servers}")
         with _services(logs) as names:
             _wait_healthy(settings, names)
-            print(f"services serving: {', '.join(f'{n} {settings.grpc_target(n)}' for n in names)}")  # type: ignore[arg-type]
+            addresses = [f"{name} {settings.grpc_target(service_name(name))}" for name in names]
+            print(f"services serving: {', '.join(addresses)}")
             if arguments.games > 0:
                 _demo(settings, arguments)
             if arguments.exit_after_demo:
@@ -111,34 +123,40 @@ def _services(logs: Path) -> Iterator[list[str]]:
                 process.kill()
 
 
-def _wait_healthy(settings: object, names: list[str]) -> None:
+def _wait_healthy(settings: Settings, names: list[str]) -> None:
     from mahjong_platform.grpc_client import check_health
 
     deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
     for name in names:
-        target = settings.grpc_target(name)  # type: ignore[attr-defined]
+        target = settings.grpc_target(service_name(name))
         while not check_health(target, timeout_seconds=1.0):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{name} did not report SERVING at {target}; see data/logs/{name}.log")
             time.sleep(0.3)
 
 
-def _demo(settings: object, arguments: argparse.Namespace) -> None:
+def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     from mahjong_platform.auth import mint_token
     from mahjong_platform.grpc_client import open_channel
 
     from mjctl.bots import run_bots
-    from mjctl.summary import print_table_summary
+    from mjctl.summary import money_lines, print_table_summary
 
-    secret: str = settings.jwt_secret  # type: ignore[attr-defined]
+    secret = settings.jwt_secret
 
-    def channel_for(service: str, player_id: str):  # type: ignore[no-untyped-def]
-        return open_channel(settings.grpc_target(service), mint_token(secret, player_id))  # type: ignore[attr-defined]
+    def channel_for(service: str, player_id: str) -> grpc.Channel:
+        return open_channel(settings.grpc_target(service_name(service)), mint_token(secret, player_id))
 
     print(f"demo: {arguments.players} bots play {arguments.games} games in room {arguments.room}")
     report = run_bots(arguments.room, arguments.players, arguments.games, channel_for, log=lambda _line: None)
-    operations = open_channel(settings.grpc_target("table"), mint_token(secret, "demo-ops", ["ops"]))  # type: ignore[attr-defined]
+    operations = open_channel(settings.grpc_target("table"), mint_token(secret, "demo-ops", ["ops"]))
     for table_id in report.table_ids:
         print_table_summary(operations, table_id)
     for line in report.summary_lines():
         print(line)
+    if "ledger" in installed_services():
+        finance = open_channel(
+            settings.grpc_target("ledger"), mint_token(secret, "demo-finance", ["finance"])
+        )
+        for line in money_lines(finance, report.table_ids):
+            print(line)

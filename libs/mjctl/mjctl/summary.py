@@ -6,8 +6,17 @@ information), so it works against any running system.
 
 from __future__ import annotations
 
+import time
+
 import grpc
-from mahjong.v1 import common_pb2, envelope_pb2, table_service_pb2, table_service_pb2_grpc
+from mahjong.v1 import (
+    common_pb2,
+    envelope_pb2,
+    ledger_service_pb2,
+    ledger_service_pb2_grpc,
+    table_service_pb2,
+    table_service_pb2_grpc,
+)
 
 WIN_BY = {
     common_pb2.WIN_BY_SELF_DRAW: "self-draw",
@@ -62,3 +71,54 @@ def summary_lines(events: list[envelope_pb2.Envelope]) -> list[str]:
 def print_table_summary(channel: grpc.Channel, table_id: str) -> None:
     for line in summary_lines(table_events(channel, table_id)):
         print(line)
+
+
+def wait_for_settlement(
+    ledger: ledger_service_pb2_grpc.LedgerServiceStub,
+    table_id: str,
+    seats: int = 4,
+    timeout_seconds: float = 60,
+) -> ledger_service_pb2.GetGameStatementResponse | None:
+    """The game's ledger statement once its rake transfers (the last lines of a game) are posted;
+    None when the ledger has not posted them within the timeout."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        try:
+            statement: ledger_service_pb2.GetGameStatementResponse = ledger.GetGameStatement(
+                ledger_service_pb2.GetGameStatementRequest(table_id=table_id)
+            )
+            if sum(transfer.reason == "rake" for transfer in statement.transfers) >= seats:
+                return statement
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+        time.sleep(0.2)
+    return None
+
+
+def money_lines(ledger_channel: grpc.Channel, table_ids: list[str]) -> list[str]:
+    """Each game's net beans per account, every player's balance, and the reconcile summary."""
+    ledger = ledger_service_pb2_grpc.LedgerServiceStub(ledger_channel)
+    lines: list[str] = []
+    players: set[str] = set()
+    for table_id in table_ids:
+        statement = wait_for_settlement(ledger, table_id)
+        if statement is None:
+            lines.append(f"table {table_id[:8]}: not settled by the ledger yet")
+            continue
+        net = sorted((posting.account, posting.beans) for posting in statement.net)
+        players.update(account for account, _beans in net if account.startswith("player:"))
+        lines.append(
+            f"table {table_id[:8]} beans: " + ", ".join(f"{account} {beans:+,}" for account, beans in net)
+        )
+    for account in sorted(players):
+        balance = ledger.GetBalance(ledger_service_pb2.GetBalanceRequest(account=account)).balance_beans
+        lines.append(f"balance {account}: {balance:,} beans")
+    report = ledger.Reconcile(ledger_service_pb2.ReconcileRequest())
+    verdict = "ok" if report.ok else f"{len(report.findings)} problems"
+    lines.append(
+        f"reconcile: {verdict}; sum of all accounts {report.accounts_sum_beans} beans; "
+        f"{report.games_checked} games, {report.instructions_checked} instructions checked"
+    )
+    lines.extend(f"  {finding.check} {finding.subject}: {finding.detail}" for finding in report.findings[:10])
+    return lines
