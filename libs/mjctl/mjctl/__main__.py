@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from mjctl import bots, evaluate, run, token
+from mjctl import bots, evaluate, rebuild, reconcile, replay, run, token
 
-SUBCOMMANDS: tuple[ModuleType, ...] = (evaluate, bots, token, run)
+SUBCOMMANDS: tuple[ModuleType, ...] = (evaluate, bots, token, run, replay, rebuild, reconcile)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,683 @@
+"""``mjctl rebuild scoring|ledger``: rebuild a projection from offset 0 and compare it with the live one.
+
+ARCHITECTURE.md: "Rebuild = new empty database + replay from offset 0. It must give identical
+rows." This command proves it for a running system:
+
+1. An EMPTY database (default: a temporary SQLite file, deleted afterwards unless ``--keep``;
+   ``--database URL`` for PostgreSQL, refused unless it has no tables) is migrated with the
+   service's own migration history.
+2. The service's input topics are read directly from offset 0 to their end offsets of now (no
+   consumer group: nothing is committed to Kafka, the live group is not disturbed), and every
+   record is applied with the service's own projection handler, the way `TrackedConsumer` does it:
+   an event id already processed is skipped, a handler that raises rolls back only that event (the
+   live consumer dead-lettered it; the rebuild counts it, publishes nothing), and the event id and
+   the partition's next offset are stored with the rows. Events are committed in batches, each
+   event in its own savepoint, because a rebuild that dies is simply started again.
+3. Every projection table is digested (rows sorted by key) in both databases; the command prints
+   ``identical`` (exit 0) or the first difference: table, key, column, live and rebuilt (exit 1).
+
+What is replayed:
+
+- scoring: ``mahjong.table.v1`` through `mahjong_scoring.projection.SettlementProjection`.
+- ledger: ``mahjong.settlement.v1`` through `mahjong_ledger.projection.SettlementProjection`, plus
+  the deposits (ops deposits and starting grants, which arrive over gRPC, not from a topic) from
+  their ``TransferPosted`` events on ``mahjong.ledger.v1``, posted again through the repository at
+  their original time.
+
+Order: each partition is applied in offset order; partitions are merged by the events' occurrence
+time. Scoring folds each table on its own, so the merge cannot matter there. The ledger's balances
+depend on the order in which one account's transfers were posted, which live was arrival order:
+the occurrence-time merge reproduces it as long as a deposit and a settlement of the same account
+are not closer in time than the live consumer's lag.
+
+Compared columns: everything except ``ledger_postings.posting_id`` (a global autoincrement whose
+values follow the interleaving of unrelated accounts; postings are keyed by transfer and account
+instead) and ``ledger_transfers.memo`` (a deposit's note is not carried by ``TransferPosted``).
+The projections hold no wall-clock times (scoring: none at all; ledger: every time is an event's
+occurrence time). The platform's tables are not compared: ``stored_events``/``outbox_messages``
+hold the events the rebuilt projection emitted (never published: no relay runs, and the rebuild
+has no producer), with their own ``recorded_at``/``created_at``; ``processed_events`` and
+``consumer_positions`` are bookkeeping, used only to warn when the live consumer lags the topics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import heapq
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, TextIO
+
+import sqlalchemy
+from kafka import KafkaConsumer, TopicPartition
+from mahjong.v1 import envelope_pb2
+from mahjong_platform.config import ServiceName, Settings, load_settings
+from mahjong_platform.database import create_engine_for, create_session_factory, transaction
+from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope, utc_now
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.schema import consumer_positions, processed_events
+from mahjong_platform.topics import Topics
+from mahjong_platform.tracked_consumer import Handler, MessagePosition
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.orm import Session
+
+from mjctl.replay import ReplayError, read_partitions_to_end, topic_partitions
+
+RECORDS_MAX: Final = 5_000_000
+BATCH_EVENTS: Final = 200
+PROGRESS_INTERVAL_SECONDS: Final = 0.25
+PROGRESS_BAR_WIDTH: Final = 30
+FAILURES_SHOWN_MAX: Final = 5
+
+ApplyFunction = Callable[[Session, envelope_pb2.Envelope, MessagePosition], None]
+
+
+class RebuildError(Exception):
+    """The rebuild cannot run (target database not empty, topics unreadable)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparedTable:
+    """A projection table and how to compare it: its row key and the columns left out (and why)."""
+
+    table: sqlalchemy.Table
+    key: tuple[str, ...]
+    excluded: frozenset[str] = frozenset()
+
+    @property
+    def columns(self) -> list[str]:
+        return [column.name for column in self.table.columns if column.name not in self.excluded]
+
+
+@dataclasses.dataclass(frozen=True)
+class RebuildTarget:
+    """One rebuildable service: how to migrate it, what it reads, how it applies, what to compare."""
+
+    service: ServiceName
+    consumer_group: str
+    migrate: Callable[[str], None]
+    input_topics: Callable[[Topics], list[str]]
+    handler: Callable[[Topics], ApplyFunction]
+    tables: tuple[ComparedTable, ...]
+
+
+# --- the two services ---------------------------------------------------------------------------
+
+
+def scoring_target() -> RebuildTarget:
+    """Scoring: the table topic through the settlement projection."""
+    from mahjong_platform.service_runtime import migrate
+    from mahjong_scoring.__main__ import DEFINITION
+    from mahjong_scoring.models import PROJECTION_TABLES
+    from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
+
+    def handler(topics: Topics) -> ApplyFunction:
+        projection: Handler = SettlementProjection(EventStore(topics))
+        return projection
+
+    return RebuildTarget(
+        service="scoring",
+        consumer_group=CONSUMER_GROUP,
+        migrate=lambda url: migrate(DEFINITION, url),
+        input_topics=lambda topics: [topics.table],
+        handler=handler,
+        tables=tuple(
+            ComparedTable(table, tuple(column.name for column in table.primary_key.columns))
+            for table in PROJECTION_TABLES
+        ),
+    )
+
+
+def ledger_target() -> RebuildTarget:
+    """Ledger: the settlement topic through the ledger's projection, and deposits from its own topic."""
+    from mahjong_ledger.app import CONSUMER_GROUP, migrate
+    from mahjong_ledger.models import ledger_accounts, ledger_games, ledger_postings, ledger_transfers
+
+    return RebuildTarget(
+        service="ledger",
+        consumer_group=CONSUMER_GROUP,
+        migrate=migrate,
+        input_topics=lambda topics: [topics.settlement, topics.ledger],
+        handler=_ledger_handler,
+        tables=(
+            ComparedTable(ledger_accounts, ("account",)),
+            ComparedTable(ledger_transfers, ("transfer_id",), frozenset({"memo"})),
+            ComparedTable(ledger_postings, ("transfer_id", "account"), frozenset({"posting_id"})),
+            ComparedTable(ledger_games, ("table_id",)),
+        ),
+    )
+
+
+def _ledger_handler(topics: Topics) -> ApplyFunction:
+    from mahjong_ledger.domain import STARTING_GRANT_REASON, DepositOrder, TransferKind, transfer_id_for
+    from mahjong_ledger.projection import SettlementProjection
+    from mahjong_ledger.repository import LedgerRepository
+
+    deposit_time = [datetime.datetime.min.replace(tzinfo=datetime.UTC)]
+    # A deposit is posted "now" by the repository's clock; in a rebuild, now is the deposit's time.
+    repository = LedgerRepository(EventStore(topics), clock=lambda: deposit_time[0])
+    settlements = SettlementProjection(repository)
+
+    def apply(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
+        if position.topic != topics.ledger:
+            settlements.handle(session, envelope, position)
+            return
+        if envelope.WhichOneof("payload") != "transfer_posted":
+            return
+        posted = envelope.transfer_posted
+        if posted.transfer_id != transfer_id_for(TransferKind.DEPOSIT, posted.instruction_id):
+            return  # A settlement's TransferPosted: the ledger's output, rebuilt from the instruction.
+        credited = [posting.account for posting in posted.postings if posting.beans > 0]
+        assert len(credited) == 1, f"deposit {posted.transfer_id} credits {credited}"
+        memo = "starting grant for a new player" if posted.reason == STARTING_GRANT_REASON else ""
+        order = DepositOrder(
+            account=credited[0],
+            beans=posted.requested_beans,
+            idempotency_key=posted.instruction_id,
+            memo=memo,
+            reason=posted.reason,
+        )
+        deposit_time[0] = envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC)
+        repository.deposit(session, order, correlation_id=envelope.correlation_id)
+
+    return apply
+
+
+TARGETS: Final[dict[str, Callable[[], RebuildTarget]]] = {"scoring": scoring_target, "ledger": ledger_target}
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    """Add ``rebuild`` to the ``mjctl`` command."""
+    parser = subparsers.add_parser(
+        "rebuild",
+        help="replay a service's topics into an empty database and compare with the live projection",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("service", choices=sorted(TARGETS), help="the projection to rebuild")
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="an EMPTY database to rebuild into (default: a temporary SQLite file)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary SQLite database; print its URL"
+    )
+    parser.add_argument(
+        "--live-database",
+        metavar="URL",
+        help="the live database (default: the configured one of the service)",
+    )
+    parser.add_argument(
+        "--live-group", metavar="GROUP", help="the live consumer group (default: the service's own)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    """The ``rebuild`` subcommand: 0 identical, 1 different, 2 when the rebuild could not run."""
+    settings = load_settings()
+    target = TARGETS[arguments.service]()
+    live_url = arguments.live_database or settings.database_url(target.service)
+    temporary_directory = (
+        None if arguments.database else pathlib.Path(tempfile.mkdtemp(prefix="mjctl-rebuild-"))
+    )
+    rebuilt_url = arguments.database or f"sqlite:///{temporary_directory}/{target.service}.sqlite3"
+    try:
+        report = rebuild(
+            target,
+            settings,
+            rebuilt_url=rebuilt_url,
+            live_url=live_url,
+            consumer_group=arguments.live_group or target.consumer_group,
+            progress=sys.stderr,
+        )
+    except (RebuildError, ReplayError) as error:
+        print(f"mjctl rebuild: {error}", file=sys.stderr)
+        return 2
+    finally:
+        if temporary_directory is not None:
+            if arguments.keep:
+                print(f"rebuilt database kept: {rebuilt_url}", file=sys.stderr)
+            else:
+                shutil.rmtree(temporary_directory, ignore_errors=True)
+    for line in report.lines():
+        print(line)
+    return 0 if report.identical else 1
+
+
+# --- rebuilding ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ReplayStatistics:
+    """What the replay did: events applied, duplicates skipped, handler failures, time taken."""
+
+    records: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    undecodable: int = 0
+    failures: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def events_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """The first row where live and rebuilt part: a column's values, or a row on one side only."""
+
+    table: str
+    key: str
+    column: str
+    live: str
+    rebuilt: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TableDigest:
+    table: str
+    live_rows: int
+    rebuilt_rows: int
+    live_digest: str
+    rebuilt_digest: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RebuildReport:
+    """The outcome: replay statistics, per-table digests, the first difference and lag warnings."""
+
+    service: str
+    statistics: ReplayStatistics
+    digests: tuple[TableDigest, ...]
+    difference: Difference | None
+    warnings: tuple[str, ...]
+
+    @property
+    def identical(self) -> bool:
+        return self.difference is None
+
+    def lines(self) -> list[str]:
+        """The human report printed on stdout."""
+        statistics = self.statistics
+        lines = [
+            f"replayed {statistics.records} events in {statistics.seconds:.2f} s "
+            f"({statistics.events_per_second:,.0f} events/s): {statistics.applied} applied, "
+            f"{statistics.duplicates} duplicates skipped, {statistics.undecodable} undecodable, "
+            f"{len(statistics.failures)} failed in the handler"
+        ]
+        lines.extend(f"  handler failure: {failure}" for failure in statistics.failures[:FAILURES_SHOWN_MAX])
+        for digest in self.digests:
+            same = "same" if digest.live_digest == digest.rebuilt_digest else "DIFFERENT"
+            lines.append(
+                f"  {digest.table:<22} live {digest.live_rows:>7} rows {digest.live_digest[:12]}  "
+                f"rebuilt {digest.rebuilt_rows:>7} rows {digest.rebuilt_digest[:12]}  {same}"
+            )
+        lines.extend(f"warning: {warning}" for warning in self.warnings)
+        if self.difference is None:
+            lines.append(f"identical: the rebuilt {self.service} projection equals the live one")
+        else:
+            difference = self.difference
+            lines.append(
+                f"different: table {difference.table}, key {difference.key}, column {difference.column}: "
+                f"live {difference.live}, rebuilt {difference.rebuilt}"
+            )
+        return lines
+
+
+def rebuild(
+    target: RebuildTarget,
+    settings: Settings,
+    *,
+    rebuilt_url: str,
+    live_url: str,
+    consumer_group: str,
+    progress: TextIO | None = None,
+) -> RebuildReport:
+    """Migrate the empty database at `rebuilt_url`, replay the topics into it, compare with live."""
+    if _same_database(rebuilt_url, live_url):
+        raise RebuildError("the rebuild database is the live database")
+    _require_empty(rebuilt_url)
+    target.migrate(rebuilt_url)
+    topics = Topics.with_prefix(settings.topic_prefix)
+    rebuilt_engine = create_engine_for(rebuilt_url)
+    live_engine = create_engine_for(live_url)
+    try:
+        if rebuilt_engine.dialect.name == "sqlite":
+            _no_fsync(rebuilt_engine)
+        records, end_offsets = read_topics(
+            list(settings.kafka_bootstrap_servers), target.input_topics(topics)
+        )
+        statistics = replay(
+            rebuilt_engine, target.handler(topics), records, consumer_group, progress=progress
+        )
+        warnings = _lag_warnings(live_engine, consumer_group, end_offsets, topics.table, topics.settlement)
+        digests, difference = compare(live_engine, rebuilt_engine, target.tables)
+    finally:
+        rebuilt_engine.dispose()
+        live_engine.dispose()
+    return RebuildReport(target.service, statistics, digests, difference, tuple(warnings))
+
+
+def _same_database(first: str, second: str) -> bool:
+    return sqlalchemy.make_url(first).render_as_string() == sqlalchemy.make_url(second).render_as_string()
+
+
+def _require_empty(url: str) -> None:
+    engine = create_engine_for(url)
+    try:
+        tables = sqlalchemy.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+    if tables:
+        raise RebuildError(
+            f"the rebuild database is not empty ({len(tables)} tables, e.g. {sorted(tables)[0]}): "
+            "give an empty database"
+        )
+
+
+def _no_fsync(engine: Engine) -> None:
+    """A throwaway SQLite file need not survive a power cut: skip the fsync per commit."""
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _synchronous_off(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA synchronous=OFF")
+        finally:
+            cursor.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicRecord:
+    """One record read from Kafka, parsed (None: undecodable), with where it came from."""
+
+    envelope: envelope_pb2.Envelope | None
+    position: MessagePosition
+
+
+def read_topics(
+    bootstrap_servers: list[str], topic_names: Sequence[str]
+) -> tuple[list[TopicRecord], dict[TopicPartition, int]]:
+    """Every record of the topics up to their end offsets of now, merged across partitions by
+    occurrence time (each partition stays in offset order); and those end offsets."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
+    try:
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in topic_names
+            for partition in sorted(topic_partitions(consumer, topic))
+        ]
+        end_offsets: dict[TopicPartition, int] = consumer.end_offsets(partitions)
+        per_partition: dict[TopicPartition, list[tuple[int, TopicRecord]]] = {
+            partition: [] for partition in partitions
+        }
+        for record in read_partitions_to_end(consumer, partitions, RECORDS_MAX):
+            partition = TopicPartition(record.topic, record.partition)
+            items = per_partition[partition]
+            try:
+                envelope: envelope_pb2.Envelope | None = parse_envelope(record.value or b"")
+            except EnvelopeDecodeError:
+                envelope = None
+            # Undecodable: keep its place in the partition (the time of the record before it).
+            sort_key = items[-1][0] if envelope is None and items else _micros(envelope)
+            items.append(
+                (
+                    sort_key,
+                    TopicRecord(envelope, MessagePosition(record.topic, record.partition, record.offset)),
+                )
+            )
+    finally:
+        consumer.close(autocommit=False)
+    merged = heapq.merge(*per_partition.values(), key=lambda item: item[0])
+    return [record for _, record in merged], end_offsets
+
+
+def _micros(envelope: envelope_pb2.Envelope | None) -> int:
+    if envelope is None:
+        return 0
+    return envelope.occurred_at.seconds * 1_000_000 + envelope.occurred_at.nanos // 1_000
+
+
+def replay(
+    engine: Engine,
+    apply: ApplyFunction,
+    records: Sequence[TopicRecord],
+    consumer_group: str,
+    *,
+    progress: TextIO | None = None,
+) -> ReplayStatistics:
+    """Apply the records in order, once per event id, in batches; each event in its own savepoint."""
+    session_factory = create_session_factory(engine)
+    statistics = ReplayStatistics(records=len(records))
+    processed: set[str] = set()
+    bar = _ProgressBar(progress, len(records))
+    started = time.perf_counter()
+    for start in range(0, len(records), BATCH_EVENTS):
+        batch = records[start : start + BATCH_EVENTS]
+        with transaction(session_factory) as session:
+            for record in batch:
+                _apply_one(session, apply, record, consumer_group, processed, statistics)
+            _store_positions(session, consumer_group, [record.position for record in batch])
+        bar.update(start + len(batch), time.perf_counter() - started)
+    statistics.seconds = time.perf_counter() - started
+    bar.finish(statistics.seconds)
+    return statistics
+
+
+def _apply_one(
+    session: Session,
+    apply: ApplyFunction,
+    record: TopicRecord,
+    consumer_group: str,
+    processed: set[str],
+    statistics: ReplayStatistics,
+) -> None:
+    envelope = record.envelope
+    if envelope is None:
+        statistics.undecodable += 1
+        return
+    if envelope.event_id in processed:
+        statistics.duplicates += 1
+        return
+    try:
+        with session.begin_nested():
+            apply(session, envelope, record.position)
+            session.flush()
+            session.execute(
+                processed_events.insert().values(
+                    consumer_group=consumer_group, event_id=envelope.event_id, processed_at=utc_now()
+                )
+            )
+    except (OperationalError, InterfaceError):
+        raise  # The database is unreachable: stop, as the live consumer would.
+    except Exception as error:
+        position = record.position
+        statistics.failures.append(
+            f"{position.topic}[{position.partition}]@{position.offset} event {envelope.event_id}: "
+            f"{type(error).__name__}: {error}"
+        )
+        return
+    processed.add(envelope.event_id)
+    statistics.applied += 1
+
+
+def _store_positions(session: Session, consumer_group: str, positions: Iterable[MessagePosition]) -> None:
+    next_offsets: dict[tuple[str, int], int] = {}
+    for position in positions:
+        key = (position.topic, position.partition)
+        next_offsets[key] = max(next_offsets.get(key, 0), position.offset + 1)
+    if not next_offsets:
+        return
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    now = utc_now()
+    statement = insert(consumer_positions).values(
+        [
+            {
+                "consumer_group": consumer_group,
+                "topic": topic,
+                "partition": partition,
+                "next_offset": offset,
+                "updated_at": now,
+            }
+            for (topic, partition), offset in sorted(next_offsets.items())
+        ]
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=["consumer_group", "topic", "partition"],
+        set_={"next_offset": statement.excluded.next_offset, "updated_at": statement.excluded.updated_at},
+    )
+    session.execute(statement)
+
+
+class _ProgressBar:
+    """``[#####-----] done/total events, N events/s`` on stderr, redrawn at most four times a second."""
+
+    def __init__(self, output: TextIO | None, total: int) -> None:
+        self._output = output
+        self._total = total
+        self._last_drawn = -PROGRESS_INTERVAL_SECONDS
+
+    def update(self, done: int, elapsed_seconds: float, *, force: bool = False) -> None:
+        if self._output is None or (
+            not force and elapsed_seconds - self._last_drawn < PROGRESS_INTERVAL_SECONDS
+        ):
+            return
+        self._last_drawn = elapsed_seconds
+        filled = PROGRESS_BAR_WIDTH if self._total == 0 else PROGRESS_BAR_WIDTH * done // self._total
+        rate = done / elapsed_seconds if elapsed_seconds > 0 else 0.0
+        bar = "#" * filled + "-" * (PROGRESS_BAR_WIDTH - filled)
+        self._output.write(f"\rrebuild [{bar}] {done}/{self._total} events, {rate:,.0f} events/s ")
+        self._output.flush()
+
+    def finish(self, elapsed_seconds: float) -> None:
+        self.update(self._total, elapsed_seconds, force=True)
+        if self._output is not None:
+            self._output.write("\n")
+            self._output.flush()
+
+
+def _lag_warnings(
+    live_engine: Engine,
+    consumer_group: str,
+    end_offsets: dict[TopicPartition, int],
+    *consumed_topics: str,
+) -> list[str]:
+    """Warn when the live consumer has not read everything the rebuild read (a difference may be lag)."""
+    query = sqlalchemy.select(
+        consumer_positions.c.topic, consumer_positions.c.partition, consumer_positions.c.next_offset
+    ).where(consumer_positions.c.consumer_group == consumer_group)
+    with transaction(create_session_factory(live_engine)) as session:
+        stored = {
+            TopicPartition(row.topic, row.partition): int(row.next_offset) for row in session.execute(query)
+        }
+    if not stored:
+        return [f"the live database has no positions of consumer group {consumer_group!r} (--live-group?)"]
+    behind = sum(
+        max(0, end - stored.get(partition, 0))
+        for partition, end in end_offsets.items()
+        if partition.topic in consumed_topics
+    )
+    if behind == 0:
+        return []
+    return [
+        f"the live consumer group {consumer_group!r} is {behind} records behind the topics: "
+        "a difference may be lag"
+    ]
+
+
+# --- comparing ----------------------------------------------------------------------------------
+
+Row = tuple[Any, ...]
+
+
+def table_rows(engine: Engine, compared: ComparedTable) -> dict[Row, Row]:
+    """The table's compared columns by row key, values normalized across SQLite and PostgreSQL."""
+    columns = compared.columns
+    key_indexes = [columns.index(name) for name in compared.key]
+    query = sqlalchemy.select(*(compared.table.c[name] for name in columns))
+    rows: dict[Row, Row] = {}
+    with engine.connect() as connection:
+        for row in connection.execute(query):
+            values = tuple(_normalized(value) for value in row)
+            key = tuple(values[index] for index in key_indexes)
+            assert key not in rows, f"{compared.table.name}: key {key} is not unique"
+            rows[key] = values
+    return rows
+
+
+def _normalized(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        # SQLite hands back naive UTC datetimes for timezone-aware columns, PostgreSQL aware ones.
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return value.isoformat()
+    if isinstance(value, memoryview | bytearray):
+        return bytes(value)
+    return value
+
+
+def digest(rows: dict[Row, Row]) -> str:
+    """SHA-256 over the rows in key order: equal digests, equal tables."""
+    hasher = hashlib.sha256()
+    for key in sorted(rows):
+        hasher.update(repr(rows[key]).encode())
+        hasher.update(b"\n")
+    return hasher.hexdigest()
+
+
+def compare(
+    live_engine: Engine, rebuilt_engine: Engine, tables: Sequence[ComparedTable]
+) -> tuple[tuple[TableDigest, ...], Difference | None]:
+    """Per-table digests of both databases, and the first difference (tables in the given order)."""
+    digests: list[TableDigest] = []
+    first: Difference | None = None
+    for compared in tables:
+        live = table_rows(live_engine, compared)
+        rebuilt = table_rows(rebuilt_engine, compared)
+        digests.append(
+            TableDigest(compared.table.name, len(live), len(rebuilt), digest(live), digest(rebuilt))
+        )
+        if first is None:
+            first = first_difference(compared, live, rebuilt)
+    return tuple(digests), first
+
+
+def first_difference(
+    compared: ComparedTable, live: dict[Row, Row], rebuilt: dict[Row, Row]
+) -> Difference | None:
+    """The smallest key whose row is missing on one side or differs in a column; None if equal."""
+    columns = compared.columns
+    for key in sorted(live.keys() | rebuilt.keys()):
+        described_key = ", ".join(f"{name}={value!r}" for name, value in zip(compared.key, key, strict=True))
+        live_row, rebuilt_row = live.get(key), rebuilt.get(key)
+        if live_row is None:
+            return Difference(compared.table.name, described_key, "(row)", "missing", "present")
+        if rebuilt_row is None:
+            return Difference(compared.table.name, described_key, "(row)", "present", "missing")
+        for name, live_value, rebuilt_value in zip(columns, live_row, rebuilt_row, strict=True):
+            if live_value != rebuilt_value:
+                return Difference(
+                    compared.table.name, described_key, name, _shown(live_value), _shown(rebuilt_value)
+                )
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bytes):
+        return f"{len(value)} bytes sha256:{hashlib.sha256(value).hexdigest()[:12]}"
+    return repr(value)
