@@ -53,6 +53,9 @@ class Envelope(_message.Message):
     TURN_TIMED_OUT_FIELD_NUMBER: _builtins.int
     WALL_EXHAUSTED_FIELD_NUMBER: _builtins.int
     GAME_ENDED_FIELD_NUMBER: _builtins.int
+    CHOW_CLAIMED_FIELD_NUMBER: _builtins.int
+    FLOWER_REPLACED_FIELD_NUMBER: _builtins.int
+    BIRD_REVEALED_FIELD_NUMBER: _builtins.int
     SETTLEMENT_INSTRUCTED_FIELD_NUMBER: _builtins.int
     GAME_SETTLED_FIELD_NUMBER: _builtins.int
     TRANSFER_POSTED_FIELD_NUMBER: _builtins.int
@@ -112,6 +115,12 @@ class Envelope(_message.Message):
     @_builtins.property
     def game_ended(self) -> _table_events_pb2.GameEnded: ...
     @_builtins.property
+    def chow_claimed(self) -> _table_events_pb2.ChowClaimed: ...
+    @_builtins.property
+    def flower_replaced(self) -> _table_events_pb2.FlowerReplaced: ...
+    @_builtins.property
+    def bird_revealed(self) -> _table_events_pb2.BirdRevealed: ...
+    @_builtins.property
     def settlement_instructed(self) -> _settlement_events_pb2.SettlementInstructed:
         """mahjong.settlement.v1: 80–99"""
 
@@ -150,15 +159,18 @@ class Envelope(_message.Message):
         turn_timed_out: _table_events_pb2.TurnTimedOut | None = ...,
         wall_exhausted: _table_events_pb2.WallExhausted | None = ...,
         game_ended: _table_events_pb2.GameEnded | None = ...,
+        chow_claimed: _table_events_pb2.ChowClaimed | None = ...,
+        flower_replaced: _table_events_pb2.FlowerReplaced | None = ...,
+        bird_revealed: _table_events_pb2.BirdRevealed | None = ...,
         settlement_instructed: _settlement_events_pb2.SettlementInstructed | None = ...,
         game_settled: _settlement_events_pb2.GameSettled | None = ...,
         transfer_posted: _ledger_events_pb2.TransferPosted | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["claim_passed", b"claim_passed", "exchange_picked", b"exchange_picked", "game_ended", b"game_ended", "game_settled", b"game_settled", "hands_dealt", b"hands_dealt", "kong_declared", b"kong_declared", "kong_robbed", b"kong_robbed", "missing_suit_chosen", b"missing_suit_chosen", "missing_suits_declared", b"missing_suits_declared", "occurred_at", b"occurred_at", "payload", b"payload", "player_left", b"player_left", "player_won", b"player_won", "pong_claimed", b"pong_claimed", "settlement_instructed", b"settlement_instructed", "table_assigned", b"table_assigned", "table_opened", b"table_opened", "ticket_cancelled", b"ticket_cancelled", "ticket_queued", b"ticket_queued", "tile_discarded", b"tile_discarded", "tile_drawn", b"tile_drawn", "tiles_exchanged", b"tiles_exchanged", "transfer_posted", b"transfer_posted", "turn_timed_out", b"turn_timed_out", "wall_exhausted", b"wall_exhausted"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bird_revealed", b"bird_revealed", "chow_claimed", b"chow_claimed", "claim_passed", b"claim_passed", "exchange_picked", b"exchange_picked", "flower_replaced", b"flower_replaced", "game_ended", b"game_ended", "game_settled", b"game_settled", "hands_dealt", b"hands_dealt", "kong_declared", b"kong_declared", "kong_robbed", b"kong_robbed", "missing_suit_chosen", b"missing_suit_chosen", "missing_suits_declared", b"missing_suits_declared", "occurred_at", b"occurred_at", "payload", b"payload", "player_left", b"player_left", "player_won", b"player_won", "pong_claimed", b"pong_claimed", "settlement_instructed", b"settlement_instructed", "table_assigned", b"table_assigned", "table_opened", b"table_opened", "ticket_cancelled", b"ticket_cancelled", "ticket_queued", b"ticket_queued", "tile_discarded", b"tile_discarded", "tile_drawn", b"tile_drawn", "tiles_exchanged", b"tiles_exchanged", "transfer_posted", b"transfer_posted", "turn_timed_out", b"turn_timed_out", "wall_exhausted", b"wall_exhausted"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["causation_id", b"causation_id", "claim_passed", b"claim_passed", "correlation_id", b"correlation_id", "event_id", b"event_id", "exchange_picked", b"exchange_picked", "game_ended", b"game_ended", "game_settled", b"game_settled", "hands_dealt", b"hands_dealt", "kong_declared", b"kong_declared", "kong_robbed", b"kong_robbed", "missing_suit_chosen", b"missing_suit_chosen", "missing_suits_declared", b"missing_suits_declared", "occurred_at", b"occurred_at", "payload", b"payload", "player_left", b"player_left", "player_won", b"player_won", "pong_claimed", b"pong_claimed", "sequence", b"sequence", "settlement_instructed", b"settlement_instructed", "stream_id", b"stream_id", "table_assigned", b"table_assigned", "table_opened", b"table_opened", "ticket_cancelled", b"ticket_cancelled", "ticket_queued", b"ticket_queued", "tile_discarded", b"tile_discarded", "tile_drawn", b"tile_drawn", "tiles_exchanged", b"tiles_exchanged", "transfer_posted", b"transfer_posted", "turn_timed_out", b"turn_timed_out", "wall_exhausted", b"wall_exhausted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bird_revealed", b"bird_revealed", "causation_id", b"causation_id", "chow_claimed", b"chow_claimed", "claim_passed", b"claim_passed", "correlation_id", b"correlation_id", "event_id", b"event_id", "exchange_picked", b"exchange_picked", "flower_replaced", b"flower_replaced", "game_ended", b"game_ended", "game_settled", b"game_settled", "hands_dealt", b"hands_dealt", "kong_declared", b"kong_declared", "kong_robbed", b"kong_robbed", "missing_suit_chosen", b"missing_suit_chosen", "missing_suits_declared", b"missing_suits_declared", "occurred_at", b"occurred_at", "payload", b"payload", "player_left", b"player_left", "player_won", b"player_won", "pong_claimed", b"pong_claimed", "sequence", b"sequence", "settlement_instructed", b"settlement_instructed", "stream_id", b"stream_id", "table_assigned", b"table_assigned", "table_opened", b"table_opened", "ticket_cancelled", b"ticket_cancelled", "ticket_queued", b"ticket_queued", "tile_discarded", b"tile_discarded", "tile_drawn", b"tile_drawn", "tiles_exchanged", b"tiles_exchanged", "transfer_posted", b"transfer_posted", "turn_timed_out", b"turn_timed_out", "wall_exhausted", b"wall_exhausted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["ticket_queued", "ticket_cancelled", "table_assigned", "table_opened", "hands_dealt", "exchange_picked", "tiles_exchanged", "missing_suit_chosen", "missing_suits_declared", "tile_drawn", "tile_discarded", "claim_passed", "pong_claimed", "kong_declared", "kong_robbed", "player_won", "player_left", "turn_timed_out", "wall_exhausted", "game_ended", "settlement_instructed", "game_settled", "transfer_posted"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["ticket_queued", "ticket_cancelled", "table_assigned", "table_opened", "hands_dealt", "exchange_picked", "tiles_exchanged", "missing_suit_chosen", "missing_suits_declared", "tile_drawn", "tile_discarded", "claim_passed", "pong_claimed", "kong_declared", "kong_robbed", "player_won", "player_left", "turn_timed_out", "wall_exhausted", "game_ended", "chow_claimed", "flower_replaced", "bird_revealed", "settlement_instructed", "game_settled", "transfer_posted"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 

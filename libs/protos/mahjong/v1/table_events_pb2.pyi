@@ -386,6 +386,91 @@ class PongClaimed(_message.Message):
 Global___PongClaimed: _TypeAlias = PongClaimed  # noqa: Y015
 
 @_typing.final
+class ChowClaimed(_message.Message):
+    """Formula (RULES.md 2.1): a chow of the previous seat's discard; `tile` is the lowest of the run
+    (the claimed discard is one of its three tiles). The claimant must discard next.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEAT_FIELD_NUMBER: _builtins.int
+    FROM_SEAT_FIELD_NUMBER: _builtins.int
+    TILE_FIELD_NUMBER: _builtins.int
+    CLAIMED_TILE_FIELD_NUMBER: _builtins.int
+    seat: _builtins.int
+    from_seat: _builtins.int
+    tile: _builtins.str
+    claimed_tile: _builtins.str
+    """The claimed discard (one of tile, tile+1, tile+2)."""
+    def __init__(
+        self,
+        *,
+        seat: _builtins.int = ...,
+        from_seat: _builtins.int = ...,
+        tile: _builtins.str = ...,
+        claimed_tile: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimed_tile", b"claimed_tile", "from_seat", b"from_seat", "seat", b"seat", "tile", b"tile"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChowClaimed: _TypeAlias = ChowClaimed  # noqa: Y015
+
+@_typing.final
+class FlowerReplaced(_message.Message):
+    """Formula (RULES.md 2.1, 补花): a flower the seat held (dealt or drawn) is set aside, face up; its
+    replacement follows as a `TileDrawn` with `from_tail`. Public.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEAT_FIELD_NUMBER: _builtins.int
+    FLOWER_FIELD_NUMBER: _builtins.int
+    seat: _builtins.int
+    flower: _builtins.str
+    def __init__(
+        self,
+        *,
+        seat: _builtins.int = ...,
+        flower: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flower", b"flower", "seat", b"seat"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlowerReplaced: _TypeAlias = FlowerReplaced  # noqa: Y015
+
+@_typing.final
+class BirdRevealed(_message.Message):
+    """Formula (RULES.md 2.3): the bird after the win: the next non-flower wall tile, or the winning
+    tile after a win on the last tile; `seat` is where it lands, (dealer + value − 1) mod 4. Public.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TILE_FIELD_NUMBER: _builtins.int
+    SEAT_FIELD_NUMBER: _builtins.int
+    tile: _builtins.str
+    seat: _builtins.int
+    def __init__(
+        self,
+        *,
+        tile: _builtins.str = ...,
+        seat: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seat", b"seat", "tile", b"tile"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BirdRevealed: _TypeAlias = BirdRevealed  # noqa: Y015
+
+@_typing.final
 class KongDeclared(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -161,6 +161,29 @@ class Leave(_message.Message):
 Global___Leave: _TypeAlias = Leave  # noqa: Y015
 
 @_typing.final
+class Chow(_message.Message):
+    """Formula only (RULES.md 2.1): chow the previous seat's open discard. `tile` is the lowest tile of
+    the run, e.g. "3m" for 3m4m5m.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TILE_FIELD_NUMBER: _builtins.int
+    tile: _builtins.str
+    def __init__(
+        self,
+        *,
+        tile: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tile", b"tile"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Chow: _TypeAlias = Chow  # noqa: Y015
+
+@_typing.final
 class ActRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -175,6 +198,7 @@ class ActRequest(_message.Message):
     WIN_FIELD_NUMBER: _builtins.int
     PASS_FIELD_NUMBER: _builtins.int
     LEAVE_FIELD_NUMBER: _builtins.int
+    CHOW_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     idempotency_key: _builtins.str
     """Client-chosen; a retry with the same key returns the first answer and appends nothing."""
@@ -194,6 +218,8 @@ class ActRequest(_message.Message):
     def win(self) -> Global___Win: ...
     @_builtins.property
     def leave(self) -> Global___Leave: ...
+    @_builtins.property
+    def chow(self) -> Global___Chow: ...
     def __init__(
         self,
         *,
@@ -207,12 +233,13 @@ class ActRequest(_message.Message):
         kong: Global___Kong | None = ...,
         win: Global___Win | None = ...,
         leave: Global___Leave | None = ...,
+        chow: Global___Chow | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "declare_missing_suit", b"declare_missing_suit", "discard", b"discard", "exchange_three", b"exchange_three", "kong", b"kong", "leave", b"leave", "pass", b"pass", "pong", b"pong", "win", b"win"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chow", b"chow", "command", b"command", "declare_missing_suit", b"declare_missing_suit", "discard", b"discard", "exchange_three", b"exchange_three", "kong", b"kong", "leave", b"leave", "pass", b"pass", "pong", b"pong", "win", b"win"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "declare_missing_suit", b"declare_missing_suit", "discard", b"discard", "exchange_three", b"exchange_three", "expected_sequence", b"expected_sequence", "idempotency_key", b"idempotency_key", "kong", b"kong", "leave", b"leave", "pass", b"pass", "pong", b"pong", "table_id", b"table_id", "win", b"win"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chow", b"chow", "command", b"command", "declare_missing_suit", b"declare_missing_suit", "discard", b"discard", "exchange_three", b"exchange_three", "expected_sequence", b"expected_sequence", "idempotency_key", b"idempotency_key", "kong", b"kong", "leave", b"leave", "pass", b"pass", "pong", b"pong", "table_id", b"table_id", "win", b"win"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["exchange_three", "declare_missing_suit", "discard", "pong", "kong", "win", "pass", "leave"]  # noqa: Y015
+    _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["exchange_three", "declare_missing_suit", "discard", "pong", "kong", "win", "pass", "leave", "chow"]  # noqa: Y015
     _WhichOneofArgType_command: _TypeAlias = _typing.Literal["command", b"command"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_command) -> _WhichOneofReturnType_command | None: ...
 
@@ -299,6 +326,7 @@ class SeatView(_message.Message):
     LEFT_FIELD_NUMBER: _builtins.int
     EXCHANGE_PICKED_FIELD_NUMBER: _builtins.int
     MISSING_SUIT_CHOSEN_FIELD_NUMBER: _builtins.int
+    FLOWERS_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
     player_id: _builtins.str
     concealed_count: _builtins.int
@@ -309,6 +337,8 @@ class SeatView(_message.Message):
     exchange_picked: _builtins.bool
     """Whether the seat has made its hidden exchange pick / missing-suit choice (not what it was)."""
     missing_suit_chosen: _builtins.bool
+    flowers: _builtins.str
+    """Formula: the flowers the seat has set aside (public, RULES.md 2.1), e.g. "1f5f"."""
     @_builtins.property
     def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
     @_builtins.property
@@ -326,10 +356,11 @@ class SeatView(_message.Message):
         left: _builtins.bool = ...,
         exchange_picked: _builtins.bool = ...,
         missing_suit_chosen: _builtins.bool = ...,
+        flowers: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concealed_count", b"concealed_count", "discards", b"discards", "exchange_picked", b"exchange_picked", "left", b"left", "melds", b"melds", "missing_suit", b"missing_suit", "missing_suit_chosen", b"missing_suit_chosen", "player_id", b"player_id", "seat", b"seat", "won", b"won"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concealed_count", b"concealed_count", "discards", b"discards", "exchange_picked", b"exchange_picked", "flowers", b"flowers", "left", b"left", "melds", b"melds", "missing_suit", b"missing_suit", "missing_suit_chosen", b"missing_suit_chosen", "player_id", b"player_id", "seat", b"seat", "won", b"won"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -393,6 +424,10 @@ class TableView(_message.Message):
     EXCHANGE_PICK_FIELD_NUMBER: _builtins.int
     EXCHANGE_DIRECTION_FIELD_NUMBER: _builtins.int
     END_REASON_FIELD_NUMBER: _builtins.int
+    WILDCARD_INDICATOR_FIELD_NUMBER: _builtins.int
+    WILDCARD_FIELD_NUMBER: _builtins.int
+    BIRD_TILE_FIELD_NUMBER: _builtins.int
+    BIRD_SEAT_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     room_id: _builtins.str
     sequence: _builtins.int
@@ -414,6 +449,12 @@ class TableView(_message.Message):
     """Your exchange pick, once made; the direction once announced."""
     exchange_direction: _builtins.str
     end_reason: _builtins.str
+    wildcard_indicator: _builtins.str
+    """Formula (RULES.md 2.1): the wildcard indicator and the wildcard, visible to all; "" otherwise."""
+    wildcard: _builtins.str
+    bird_tile: _builtins.str
+    """Formula (RULES.md 2.3): the bird tile and the seat it landed on, once revealed ("" / -1 before)."""
+    bird_seat: _builtins.int
     @_builtins.property
     def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatView]: ...
     @_builtins.property
@@ -443,10 +484,14 @@ class TableView(_message.Message):
         exchange_pick: _builtins.str = ...,
         exchange_direction: _builtins.str = ...,
         end_reason: _builtins.str = ...,
+        wildcard_indicator: _builtins.str = ...,
+        wildcard: _builtins.str = ...,
+        bird_tile: _builtins.str = ...,
+        bird_seat: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_from_seat", b"claim_from_seat", "claimable_tile", b"claimable_tile", "deadline", b"deadline", "dealer_seat", b"dealer_seat", "drawn_tile", b"drawn_tile", "end_reason", b"end_reason", "exchange_direction", b"exchange_direction", "exchange_pick", b"exchange_pick", "hand", b"hand", "legal_actions", b"legal_actions", "phase", b"phase", "room_id", b"room_id", "seats", b"seats", "sequence", b"sequence", "table_id", b"table_id", "turn_seat", b"turn_seat", "wall_remaining", b"wall_remaining", "your_seat", b"your_seat"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bird_seat", b"bird_seat", "bird_tile", b"bird_tile", "claim_from_seat", b"claim_from_seat", "claimable_tile", b"claimable_tile", "deadline", b"deadline", "dealer_seat", b"dealer_seat", "drawn_tile", b"drawn_tile", "end_reason", b"end_reason", "exchange_direction", b"exchange_direction", "exchange_pick", b"exchange_pick", "hand", b"hand", "legal_actions", b"legal_actions", "phase", b"phase", "room_id", b"room_id", "seats", b"seats", "sequence", b"sequence", "table_id", b"table_id", "turn_seat", b"turn_seat", "wall_remaining", b"wall_remaining", "wildcard", b"wildcard", "wildcard_indicator", b"wildcard_indicator", "your_seat", b"your_seat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -40,6 +40,15 @@ class Pong:
 
 
 @dataclass(frozen=True, slots=True)
+class Chow:
+    """Formula only (RULES.md 2.1): chow the previous seat's open discard; `tile` is the lowest
+    tile of the run ("3m" for 3m4m5m)."""
+
+    seat: int
+    tile: str
+
+
+@dataclass(frozen=True, slots=True)
 class Kong:
     """Kong: with `tile` None, the exposed kong of the open discard; with a tile, on the seat's own
     turn, the concealed kong of four held tiles or the added kong onto an own pong (RULES.md 1.5)."""
@@ -78,6 +87,6 @@ class ExpireDeadline:
 
 
 TableCommand: TypeAlias = (
-    ExchangeThree | DeclareMissingSuit | Discard | Pong | Kong | Win | Pass | Leave | ExpireDeadline
+    ExchangeThree | DeclareMissingSuit | Discard | Pong | Chow | Kong | Win | Pass | Leave | ExpireDeadline
 )
 """Every command a table accepts."""

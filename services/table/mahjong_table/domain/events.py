@@ -202,6 +202,34 @@ class PongClaimed:
 
 
 @dataclass(frozen=True, slots=True)
+class ChowClaimed:
+    """Formula (RULES.md 2.1): a chow of the previous seat's discard; `tile` is the lowest of the
+    run and `claimed_tile` the discard. The claimant must discard next."""
+
+    seat: int
+    from_seat: int
+    tile: str
+    claimed_tile: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowerReplaced:
+    """Formula (RULES.md 2.1, 补花): a flower the seat held is set aside face up (public); its
+    replacement follows as a `TileDrawn` from the tail."""
+
+    seat: int
+    flower: str
+
+
+@dataclass(frozen=True, slots=True)
+class BirdRevealed:
+    """Formula (RULES.md 2.3): the bird after the win and the seat it lands on (public)."""
+
+    tile: str
+    seat: int
+
+
+@dataclass(frozen=True, slots=True)
 class KongDeclared:
     """A kong (RULES.md 1.5). `from_seat` is the discarder for an exposed kong, -1 otherwise.
 
@@ -312,5 +340,8 @@ TableEvent: TypeAlias = (
     | TurnTimedOut
     | WallExhausted
     | GameEnded
+    | ChowClaimed
+    | FlowerReplaced
+    | BirdRevealed
 )
 """Every event of a table's stream."""

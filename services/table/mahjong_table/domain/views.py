@@ -35,6 +35,7 @@ ACTION_EXCHANGE_THREE = "exchange_three"
 ACTION_DECLARE_MISSING_SUIT = "declare_missing_suit"
 ACTION_DISCARD = "discard"
 ACTION_PONG = "pong"
+ACTION_CHOW = "chow"
 ACTION_KONG = "kong"
 ACTION_WIN = "win"
 ACTION_PASS = "pass"
@@ -70,6 +71,8 @@ class SeatView:
     missing_suit_chosen: bool
     won: bool
     left: bool
+    flowers: tuple[str, ...] = ()
+    """Formula: the flowers the seat has set aside (public, RULES.md 2.1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,12 @@ class TableView:
     """Hint: the tiles that would complete the viewer's hand when it has no extra tile (RULES.md 1.7)."""
     end_reason: str
     version: int
+    wildcard_indicator: str = ""
+    """Formula: the wildcard indicator and the wildcard, visible to all (RULES.md 2.1)."""
+    wildcard: str = ""
+    bird_tile: str = ""
+    """Formula: the bird and the seat it landed on, once revealed (RULES.md 2.3)."""
+    bird_seat: int = NO_SEAT
 
 
 def legal_actions(state: TableState, seat: int) -> tuple[LegalAction, ...]:

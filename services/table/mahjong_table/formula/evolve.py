@@ -1,0 +1,352 @@
+"""`evolve(state, event) -> state` for the formula family (RULES.md 2.1-2.3).
+
+Events are facts: `evolve` never rejects one and asserts invariants instead. The claim window on a
+discard is derived here from the hands (who may win, pong, kong or chow, in priority order), so the
+stream carries no hidden "who was asked" field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from mahjong_rules.formula.wall import FORMULA_WALL_TILE_COUNT, is_flower
+from mahjong_rules.tiles import parse_tile
+
+from mahjong_table.domain.events import (
+    EXPOSURE_ADDED,
+    EXPOSURE_CONCEALED,
+    EXPOSURE_EXPOSED,
+    NO_SEAT,
+    BirdRevealed,
+    ChowClaimed,
+    ClaimPassed,
+    FlowerReplaced,
+    GameEnded,
+    HandsDealt,
+    KongDeclared,
+    PlayerLeft,
+    PlayerWon,
+    PongClaimed,
+    TableEvent,
+    TableOpened,
+    TileDiscarded,
+    TileDrawn,
+    TurnTimedOut,
+    WallExhausted,
+)
+from mahjong_table.domain.state import SEAT_COUNT, Phase
+from mahjong_table.formula import hands
+from mahjong_table.formula.state import (
+    ASK_CHOW,
+    ASK_KONG,
+    ASK_PONG,
+    ASK_WIN,
+    Ask,
+    FormulaMeldState,
+    FormulaPlayer,
+    FormulaTableState,
+    FormulaWindow,
+)
+
+DEALT_TILE_COUNT = 14 + 3 * 13
+
+
+def _add(counts: tuple[int, ...], tile: int, amount: int) -> tuple[int, ...]:
+    updated = list(counts)
+    updated[tile] += amount
+    assert 0 <= updated[tile] <= 4, f"tile {tile} count {updated[tile]} out of 0..4"
+    return tuple(updated)
+
+
+def _with_player(state: FormulaTableState, seat: int, player: FormulaPlayer) -> tuple[FormulaPlayer, ...]:
+    players = list(state.players)
+    players[seat] = player
+    return tuple(players)
+
+
+def _pop_discard(state: FormulaTableState, seat: int, tile: int) -> FormulaTableState:
+    player = state.players[seat]
+    assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
+    return replace(state, players=_with_player(state, seat, replace(player, discards=player.discards[:-1])))
+
+
+def _opened(state: FormulaTableState | None, event: TableOpened) -> FormulaTableState:
+    assert state is None, "TableOpened must be the first event"
+    assert len(event.wall) == FORMULA_WALL_TILE_COUNT and len(event.seats) == SEAT_COUNT
+    seats = sorted(event.seats, key=lambda seat: seat.seat)
+    return FormulaTableState(
+        table_id=event.table_id,
+        room_id=event.room_id,
+        rules=event.rules,
+        dealer_seat=event.dealer_seat,
+        wall=tuple(parse_tile(code) for code in event.wall),
+        players=tuple(FormulaPlayer(player_id=seat.player_id) for seat in seats),
+        wildcard_indicator=parse_tile(event.wildcard_indicator),
+        wildcard=parse_tile(event.wildcard),
+        dice_roller_seat=event.dice_roller_seat,
+        die_1=event.die_1,
+        die_2=event.die_2,
+    )
+
+
+def _start_play_if_ready(state: FormulaTableState) -> FormulaTableState:
+    """RULES.md 2.1: once no hand holds a flower the dealer starts by discarding (14 tiles)."""
+    if any(player.held_flowers() for player in state.players):
+        return replace(state, phase=Phase.DEALING)
+    return replace(state, phase=Phase.TURN, turn_seat=state.dealer_seat, drawn_tile=None)
+
+
+def _dealt(state: FormulaTableState, event: HandsDealt) -> FormulaTableState:
+    players = list(state.players)
+    for hand in event.hands:
+        counts = players[hand.seat].concealed
+        for code in hand.tiles:
+            counts = _add(counts, parse_tile(code), 1)
+        players[hand.seat] = replace(players[hand.seat], concealed=counts)
+    head = state.wall_tail - event.wall_remaining
+    # RULES.md 2.1: after the deal the indicator is turned up (flowers turned before it are set aside).
+    assert state.wall[head - 1] == state.wildcard_indicator, "the indicator is the last tile taken"
+    turned = state.wall[DEALT_TILE_COUNT : head - 1]
+    assert all(map(is_flower, turned))
+    return _start_play_if_ready(replace(state, players=tuple(players), wall_head=head, turned_flowers=turned))
+
+
+def _flower_replaced(state: FormulaTableState, event: FlowerReplaced) -> FormulaTableState:
+    flower = parse_tile(event.flower)
+    assert is_flower(flower)
+    player = state.players[event.seat]
+    updated = replace(player, concealed=_add(player.concealed, flower, -1), flowers=(*player.flowers, flower))
+    return replace(state, players=_with_player(state, event.seat, updated))
+
+
+def _tile_drawn(state: FormulaTableState, event: TileDrawn) -> FormulaTableState:
+    tile = parse_tile(event.tile)
+    if event.from_tail:
+        assert state.wall[state.wall_tail - 1] == tile, "tail draw does not match the wall"
+        head, tail = state.wall_head, state.wall_tail - 1
+    else:
+        assert state.wall[state.wall_head] == tile, "head draw does not match the wall"
+        head, tail = state.wall_head + 1, state.wall_tail
+    assert tail - head == event.wall_remaining
+    player = state.players[event.seat]
+    drawn = replace(
+        state,
+        players=_with_player(state, event.seat, replace(player, concealed=_add(player.concealed, tile, 1))),
+        wall_head=head,
+        wall_tail=tail,
+    )
+    if state.phase is Phase.DEALING:
+        return _start_play_if_ready(drawn)
+    return replace(
+        drawn,
+        phase=Phase.TURN,
+        turn_seat=event.seat,
+        drawn_tile=tile,
+        turn_after_meld=False,
+        # A kong's replacement (even after a flower on it) is 杠上开花 material; a flower's is not.
+        turn_after_kong=state.turn_after_kong and event.from_tail,
+        window=None,
+    )
+
+
+def open_window(state: FormulaTableState, tile: int, from_seat: int) -> FormulaWindow:
+    """Who is asked about a discard, in priority order (RULES.md 2.1): every seat that can win, in
+    turn order after the discarder (截和: the first to take it wins); then the seat that can pong
+    or kong; then the next seat's chow. On the last discard only wins are asked."""
+    order = [(from_seat + offset) % SEAT_COUNT for offset in range(1, SEAT_COUNT)]
+    in_game = [seat for seat in order if state.players[seat].in_game]
+    asks = [Ask(seat, (ASK_WIN,)) for seat in in_game if hands.discard_win(state, seat, tile) is not None]
+    if state.non_flower_remaining() > 0:
+        next_seat = order[0]
+        chows = hands.chow_options(state, next_seat, tile) if next_seat in in_game else ()
+        for seat in in_game:
+            if hands.can_pong(state, seat, tile):
+                kinds = [ASK_PONG]
+                if hands.can_exposed_kong(state, seat, tile):
+                    kinds.append(ASK_KONG)
+                if seat == next_seat and chows:
+                    kinds.append(ASK_CHOW)
+                asks.append(Ask(seat, tuple(kinds), chows if seat == next_seat else ()))
+        if chows and all(ask.seat != next_seat or ASK_WIN in ask.kinds for ask in asks):
+            asks.append(Ask(next_seat, (ASK_CHOW,), chows))
+    return FormulaWindow(tile, from_seat, tuple(asks))
+
+
+def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTableState:
+    tile = parse_tile(event.tile)
+    player = state.players[event.seat]
+    discarded = replace(player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile))
+    after = replace(
+        state,
+        players=_with_player(state, event.seat, discarded),
+        phase=Phase.CLAIM,
+        drawn_tile=None,
+        turn_after_kong=False,
+        turn_after_meld=False,
+    )
+    return replace(after, window=open_window(after, tile, event.seat))
+
+
+def _claim_passed(state: FormulaTableState, event: ClaimPassed) -> FormulaTableState:
+    window = state.window
+    assert window is not None and window.current is not None and window.current.seat == event.seat
+    return replace(state, window=replace(window, asks=window.asks[1:]))
+
+
+def _meld_turn(
+    state: FormulaTableState, seat: int, player: FormulaPlayer, *, kong: bool
+) -> FormulaTableState:
+    return replace(
+        state,
+        players=_with_player(state, seat, player),
+        phase=Phase.TURN,
+        turn_seat=seat,
+        drawn_tile=None,
+        turn_after_meld=not kong,
+        turn_after_kong=kong,
+        window=None,
+    )
+
+
+def _pong_claimed(state: FormulaTableState, event: PongClaimed) -> FormulaTableState:
+    tile = parse_tile(event.tile)
+    state = _pop_discard(state, event.from_seat, tile)
+    player = state.players[event.seat]
+    ponged = replace(
+        player,
+        concealed=_add(player.concealed, tile, -2),
+        melds=(*player.melds, FormulaMeldState("pong", tile, "", event.from_seat)),
+    )
+    return _meld_turn(state, event.seat, ponged, kong=False)
+
+
+def _chow_claimed(state: FormulaTableState, event: ChowClaimed) -> FormulaTableState:
+    start, claimed = parse_tile(event.tile), parse_tile(event.claimed_tile)
+    assert start <= claimed <= start + 2
+    state = _pop_discard(state, event.from_seat, claimed)
+    player = state.players[event.seat]
+    concealed = player.concealed
+    for tile in (start, start + 1, start + 2):
+        if tile != claimed:
+            concealed = _add(concealed, tile, -1)
+    chowed = replace(
+        player,
+        concealed=concealed,
+        melds=(*player.melds, FormulaMeldState("chow", start, "", event.from_seat)),
+    )
+    return _meld_turn(state, event.seat, chowed, kong=False)
+
+
+def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTableState:
+    tile = parse_tile(event.tile)
+    if event.exposure == EXPOSURE_EXPOSED:
+        state = _pop_discard(state, event.from_seat, tile)
+        player = state.players[event.seat]
+        konged = replace(
+            player,
+            concealed=_add(player.concealed, tile, -3),
+            melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
+        )
+    elif event.exposure == EXPOSURE_CONCEALED:
+        player = state.players[event.seat]
+        konged = replace(
+            player,
+            concealed=_add(player.concealed, tile, -4),
+            melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_CONCEALED)),
+        )
+    else:
+        assert event.exposure == EXPOSURE_ADDED
+        player = state.players[event.seat]
+        melds = tuple(
+            FormulaMeldState("kong", meld.tile, EXPOSURE_ADDED, meld.from_seat)
+            if meld.kind == "pong" and meld.tile == tile
+            else meld
+            for meld in player.melds
+        )
+        konged = replace(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+    return _meld_turn(state, event.seat, konged, kong=True)
+
+
+def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState:
+    player = state.players[event.seat]
+    assert player.in_game and state.win_count == 0, "a formula hand has one win (RULES.md 2.1)"
+    won = replace(player, won=True)
+    if event.from_seat != NO_SEAT:
+        # The winning discard joins the winner's hand for the reveal (tiles stay accounted for).
+        state = _pop_discard(state, event.from_seat, parse_tile(event.win_tile))
+        won = replace(won, concealed=_add(won.concealed, parse_tile(event.win_tile), 1))
+    return replace(
+        state,
+        players=_with_player(state, event.seat, won),
+        win_count=1,
+        winner_seat=event.seat,
+        window=None,
+        drawn_tile=None,
+    )
+
+
+def _bird_revealed(state: FormulaTableState, event: BirdRevealed) -> FormulaTableState:
+    return replace(state, bird_tile=parse_tile(event.tile), bird_seat=event.seat)
+
+
+def _player_left(state: FormulaTableState, event: PlayerLeft) -> FormulaTableState:
+    player = state.players[event.seat]
+    assert not player.left
+    after = replace(state, players=_with_player(state, event.seat, replace(player, left=True)))
+    window = after.window
+    if window is not None:
+        after = replace(
+            after, window=replace(window, asks=tuple(a for a in window.asks if a.seat != event.seat))
+        )
+    return after
+
+
+def _unchanged(state: FormulaTableState, event: object) -> FormulaTableState:
+    return state
+
+
+def _wall_exhausted(state: FormulaTableState, event: WallExhausted) -> FormulaTableState:
+    return replace(state, wall_exhausted=True)
+
+
+def _game_ended(state: FormulaTableState, event: GameEnded) -> FormulaTableState:
+    return replace(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
+
+
+_HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
+    HandsDealt: _dealt,
+    FlowerReplaced: _flower_replaced,
+    TileDrawn: _tile_drawn,
+    TileDiscarded: _tile_discarded,
+    ClaimPassed: _claim_passed,
+    PongClaimed: _pong_claimed,
+    ChowClaimed: _chow_claimed,
+    KongDeclared: _kong_declared,
+    PlayerWon: _player_won,
+    BirdRevealed: _bird_revealed,
+    PlayerLeft: _player_left,
+    TurnTimedOut: _unchanged,
+    WallExhausted: _wall_exhausted,
+    GameEnded: _game_ended,
+}
+
+
+def evolve(state: FormulaTableState | None, event: TableEvent) -> FormulaTableState:
+    """Fold one event into the state. `state` is None only before `TableOpened`."""
+    if isinstance(event, TableOpened):
+        return replace(_opened(state, event), version=1)
+    assert state is not None, f"{type(event).__name__} before TableOpened"
+    assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
+    handler = _HANDLERS.get(type(event))
+    assert handler is not None, f"{type(event).__name__} is not a formula table event"
+    return replace(handler(state, event), version=state.version + 1)
+
+
+def fold(events: Iterable[TableEvent], state: FormulaTableState | None = None) -> FormulaTableState:
+    """Fold a stream of events (from the first, or onto `state`)."""
+    for event in events:
+        state = evolve(state, event)
+    assert state is not None, "no events to fold"
+    return state

@@ -1,0 +1,166 @@
+"""Questions the formula aggregate asks of a hand (RULES.md 2.1, 2.2): may it win on this tile
+and with how much fan, may it pong, kong or chow. Wins go to `mahjong_rules.formula`.
+
+The wildcard (财神) rules live here: a wildcard tile can be neither claimed by a pong, kong or chow
+nor used to make one, and a discarded wildcard is won on only as its face value (the rules library
+reads a discarded winning tile as a plain tile).
+"""
+
+from __future__ import annotations
+
+from mahjong_rules.errors import RulesError
+from mahjong_rules.formula.fans import FormulaMeld, FormulaWinContext, WinBy
+from mahjong_rules.formula.wall import SUITED_TILE_LIMIT, is_flower
+from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win
+
+from mahjong_table.domain.events import EXPOSURE_CONCEALED, NO_SEAT
+from mahjong_table.domain.state import SEAT_COUNT, Phase
+from mahjong_table.formula.state import FormulaPlayer, FormulaTableState
+
+EAST_WIND = 27
+WAITING_TILE_COUNT = 13
+
+
+def seat_wind(state: FormulaTableState, seat: int) -> int:
+    """RULES.md 2.2: seat winds follow turn order from the dealer (East)."""
+    return EAST_WIND + (seat - state.dealer_seat) % SEAT_COUNT
+
+
+def _rules_melds(player: FormulaPlayer) -> list[FormulaMeld]:
+    melds = []
+    for meld in player.melds:
+        if meld.kind == "kong":
+            concealed = meld.exposure == EXPOSURE_CONCEALED
+            melds.append(FormulaMeld("kong", meld.tile, "concealed" if concealed else "exposed"))
+        elif meld.kind == "pong":
+            melds.append(FormulaMeld("pong", meld.tile))
+        else:
+            melds.append(FormulaMeld("chow", meld.tile))
+    return melds
+
+
+def evaluate(
+    state: FormulaTableState,
+    seat: int,
+    concealed: list[int],
+    win_tile: int,
+    win_by: WinBy,
+    *,
+    after_kong: bool = False,
+    last_tile: bool = False,
+) -> FormulaEvaluation | None:
+    """The win's evaluation when it is a winning hand that reaches `min_fan` (flowers excluded,
+    RULES.md 2.1); else None. `concealed` excludes the winning tile."""
+    player = state.players[seat]
+    if len(concealed) + 3 * len(player.melds) != WAITING_TILE_COUNT or any(map(is_flower, concealed)):
+        return None
+    try:
+        evaluation = evaluate_formula_win(
+            concealed,
+            _rules_melds(player),
+            win_tile,
+            FormulaWinContext(
+                win_by=win_by,
+                after_kong=after_kong,
+                last_tile=last_tile,
+                seat_wind=seat_wind(state, seat),
+            ),
+            wildcard=state.wildcard,
+            flowers=len(player.flowers),
+            min_fan=state.rules.min_fan,
+            no_wildcard_fan=state.rules.no_wildcard_fan,
+        )
+    except RulesError:
+        return None
+    if evaluation is None or not evaluation.meets_min:
+        return None
+    return evaluation
+
+
+def self_draw_win(state: FormulaTableState, seat: int) -> FormulaEvaluation | None:
+    """The self-draw win open to `seat` on its turn now, if any (needs a drawn tile)."""
+    drawn = state.drawn_tile
+    if state.phase is not Phase.TURN or state.turn_seat != seat or drawn is None or state.turn_after_meld:
+        return None
+    concealed = state.players[seat].concealed_tiles()
+    concealed.remove(drawn)
+    return evaluate(
+        state,
+        seat,
+        concealed,
+        drawn,
+        WinBy.SELF_DRAW,
+        after_kong=state.turn_after_kong,
+        last_tile=state.non_flower_remaining() == 0,
+    )
+
+
+def discard_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvaluation | None:
+    """The win `seat` may make on a discard of `tile` (海底捞月 when no wall tile is left)."""
+    return evaluate(
+        state,
+        seat,
+        state.players[seat].concealed_tiles(),
+        tile,
+        WinBy.DISCARD,
+        last_tile=state.non_flower_remaining() == 0,
+    )
+
+
+def can_pong(state: FormulaTableState, seat: int, tile: int) -> bool:
+    """Two copies held, and the tile is not the wildcard (RULES.md 2.1)."""
+    return tile != state.wildcard and state.players[seat].concealed[tile] >= 2
+
+
+def can_exposed_kong(state: FormulaTableState, seat: int, tile: int) -> bool:
+    """Three copies held, not the wildcard, and a replacement tile left in the wall."""
+    return (
+        tile != state.wildcard
+        and state.players[seat].concealed[tile] >= 3
+        and state.non_flower_remaining() > 0
+    )
+
+
+def chow_options(state: FormulaTableState, seat: int, tile: int) -> tuple[int, ...]:
+    """The lowest tiles of the runs `seat` can chow with `tile` (RULES.md 2.1): suited runs in one
+    suit; neither the claimed tile nor the two tiles used may be the wildcard."""
+    if tile >= SUITED_TILE_LIMIT or tile == state.wildcard:
+        return ()
+    concealed = state.players[seat].concealed
+    rank = tile % 9
+    starts = []
+    for start in range(tile - 2, tile + 1):
+        if start < tile - rank or start % 9 > 6 or start + 2 > tile - rank + 8:
+            continue
+        others = [run_tile for run_tile in (start, start + 1, start + 2) if run_tile != tile]
+        if all(concealed[other] >= 1 and other != state.wildcard for other in others):
+            starts.append(start)
+    return tuple(starts)
+
+
+def kong_options(state: FormulaTableState, seat: int) -> tuple[tuple[int, str], ...]:
+    """Concealed and added kongs open to `seat` on its own turn (no wildcard, a replacement left)."""
+    if state.phase is not Phase.TURN or state.turn_seat != seat or state.turn_after_meld:
+        return ()
+    if state.non_flower_remaining() == 0:
+        return ()
+    player = state.players[seat]
+    options: list[tuple[int, str]] = []
+    for tile in range(SUITED_TILE_LIMIT + 7):
+        if tile == state.wildcard:
+            continue
+        if player.concealed[tile] == 4:
+            options.append((tile, EXPOSURE_CONCEALED))
+        elif player.concealed[tile] >= 1 and any(m.kind == "pong" and m.tile == tile for m in player.melds):
+            options.append((tile, "added"))
+    return tuple(options)
+
+
+def discardable(player: FormulaPlayer) -> tuple[int, ...]:
+    """Every distinct concealed tile may be discarded (flowers are set aside before)."""
+    return tuple(tile for tile in range(SUITED_TILE_LIMIT + 7) if player.concealed[tile])
+
+
+def first_in_turn_order(from_seat: int, seats: list[int]) -> int:
+    """The seat first in turn order after `from_seat` (截和, RULES.md 2.1); -1 for none."""
+    return min(seats, key=lambda seat: (seat - from_seat) % SEAT_COUNT, default=NO_SEAT)

@@ -1,0 +1,168 @@
+"""The formula table's state, derived only by folding events (`evolve`).
+
+Hands are counts over the 42 tile kinds of the rules library (0..33 suited and honors, 34..41
+flowers): flowers sit in a hand only between being dealt or drawn and their 补花.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUNT, is_flower
+
+from mahjong_table.domain.events import NO_SEAT
+from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.domain.state import SEAT_COUNT, Phase
+
+TILE_KIND_COUNT = FLOWER_TILE_LIMIT
+EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
+
+ASK_WIN = "win"
+ASK_PONG = "pong"
+ASK_KONG = "kong"
+ASK_CHOW = "chow"
+
+
+@dataclass(frozen=True, slots=True)
+class FormulaMeldState:
+    """A meld on the table: "chow" (tile = lowest of the run), "pong" or "kong"."""
+
+    kind: str
+    tile: int
+    exposure: str = ""
+    from_seat: int = NO_SEAT
+
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        """The tiles the meld holds."""
+        if self.kind == "chow":
+            return (self.tile, self.tile + 1, self.tile + 2)
+        return (self.tile,) * (4 if self.kind == "kong" else 3)
+
+
+@dataclass(frozen=True, slots=True)
+class FormulaPlayer:
+    """One seat's facts."""
+
+    player_id: str
+    concealed: tuple[int, ...] = EMPTY_COUNTS
+    melds: tuple[FormulaMeldState, ...] = ()
+    discards: tuple[int, ...] = ()
+    flowers: tuple[int, ...] = ()
+    won: bool = False
+    left: bool = False
+
+    @property
+    def in_game(self) -> bool:
+        """Still playing: neither won nor left."""
+        return not self.won and not self.left
+
+    @property
+    def tile_count(self) -> int:
+        """Concealed tiles held (flowers awaiting 补花 included)."""
+        return sum(self.concealed)
+
+    def held_flowers(self) -> list[int]:
+        """Flowers in the hand still to be set aside (补花), lowest first."""
+        return [
+            tile for tile in range(TILE_KIND_COUNT) if is_flower(tile) for _ in range(self.concealed[tile])
+        ]
+
+    def concealed_tiles(self) -> list[int]:
+        """The concealed tiles as a sorted list."""
+        return [tile for tile in range(TILE_KIND_COUNT) for _ in range(self.concealed[tile])]
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One seat asked about the open discard, with what it may do: a win, or pong/kong/chow
+    (`chows` = the lowest tiles of the runs it may chow)."""
+
+    seat: int
+    kinds: tuple[str, ...]
+    chows: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FormulaWindow:
+    """The open claim window on a discard (RULES.md 2.1).
+
+    Seats are asked one at a time, in priority order: those who can win in turn order after the
+    discarder (the first to take the win gets it, 截和), then the seat that can pong or kong, then
+    the next seat's chow. `asks[0]` is asked now; a pass moves on to the next.
+    """
+
+    tile: int
+    from_seat: int
+    asks: tuple[Ask, ...]
+
+    @property
+    def pending(self) -> frozenset[int]:
+        """The seat asked now (at most one)."""
+        return frozenset({self.asks[0].seat}) if self.asks else frozenset()
+
+    @property
+    def current(self) -> Ask | None:
+        """The ask answered now, if any."""
+        return self.asks[0] if self.asks else None
+
+
+@dataclass(frozen=True, slots=True)
+class FormulaTableState:
+    """Everything the formula aggregate knows about one table's hand."""
+
+    table_id: str
+    room_id: str
+    rules: RoomRules
+    dealer_seat: int
+    wall: tuple[int, ...]
+    players: tuple[FormulaPlayer, ...]
+    wildcard_indicator: int
+    wildcard: int
+    turned_flowers: tuple[int, ...] = ()
+    """Flowers turned up while looking for the indicator: set aside, nobody's (RULES.md 2.1)."""
+    dice_roller_seat: int = 0
+    die_1: int = 1
+    die_2: int = 1
+    wall_head: int = 0
+    wall_tail: int = FORMULA_WALL_TILE_COUNT
+    phase: Phase = Phase.DEALING
+    turn_seat: int = NO_SEAT
+    drawn_tile: int | None = None
+    turn_after_meld: bool = False
+    """After a pong or chow the seat must discard: no win, no kong before a draw."""
+    turn_after_kong: bool = False
+    window: FormulaWindow | None = None
+    win_count: int = 0
+    winner_seat: int = NO_SEAT
+    bird_tile: int | None = None
+    bird_seat: int = NO_SEAT
+    wall_exhausted: bool = False
+    end_reason: str = ""
+    version: int = 0
+
+    @property
+    def wall_remaining(self) -> int:
+        """Tiles still in the wall (the indicator and turned flowers are out of it)."""
+        return self.wall_tail - self.wall_head
+
+    @property
+    def is_over(self) -> bool:
+        """True once `GameEnded` was folded."""
+        return self.phase is Phase.ENDED
+
+    def seats_in_game(self) -> list[int]:
+        """Seats neither won nor left, in seat order."""
+        return [seat for seat, player in enumerate(self.players) if player.in_game]
+
+    def next_seat_in_game(self, after_seat: int) -> int:
+        """The first seat after `after_seat` in turn order still in the game, or -1."""
+        for offset in range(1, SEAT_COUNT + 1):
+            seat = (after_seat + offset) % SEAT_COUNT
+            if self.players[seat].in_game:
+                return seat
+        return NO_SEAT
+
+    def non_flower_remaining(self) -> int:
+        """Wall tiles that are not flowers: what draws can still bring into a hand."""
+        return sum(1 for tile in self.wall[self.wall_head : self.wall_tail] if not is_flower(tile))
