@@ -33,7 +33,7 @@ from mahjong_scoring.game_settlement import SettlementOutput, new_game_settlemen
 from mahjong_table.codec import to_message
 from mahjong_table.domain.commands import Pass
 from mahjong_table.domain.decide import waited_on
-from mahjong_table.domain.events import TableEvent
+from mahjong_table.domain.events import TableEvent, TableOpened
 from mahjong_table.domain.state import Phase
 from mahjong_table.testing import Table
 
@@ -48,9 +48,12 @@ def account(seat: int, players: Sequence[str] = ("p0", "p1", "p2", "p3")) -> str
     return "player:" + players[seat]
 
 
-def table_envelopes(events: Sequence[TableEvent], table_id: str = "table-1") -> list[envelope_pb2.Envelope]:
+def table_envelopes(events: Sequence[TableEvent]) -> list[envelope_pb2.Envelope]:
     """The table's events as the table service would publish them: codec payloads in envelopes
     numbered 1, 2, … in the table's stream, with ids and times derived from the sequence."""
+    opened = events[0]
+    assert isinstance(opened, TableOpened), "a table's stream starts with TableOpened"
+    table_id = opened.table_id
     envelopes = []
     for sequence, event in enumerate(events, start=1):
         occurred_at = GAME_START + datetime.timedelta(seconds=sequence)
