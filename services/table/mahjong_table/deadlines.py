@@ -20,10 +20,10 @@ from mahjong_platform.envelopes import Clock
 from mahjong_table.domain.commands import ExpireDeadline, Leave, TableCommand
 from mahjong_table.domain.errors import TableRuleError
 from mahjong_table.domain.events import LEAVE_REASON_DISCONNECTED
-from mahjong_table.domain.state import TableState
 from mahjong_table.models import table_status
 from mahjong_table.servicer import Presence
 from mahjong_table.tables import TableEngine
+from mahjong_table.variants import AnyTableState as TableState
 
 logger = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from mahjong_table import codec
 from mahjong_table.domain import commands
 from mahjong_table.domain.errors import InvalidCommandError, TableRuleError
 from mahjong_table.domain.events import NO_SEAT
-from mahjong_table.domain.state import TableState
-from mahjong_table.domain.views import redact, view_for
 from mahjong_table.models import table_status
 from mahjong_table.tables import TableEngine
+from mahjong_table.variants import AnyTableState as TableState
+from mahjong_table.variants import redact, view_for
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 128
 WATCH_POLL_SECONDS = 0.5
@@ -81,8 +81,8 @@ class Presence:
 
 
 def seat_of(state: TableState, player_id: str) -> int:
-    for seat, player in enumerate(state.players):
-        if player.player_id == player_id:
+    for seat in range(len(state.players)):
+        if state.players[seat].player_id == player_id:
             return seat
     return NO_SEAT
 
@@ -110,9 +110,11 @@ def command_from_request(request: messages.ActRequest, seat: int) -> commands.Ta
         return commands.Pass(seat)
     if kind == "leave":
         return commands.Leave(seat)
+    if kind == "chow":
+        return commands.Chow(seat, request.chow.tile)
     raise InvalidArgumentError(
-        "command is required: one of exchange_three, declare_missing_suit, discard, pong, kong, win, "
-        "pass, leave"
+        "command is required: one of exchange_three, declare_missing_suit, discard, pong, chow, kong, "
+        "win, pass, leave"
     )
 
 
@@ -248,6 +250,10 @@ def table_view_message(
         exchange_pick="".join(view.exchange_pick),
         exchange_direction=view.exchange_direction,
         end_reason=view.end_reason,
+        wildcard_indicator=view.wildcard_indicator,
+        wildcard=view.wildcard,
+        bird_tile=view.bird_tile,
+        bird_seat=view.bird_seat,
     )
     for seat_view in view.seats:
         message.seats.append(
@@ -262,6 +268,7 @@ def table_view_message(
                 left=seat_view.left,
                 exchange_picked=seat_view.exchange_picked,
                 missing_suit_chosen=seat_view.missing_suit_chosen,
+                flowers="".join(seat_view.flowers),
             )
         )
     for action in view.legal_actions:

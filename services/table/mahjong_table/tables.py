@@ -24,11 +24,10 @@ from sqlalchemy.orm import Session
 
 from mahjong_table import codec
 from mahjong_table.domain.commands import TableCommand
-from mahjong_table.domain.decide import decide, open_table, waited_on
 from mahjong_table.domain.events import GameEnded, TableEvent
-from mahjong_table.domain.evolve import fold
-from mahjong_table.domain.state import TableState
 from mahjong_table.models import table_answers, table_status
+from mahjong_table.variants import AnyTableState as TableState
+from mahjong_table.variants import decide, fold, open_table, waited_on
 
 CACHED_TABLES_MAX = 10_000
 DECIDE_ATTEMPTS_MAX = 5
