@@ -1,0 +1,223 @@
+"""``mjctl rebuild`` on the real broker and PostgreSQL: games go table topic → live scoring (tracked
+consumer + outbox relay) → settlement topic → live ledger (with starting grants, relayed to the ledger
+topic); the rebuilt projections equal the live ones, and a tampered live row is named."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy
+from mahjong.v1 import envelope_pb2
+from mahjong_ledger.app import CONSUMER_GROUP as LEDGER_GROUP
+from mahjong_ledger.app import migrate as migrate_ledger
+from mahjong_ledger.projection import SettlementProjection as LedgerProjection
+from mahjong_ledger.repository import LedgerRepository
+from mahjong_platform.database import create_engine_for, create_session_factory, transaction
+from mahjong_platform.envelopes import new_envelope, serialize_envelope
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.outbox import OutboxRelay, count_unsent_outbox_messages, create_idempotent_producer
+from mahjong_platform.schema import stored_events
+from mahjong_platform.service_runtime import migrate
+from mahjong_platform.topics import Topics, ensure_topics
+from mahjong_platform.tracked_consumer import TrackedConsumer
+from mahjong_scoring.__main__ import DEFINITION as SCORING
+from mahjong_scoring.projection import CONSUMER_GROUP as SCORING_GROUP
+from mahjong_scoring.projection import SettlementProjection as ScoringProjection
+from mahjong_table import codec
+from mahjong_table.domain.decide import execute, open_table
+from mahjong_table.domain.evolve import fold
+from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.selfplay import greedy_command
+from mjctl.__main__ import main
+from sqlalchemy.engine import Engine
+
+GAMES_START = datetime.datetime(2026, 3, 1, 12, tzinfo=datetime.UTC)
+GRANT_TIME = datetime.datetime(2026, 2, 1, tzinfo=datetime.UTC)
+PLAYERS = ("ann", "bo", "cy", "di")
+GRANT_BEANS = 3_000
+GAME_COUNT = 4
+# The first consumer group on a fresh broker waits for `__consumer_offsets`; a loaded machine is slow.
+CONSUME_DEADLINE_SECONDS = 300.0
+
+
+def played_games(count: int) -> list[list[envelope_pb2.Envelope]]:
+    """`count` greedy games of the same four players, one after the other (an hour apart)."""
+    games = []
+    for index in range(count):
+        table_id = f"table-{index}"
+        events = open_table(
+            table_id, "sichuan-test", RoomRules(coefficient=100, rake_beans=50), PLAYERS, index
+        )
+        state = fold(events)
+        while not state.is_over:
+            new, state = execute(state, greedy_command(state))
+            events.extend(new)
+        start = GAMES_START + datetime.timedelta(hours=index)
+        games.append(
+            [
+                new_envelope(
+                    codec.to_message(event),
+                    clock=lambda sequence=sequence, start=start: start + datetime.timedelta(seconds=sequence),
+                    stream_id=table_id,
+                    sequence=sequence,
+                    event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table_id}/{sequence}")),
+                    correlation_id=table_id,
+                )
+                for sequence, event in enumerate(events, start=1)
+            ]
+        )
+    return games
+
+
+def produce(bootstrap_servers: str, topic: str, events: list[envelope_pb2.Envelope]) -> None:
+    producer = create_idempotent_producer(
+        bootstrap_servers, client_id="rebuild-test", delivery_timeout_ms=30_000
+    )
+    try:
+        for envelope in events:
+            producer.send(topic, key=envelope.stream_id.encode(), value=serialize_envelope(envelope))
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+
+
+def consume(consumer: TrackedConsumer, count: int) -> None:
+    deadline = time.monotonic() + CONSUME_DEADLINE_SECONDS
+    handled = 0
+    while handled < count:
+        assert time.monotonic() < deadline, f"handled {handled} of {count} events in time"
+        handled += consumer.poll_once(timeout_ms=200)
+
+
+def relay_all(engine: Engine, bootstrap_servers: str) -> None:
+    session_factory = create_session_factory(engine)
+    with OutboxRelay(engine, bootstrap_servers) as relay:
+        while True:
+            relay.run_once()
+            with transaction(session_factory) as session:
+                if count_unsent_outbox_messages(session) == 0:
+                    return
+
+
+def stored_event_count(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return int(
+            connection.execute(
+                sqlalchemy.select(sqlalchemy.func.count()).select_from(stored_events)
+            ).scalar_one()
+        )
+
+
+@pytest.fixture
+def live_system(
+    kafka_bootstrap_servers: str,
+    unique_prefix: str,
+    postgres_database_factory: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[str, str]:
+    """Live scoring and ledger databases (PostgreSQL) fed game by game through the real broker."""
+    topics = Topics.with_prefix(unique_prefix)
+    ensure_topics(kafka_bootstrap_servers, topics.all_names(), partitions=3)
+    scoring_url, ledger_url = postgres_database_factory("scoring"), postgres_database_factory("ledger")
+    migrate(SCORING, scoring_url)
+    migrate_ledger(ledger_url)
+    scoring_engine, ledger_engine = create_engine_for(scoring_url), create_engine_for(ledger_url)
+    # Deposits arrive one by one over gRPC, each at its own time (the rebuild orders by that time).
+    grant_times = (GRANT_TIME + datetime.timedelta(seconds=index) for index in range(1_000))
+    repository = LedgerRepository(EventStore(topics), clock=lambda: next(grant_times))
+    try:
+        with transaction(create_session_factory(ledger_engine)) as session:
+            for player in PLAYERS:
+                repository.ensure_starting_grant(session, f"player:{player}", GRANT_BEANS)
+        relay_all(ledger_engine, kafka_bootstrap_servers)
+        with (
+            TrackedConsumer(
+                scoring_engine,
+                kafka_bootstrap_servers,
+                unique_prefix + SCORING_GROUP,
+                [topics.table],
+                ScoringProjection(EventStore(topics)),
+                topics.dead_letter,
+            ) as scoring,
+            TrackedConsumer(
+                ledger_engine,
+                kafka_bootstrap_servers,
+                unique_prefix + LEDGER_GROUP,
+                [topics.settlement],
+                LedgerProjection(repository).handle,
+                topics.dead_letter,
+            ) as ledger,
+        ):
+            for game in played_games(GAME_COUNT):  # One game after the other, as they would be played.
+                settled_before = stored_event_count(scoring_engine)
+                produce(kafka_bootstrap_servers, topics.table, game)
+                consume(scoring, len(game))
+                relay_all(scoring_engine, kafka_bootstrap_servers)
+                consume(ledger, stored_event_count(scoring_engine) - settled_before)
+                relay_all(ledger_engine, kafka_bootstrap_servers)
+    finally:
+        scoring_engine.dispose()
+        ledger_engine.dispose()
+    monkeypatch.setenv("MAHJONG_KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap_servers)
+    monkeypatch.setenv("MAHJONG_TOPIC_PREFIX", unique_prefix)
+    monkeypatch.setenv("MAHJONG_SCORING_DATABASE_URL", scoring_url)
+    monkeypatch.setenv("MAHJONG_LEDGER_DATABASE_URL", ledger_url)
+    return scoring_url, ledger_url
+
+
+def execute_sql(url: str, statement: str) -> None:
+    engine = create_engine_for(url)
+    try:
+        with transaction(create_session_factory(engine)) as session:
+            session.execute(sqlalchemy.text(statement))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.integration
+def test_rebuilt_scoring_and_ledger_equal_live_and_a_tampered_row_is_named(
+    live_system: tuple[str, str],
+    unique_prefix: str,
+    postgres_database_factory: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scoring_url, ledger_url = live_system
+    assert main(["rebuild", "scoring", "--live-group", unique_prefix + SCORING_GROUP]) == 0
+    captured = capsys.readouterr()
+    print(captured.out)  # the replay speed, for the record (pytest -s)
+    assert "identical: the rebuilt scoring projection equals the live one" in captured.out
+    assert "0 failed in the handler" in captured.out and "warning" not in captured.out
+    assert "events/s" in captured.err  # the progress bar
+
+    rebuilt_ledger = postgres_database_factory("rebuilt_ledger")
+    assert (
+        main(
+            ["rebuild", "ledger", "--database", rebuilt_ledger, "--live-group", unique_prefix + LEDGER_GROUP]
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    print(captured.out)
+    assert "identical: the rebuilt ledger projection equals the live one" in captured.out
+
+    # The rebuild database must be empty: the one just filled is refused.
+    assert main(["rebuild", "ledger", "--database", rebuilt_ledger]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+    execute_sql(
+        scoring_url, "UPDATE scoring_players SET beans = beans + 1 WHERE table_id = 'table-1' AND seat = 2"
+    )
+    assert main(["rebuild", "scoring", "--live-group", unique_prefix + SCORING_GROUP]) == 1
+    output = capsys.readouterr().out
+    assert "different: table scoring_players, key table_id='table-1', seat=2, column beans: live " in output
+
+    execute_sql(
+        ledger_url, "UPDATE ledger_accounts SET balance_beans = balance_beans + 5 WHERE account = 'player:bo'"
+    )
+    assert main(["rebuild", "ledger", "--live-group", unique_prefix + LEDGER_GROUP]) == 1
+    output = capsys.readouterr().out
+    assert "different: table ledger_accounts, key account='player:bo', column balance_beans" in output
