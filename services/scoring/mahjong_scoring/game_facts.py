@@ -53,11 +53,20 @@ from mahjong_rules import (
     parse_tile,
     tile_code,
 )
+from mahjong_rules.formula.fans import WinBy as FormulaWinBy
+from mahjong_rules.formula.scoring import (
+    FanTerm,
+    FormulaOptions,
+    FormulaWinFact,
+    formula_escape_instruction,
+    formula_win_instructions,
+)
 from mahjong_rules.settlement import (
     SEAT_COUNT,
     EscapeFact,
     GameFact,
     HandFacts,
+    Instruction,
     KongFact,
     KongKind,
     SelfDrawBonus,
@@ -112,6 +121,8 @@ class GameOpened:
     room_id: str
     options: SettlementOptions | None
     accounts: tuple[str, ...]
+    formula: FormulaOptions | None = None
+    """Set for a formula room (RULES.md 2.3): its wins and escapes settle by these options."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +153,32 @@ class Notice:
     message: str
 
 
-Step: TypeAlias = GameOpened | FactStep | GameOver | Notice
+@dataclass(frozen=True)
+class InstructionsStep:
+    """Formula (RULES.md 2.3): instructions in points already computed by
+    `mahjong_rules.formula.scoring` (a win after its bird, or an escape), with the winner's fans."""
+
+    instructions: tuple[Instruction, ...]
+    fans_by_seat: tuple[tuple[int, ScoredFans], ...] = ()
+
+    def fans_of(self, seat: int) -> ScoredFans | None:
+        """The fans behind `seat`'s points, if any."""
+        return next((fans for payee, fans in self.fans_by_seat if payee == seat), None)
+
+
+@dataclass(frozen=True)
+class FormulaPendingWin:
+    """A formula win waiting for its bird (`BirdRevealed` follows `PlayerWon`, RULES.md 2.3)."""
+
+    source: str
+    winner: int
+    win_by: FormulaWinBy
+    payer: int | None
+    total_fan: int
+    fans: ScoredFans
+
+
+Step: TypeAlias = GameOpened | FactStep | InstructionsStep | GameOver | Notice
 
 
 @dataclass(frozen=True)
@@ -198,6 +234,7 @@ class GameFactsState:
     kong_before_discard: tuple[str | None, ...] = (None,) * SEAT_COUNT
     last_discard: LastDiscard | None = None
     pending_wins: PendingWins | None = None
+    formula_win: FormulaPendingWin | None = None
     checked: bool = False
     over: bool = False
     applied_event_ids: frozenset[str] = frozenset()
@@ -241,6 +278,8 @@ def apply_table_event(
         state = _table_opened(state, envelope, steps)
     elif state.opened is None:
         raise GameFactsError(f"{payload_name} of table {envelope.stream_id} arrived before TableOpened")
+    elif state.settles and not state.over and state.opened.formula is not None:
+        state = _formula_event(state, envelope, payload_name, steps)
     elif state.settles and not state.over:
         state = _game_event(state, envelope, payload_name, steps)
     return replace(state, applied_event_ids=state.applied_event_ids | {envelope.event_id}), tuple(steps)
@@ -267,7 +306,8 @@ def settlement_options(room_rules: rooms_pb2.RoomRules) -> SettlementOptions | N
     empty `self_draw_bonus`, which means the default "double" (an empty string is no option).
     """
     if room_rules.variant == common_pb2.VARIANT_FORMULA:
-        return None
+        formula = formula_options(room_rules)
+        return None if formula is None else formula.settlement_options()
     try:
         return SettlementOptions(
             coefficient=room_rules.coefficient,
@@ -282,6 +322,24 @@ def settlement_options(room_rules: rooms_pb2.RoomRules) -> SettlementOptions | N
         )
     except ValueError as error:
         raise GameFactsError(f"the room rules cannot be settled: {error}") from error
+
+
+def formula_options(room_rules: rooms_pb2.RoomRules) -> FormulaOptions | None:
+    """The formula settlement options (RULES.md 2.3) of a formula room's rules snapshot."""
+    if room_rules.variant != common_pb2.VARIANT_FORMULA:
+        return None
+    try:
+        return FormulaOptions(
+            coefficient=room_rules.coefficient,
+            rake_beans=room_rules.rake_beans,
+            fan_term=FanTerm(room_rules.fan_term or FanTerm.FAN),
+            min_fan=room_rules.min_fan,
+            no_wildcard_fan=room_rules.no_wildcard_fan,
+            escape_penalty_points=room_rules.escape_penalty_points,
+            escape_compensation_points=room_rules.escape_compensation_points,
+        )
+    except ValueError as error:
+        raise GameFactsError(f"the formula room rules cannot be settled: {error}") from error
 
 
 def _table_opened(
@@ -307,6 +365,7 @@ def _table_opened(
         room_id=event.room_id,
         options=settlement_options(event.rules),
         accounts=tuple(accounts),
+        formula=formula_options(event.rules),
     )
     steps.append(opened)
     return replace(state, opened=opened, dealer_seat=event.dealer_seat)
@@ -349,6 +408,61 @@ def _game_event(
         return _game_ended(state, source, envelope.game_ended, steps)
     # ExchangePicked, MissingSuitChosen, ClaimPassed, TurnTimedOut: nothing to settle.
     return state
+
+
+def _formula_event(
+    state: GameFactsState, envelope: envelope_pb2.Envelope, payload_name: str, steps: list[Step]
+) -> GameFactsState:
+    """A formula hand (RULES.md 2.3): the win is paid once its bird is known; an escape pays the
+    escape penalty and compensations (it ends the hand); the end brings the rake. A drawn hand pays
+    nothing but the rake."""
+    opened = state.opened
+    assert opened is not None and opened.formula is not None
+    source = envelope.event_id
+    if payload_name == "player_won":
+        event = envelope.player_won
+        _check_seat(event.seat, "winner")
+        win_by = FormulaWinBy(_WIN_BYS[event.win_by].value) if event.win_by in _WIN_BYS else None
+        if win_by is None:
+            raise GameFactsError(f"PlayerWon {source} does not say how it was won")
+        payer = None if win_by is FormulaWinBy.SELF_DRAW else event.from_seat
+        fans = ScoredFans(event.fan_total, tuple(Fan(fan.id, fan.name, fan.multiplier) for fan in event.fans))
+        pending = FormulaPendingWin(source, event.seat, win_by, payer, event.fan_total, fans)
+        return replace(state, formula_win=pending, won=state.won | {event.seat})
+    if payload_name == "bird_revealed":
+        win = state.formula_win
+        if win is None:
+            raise GameFactsError(f"BirdRevealed {source} without a win before it")
+        fact = FormulaWinFact(
+            source=win.source,
+            winner=win.winner,
+            win_by=win.win_by,
+            total_fan=win.total_fan,
+            dealer=state.dealer_seat,
+            bird=_formula_tile(envelope.bird_revealed.tile),
+            payer=win.payer,
+        )
+        instructions = formula_win_instructions(fact, opened.formula)
+        steps.append(InstructionsStep(instructions, ((win.winner, win.fans),)))
+        return replace(state, formula_win=None)
+    if payload_name == "player_left":
+        seat = envelope.player_left.seat
+        _check_seat(seat, "escapee")
+        escape = formula_escape_instruction(source, seat, opened.formula)
+        if escape is not None and seat not in state.won:
+            steps.append(InstructionsStep((escape,)))
+        return replace(state, left=state.left | {seat})
+    if payload_name == "game_ended":
+        steps.append(GameOver(source, envelope.game_ended.reason))
+        return replace(state, over=True)
+    return state
+
+
+def _formula_tile(code: str) -> Tile:
+    try:
+        return parse_tile(code)
+    except RulesError as error:
+        raise GameFactsError(str(error)) from error
 
 
 def _continues_window(pending: PendingWins, envelope: envelope_pb2.Envelope, payload_name: str) -> bool:

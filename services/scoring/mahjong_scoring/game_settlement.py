@@ -42,6 +42,7 @@ from mahjong_scoring.game_facts import (
     GameFactsState,
     GameOpened,
     GameOver,
+    InstructionsStep,
     Notice,
     ScoredFans,
     apply_table_event,
@@ -122,6 +123,8 @@ def settle_table_event(
                 state = replace(state, settlement=new_game(step.options))
         elif isinstance(step, FactStep):
             state = _settle_fact(state, step, envelope, envelopes)
+        elif isinstance(step, InstructionsStep):
+            state = _settle_instructions(state, step, envelope, envelopes)
         else:
             state = _settle_game_over(state, step, envelope, envelopes)
     return state, SettlementOutput(tuple(envelopes), tuple(notices))
@@ -171,7 +174,22 @@ def _settle_fact(
     return state
 
 
-def _fans_of_instruction(instruction: Instruction, step: FactStep) -> ScoredFans | None:
+def _settle_instructions(
+    state: GameSettlementState,
+    step: InstructionsStep,
+    source: envelope_pb2.Envelope,
+    envelopes: list[envelope_pb2.Envelope],
+) -> GameSettlementState:
+    """Formula (RULES.md 2.3): instructions already in points; converted once into beans."""
+    opened = state.opened
+    assert opened is not None and opened.options is not None
+    for instruction in step.instructions:
+        fans = _fans_of_instruction(instruction, step)
+        state = _add_line(state, to_beans(instruction, opened.options), fans, source, envelopes)
+    return state
+
+
+def _fans_of_instruction(instruction: Instruction, step: FactStep | InstructionsStep) -> ScoredFans | None:
     """The fans behind an instruction: the winner's hand (win), or the one ready payee's best wait
     (not ready). An instruction with several payees carries none: `Payee` has no fans field."""
     if instruction.reason.value not in ("win", "not_ready") or len(instruction.payments) != 1:
