@@ -210,7 +210,8 @@ def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
             thread.start()
         event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 3})
         event_ids += append_events(sqlite_engine, kafka_topics, {"table-2": 2, "table-1": 1})
-        deadline = time.monotonic() + 60
+        # Generous: on a loaded 2-core machine a fresh group can take a minute to settle.
+        deadline = time.monotonic() + 150
         while len(read_projection_event_ids(sqlite_engine)) < len(event_ids) and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
