@@ -4,8 +4,10 @@ Each bot holds its own token, enqueues through MatchmakingService, follows its t
 its table with TableService: it reads its view (GetView), acts on its legal actions (Act), and
 waits for the next event on its Watch stream. No back door: a bot knows only what its seat sees.
 
-Policy (issue 4): exchange the weakest suit, declare the shortest suit missing (and so discard it
-first), keep pairs and runs, pong/kong when offered, always win when it can.
+Policy (issues 4 and 6): exchange the weakest suit, declare the shortest suit missing (and so
+discard it first), keep pairs and runs, always win when it can, else kong/pong, else chow (formula
+rooms: the lowest run offered), else discard. Flowers never reach a bot's hand (the server sets
+them aside), so formula views need nothing more.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def choose_command(view: table_messages.TableView) -> table_messages.ActRequest 
         request.kong.tile = actions["kong"].tiles[0] if view.phase == "turn" else ""
     elif "pong" in actions:
         request.pong.SetInParent()
+    elif "chow" in actions:
+        request.chow.tile = actions["chow"].tiles[0]
     elif "discard" in actions:
         request.discard.tile = choose_discard(view.hand, list(actions["discard"].tiles))
     elif "pass" in actions:

@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("run", help="start Kafka and every service, then play a demo")
     parser.add_argument("--room", default="sichuan-novice")
     parser.add_argument("--games", type=int, default=3, help="demo games (0: no demo)")
+    parser.add_argument(
+        "--formula-room", default="formula-fan", help="room of the one formula demo game ('' for none)"
+    )
     parser.add_argument("--players", type=int, default=4, help="demo bots, a multiple of 4")
     parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
     parser.set_defaults(handler=_run)
@@ -154,6 +157,15 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
         print_table_summary(operations, table_id)
     for line in report.summary_lines():
         print(line)
+    if arguments.formula_room:
+        # Issue 6: one formula game too, after the Sichuan games.
+        print(f"demo: {arguments.players} bots play 1 game in room {arguments.formula_room}")
+        formula = run_bots(arguments.formula_room, arguments.players, 1, channel_for, log=lambda _line: None)
+        for table_id in formula.table_ids:
+            print_table_summary(operations, table_id)
+        for line in formula.summary_lines():
+            print(line)
+        report.table_ids.extend(formula.table_ids)
     if "ledger" in installed_services():
         finance = open_channel(
             settings.grpc_target("ledger"), mint_token(secret, "demo-finance", ["finance"])

@@ -54,12 +54,21 @@ def summary_lines(events: list[envelope_pb2.Envelope]) -> list[str]:
             lines.append(f"  kong: seat {kong.seat} {EXPOSURE.get(kong.exposure, '?')} kong of {kong.tile}")
         elif kind == "player_won":
             won = envelope.player_won
-            fans = " · ".join(f"{fan.name} ×{fan.multiplier}" for fan in won.fans)
+            # Formula wins (RULES.md 2.2) add fans; Sichuan wins multiply (1.7).
+            formula = won.fan_total > 0 and won.multiplier == 0
+            fans = " · ".join(
+                f"{fan.name} {fan.multiplier}" if formula else f"{fan.name} ×{fan.multiplier}"
+                for fan in won.fans
+            )
+            total = f"{won.fan_total} fan" if formula else f"×{won.multiplier}"
             source = "" if won.from_seat < 0 else f" from seat {won.from_seat}"
             lines.append(
                 f"  win {won.win_order}: seat {won.seat} ({players.get(won.seat, '?')}) by "
-                f"{WIN_BY.get(won.win_by, '?')}{source} on {won.win_tile}: {fans} = ×{won.multiplier}"
+                f"{WIN_BY.get(won.win_by, '?')}{source} on {won.win_tile}: {fans} = {total}"
             )
+        elif kind == "bird_revealed":
+            bird = envelope.bird_revealed
+            lines.append(f"  bird: {bird.tile} lands on seat {bird.seat}")
         elif kind == "player_left":
             left = envelope.player_left
             lines.append(f"  escape: seat {left.seat} ({left.reason}{', had won' if left.had_won else ''})")

@@ -23,8 +23,8 @@ from mahjong_matchmaking import tickets
 from mahjong_matchmaking.catalog import Room
 from mahjong_matchmaking.models import TICKET_QUEUED
 
-# The table engine runs Sichuan Bloody only; Formula rooms open with issue 6.
-PLAYABLE_VARIANTS = ("sichuan_bloody",)
+# The room families the table engine plays (issue 6: Formula joined Sichuan Bloody).
+PLAYABLE_VARIANTS = ("sichuan_bloody", "formula")
 WATCH_POLL_SECONDS = 0.25
 WATCH_MAX_SECONDS = 3600.0
 
