@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import queue
 import statistics
 import threading
@@ -126,6 +127,8 @@ class BotPlayer:
         self._table = table_service_pb2_grpc.TableServiceStub(table)
         self.act_latencies_seconds: list[float] = []
         self._log = log
+        # When the last table's GameEnded event occurred (the table engine's clock), for lag figures.
+        self.game_ended_at: datetime.datetime | None = None
 
     def find_table(self, room_id: str) -> tuple[str, int]:
         request = matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4()))
@@ -169,8 +172,9 @@ class BotPlayer:
         """Play the table to its end; return the final view."""
         self.wait_until_open(table_id)
         events: queue.Queue[int] = queue.Queue()
+        ended = _GameEnd()
         stream = self._table.Watch(table_messages.WatchRequest(table_id=table_id), timeout=GAME_MAX_SECONDS)
-        reader = threading.Thread(target=_drain, args=(stream, events), daemon=True)
+        reader = threading.Thread(target=_drain, args=(stream, events, ended), daemon=True)
         reader.start()
         started = time.monotonic()
         try:
@@ -179,6 +183,7 @@ class BotPlayer:
                     table_messages.GetViewRequest(table_id=table_id), timeout=CALL_TIMEOUT_SECONDS
                 )
                 if view.phase == "ended":
+                    self.game_ended_at = ended.wait(CALL_TIMEOUT_SECONDS)
                     return view
                 request = choose_command(view)
                 if request is None:
@@ -202,9 +207,27 @@ class BotPlayer:
             self.act_latencies_seconds.append(time.perf_counter() - before)
 
 
-def _drain(stream: grpc.Future, events: queue.Queue[int]) -> None:
+class _GameEnd:
+    """The time of the GameEnded event, handed from the Watch reader to the playing thread."""
+
+    def __init__(self) -> None:
+        self._seen = threading.Event()
+        self.occurred_at: datetime.datetime | None = None
+
+    def record(self, occurred_at: datetime.datetime) -> None:
+        self.occurred_at = occurred_at
+        self._seen.set()
+
+    def wait(self, timeout_seconds: float) -> datetime.datetime | None:
+        self._seen.wait(timeout_seconds)
+        return self.occurred_at
+
+
+def _drain(stream: grpc.Future, events: queue.Queue[int], ended: _GameEnd) -> None:
     try:
         for envelope in stream:
+            if envelope.WhichOneof("payload") == "game_ended":
+                ended.record(envelope.occurred_at.ToDatetime(datetime.UTC))
             events.put(envelope.sequence)
     except grpc.RpcError:
         pass
@@ -259,6 +282,7 @@ def run_bots(
     channel_for: Callable[[str, str], grpc.Channel],
     log: Callable[[str], None] = print,
     player_prefix: str = "bot",
+    on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
 ) -> BotRunReport:
     """Run `players` bots for at least `games` games (whole rounds of players/4 tables);
     `channel_for(service, player)` opens a channel to "matchmaking" or "table" carrying that
@@ -288,6 +312,8 @@ def run_bots(
                 table_id, seat = bot.find_table(room_id)
                 view = bot.play(table_id)
                 if seat == 0:  # one line per game, from the bot in seat 0
+                    if on_game_ended is not None and bot.game_ended_at is not None:
+                        on_game_ended(table_id, bot.game_ended_at)
                     line = describe_game(view)
                     with lock:
                         finished.append(line)
@@ -314,6 +340,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--room", default="sichuan-novice", help="room id (see ListRooms)")
     parser.add_argument("--players", type=int, default=4, help="number of bots, a multiple of 4")
     parser.add_argument("--games", type=int, default=1, help="stop after this many finished games")
+    parser.add_argument(
+        "--settlement-lag",
+        action="store_true",
+        help="also measure each game's lag from GameEnded to its last ledger posting (finance token)",
+    )
     parser.set_defaults(handler=_run)
 
 
@@ -328,7 +359,21 @@ def _run(arguments: argparse.Namespace) -> int:
         token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600)
         return open_channel(settings.grpc_target(service), token)  # type: ignore[arg-type]
 
-    report = run_bots(arguments.room, arguments.players, arguments.games, channel_for)
+    probe = None
+    if arguments.settlement_lag:
+        from mjctl.lag import SettlementLagProbe
+
+        finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
+        probe = SettlementLagProbe(open_channel(settings.grpc_target("ledger"), finance_token))
+    report = run_bots(
+        arguments.room,
+        arguments.players,
+        arguments.games,
+        channel_for,
+        on_game_ended=None if probe is None else probe.game_ended,
+    )
     for line in report.summary_lines():
         print(line)
+    if probe is not None:
+        print(probe.summary_line())
     return 0

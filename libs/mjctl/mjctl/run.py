@@ -143,6 +143,7 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     from mahjong_platform.grpc_client import open_channel
 
     from mjctl.bots import run_bots
+    from mjctl.lag import SettlementLagProbe
     from mjctl.summary import money_lines, print_table_summary
 
     secret = settings.jwt_secret
@@ -150,8 +151,18 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     def channel_for(service: str, player_id: str) -> grpc.Channel:
         return open_channel(settings.grpc_target(service_name(service)), mint_token(secret, player_id))
 
+    finance = open_channel(settings.grpc_target("ledger"), mint_token(secret, "demo-finance", ["finance"]))
+    probe = SettlementLagProbe(finance) if "ledger" in installed_services() else None
+    on_game_ended = None if probe is None else probe.game_ended
     print(f"demo: {arguments.players} bots play {arguments.games} games in room {arguments.room}")
-    report = run_bots(arguments.room, arguments.players, arguments.games, channel_for, log=lambda _line: None)
+    report = run_bots(
+        arguments.room,
+        arguments.players,
+        arguments.games,
+        channel_for,
+        log=lambda _line: None,
+        on_game_ended=on_game_ended,
+    )
     operations = open_channel(settings.grpc_target("table"), mint_token(secret, "demo-ops", ["ops"]))
     for table_id in report.table_ids:
         print_table_summary(operations, table_id)
@@ -160,15 +171,20 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     if arguments.formula_room:
         # Issue 6: one formula game too, after the Sichuan games.
         print(f"demo: {arguments.players} bots play 1 game in room {arguments.formula_room}")
-        formula = run_bots(arguments.formula_room, arguments.players, 1, channel_for, log=lambda _line: None)
+        formula = run_bots(
+            arguments.formula_room,
+            arguments.players,
+            1,
+            channel_for,
+            log=lambda _line: None,
+            on_game_ended=on_game_ended,
+        )
         for table_id in formula.table_ids:
             print_table_summary(operations, table_id)
         for line in formula.summary_lines():
             print(line)
         report.table_ids.extend(formula.table_ids)
-    if "ledger" in installed_services():
-        finance = open_channel(
-            settings.grpc_target("ledger"), mint_token(secret, "demo-finance", ["finance"])
-        )
+    if probe is not None:
         for line in money_lines(finance, report.table_ids):
             print(line)
+        print(probe.summary_line())
