@@ -100,33 +100,46 @@ def postgresql_engine(postgres_database_url: str) -> Iterator[Engine]:
 TEST_PARTITION_COUNT = 2
 POLL_DEADLINE_SECONDS = 60.0
 COORDINATOR_READY_DEADLINE_SECONDS = 120.0
+WARMUP_ATTEMPT_SECONDS = 20.0
 
 
-@pytest.fixture(scope="session")
-def kafka_group_coordinator_ready(kafka_bootstrap_servers: str) -> None:
-    """Waits once per session until consumer groups can form on the shared broker.
-
-    The first group on a fresh broker makes it create `__consumer_offsets` (50 partitions by
-    default), which on a busy two-core machine can take longer than one test's poll deadline;
-    until a group's partition has a leader, joining that group fails with NotCoordinator.
-    """
+def _a_fresh_group_forms(bootstrap_servers: str, timeout_seconds: float) -> bool:
+    """Whether a new consumer in a new group gets its partition within `timeout_seconds`."""
     topic = f"warmup.{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka_bootstrap_servers, [topic], partitions=1)
+    ensure_topics(bootstrap_servers, [topic], partitions=1)
     consumer = KafkaConsumer(
-        bootstrap_servers=kafka_bootstrap_servers,
+        bootstrap_servers=bootstrap_servers,
         group_id=topic,
         enable_auto_commit=False,
         metadata_max_age_ms=1_000,
     )
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + COORDINATOR_READY_DEADLINE_SECONDS
+        deadline = time.monotonic() + timeout_seconds
         while not consumer.assignment():
             if time.monotonic() > deadline:
-                pytest.fail(f"no consumer group formed within {COORDINATOR_READY_DEADLINE_SECONDS} s")
+                return False
             consumer.poll(timeout_ms=200)
+        return True
     finally:
         consumer.close(autocommit=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_group_coordinator_ready(kafka_bootstrap_servers: str) -> None:
+    """Waits once per session until consumer groups can form on the shared broker.
+
+    The first group on a fresh broker makes it create `__consumer_offsets`, which on a busy
+    two-core machine can take longer than one test's poll deadline; until a group's partition has
+    a leader, joining that group fails with NotCoordinator.
+    """
+    deadline = time.monotonic() + COORDINATOR_READY_DEADLINE_SECONDS
+    # A fresh client per attempt: under load a kafka-python 3.0.12 consumer was seen to stall
+    # forever in its first group join on a new broker, while a new client (new coordinator lookup,
+    # new group) joined at once.
+    while not _a_fresh_group_forms(kafka_bootstrap_servers, WARMUP_ATTEMPT_SECONDS):
+        if time.monotonic() > deadline:
+            pytest.fail(f"no consumer group formed within {COORDINATOR_READY_DEADLINE_SECONDS} s")
     # Each group's coordinator lives on one of the offsets topic's partitions: wait for them all.
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap_servers)
     try:
