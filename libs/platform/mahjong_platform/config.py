@@ -41,7 +41,9 @@ MAXIMUM_TOPIC_PARTITIONS: Final = 1000
 DEFAULT_GRPC_PORTS: Final[Mapping[ServiceName, int]] = MappingProxyType(
     {"matchmaking": 50051, "table": 50052, "scoring": 50053, "ledger": 50054}
 )
-DEFAULT_GRPC_MAX_WORKERS: Final = 64
+# Every open stream (a player's Watch, a WatchTicket) holds a worker thread for its whole life: a
+# table engine serving 64 players at 16 tables needs well over 64.
+DEFAULT_GRPC_MAX_WORKERS: Final = 512
 MAXIMUM_GRPC_MAX_WORKERS: Final = 4096
 DEFAULT_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 10.0
 MAXIMUM_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 300.0
