@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +20,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-SQLITE_BUSY_TIMEOUT_MS = 5_000
+# Writers of other processes (a rebuild, an operator's sqlite3 shell) wait this long for the lock.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRESQL_CONNECT_TIMEOUT_SECONDS = 10
 POSTGRESQL_POOL_SIZE = 5
 POSTGRESQL_POOL_MAX_OVERFLOW = 5
@@ -85,9 +88,29 @@ def create_session_factory(engine: Engine) -> SessionFactory:
 
 @contextlib.contextmanager
 def transaction(session_factory: SessionFactory) -> Iterator[Session]:
-    """One unit of work: commits when the block ends normally, rolls back on any exception."""
-    with session_factory.begin() as session:
+    """One unit of work: commits when the block ends normally, rolls back on any exception.
+
+    On SQLite the writers of this process queue on an in-process lock before BEGIN IMMEDIATE:
+    SQLite has one writer at a time anyway, and its busy handler makes waiting writers sleep and
+    poll, so under many concurrent writers (64 players at 16 tables) some waited past the busy
+    timeout ("database is locked") while the lock was free most of the time.
+    """
+    with _writer_lock(session_factory.kw["bind"]), session_factory.begin() as session:
         yield session
+
+
+_SQLITE_WRITER_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
+_SQLITE_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def _writer_lock(engine: Engine) -> contextlib.AbstractContextManager[object]:
+    if engine.dialect.name != "sqlite":
+        return contextlib.nullcontext()
+    with _SQLITE_WRITER_LOCKS_GUARD:
+        lock = _SQLITE_WRITER_LOCKS.get(engine)
+        if lock is None:
+            lock = _SQLITE_WRITER_LOCKS[engine] = threading.RLock()
+    return lock
 
 
 @contextlib.contextmanager

@@ -82,7 +82,7 @@ class DeadlineWorker:
     def escape_disconnected(self) -> int:
         with read_transaction(self._session_factory) as session:
             live = self._engine.live_tables(session)
-            states = [self._engine.load_state(session, table_id) for table_id in live]
+            states = [self._engine.load_state(session, table_id, for_reading=True) for table_id in live]
         acted = 0
         for state in states:
             grace_seconds = state.rules.reconnect_grace_ms / 1000

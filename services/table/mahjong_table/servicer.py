@@ -150,7 +150,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             raise InvalidArgumentError("table_id is required")
         identity = current_identity()
         with read_transaction(self._session_factory) as session:
-            state = self._engine.load_state(session, table_id)
+            state = self._engine.load_state(session, table_id, for_reading=True)
         seat = seat_of(state, identity.player_id)
         if seat != NO_SEAT:
             return state, seat

@@ -45,6 +45,11 @@ class TableChanges:
             self._versions[table_id] = version
             self._condition.notify_all()
 
+    def version(self, table_id: str) -> int:
+        """The latest version this process committed or was told about; 0 when none."""
+        with self._condition:
+            return self._versions.get(table_id, 0)
+
     def wait(self, table_id: str, seen_version: int, timeout_seconds: float) -> None:
         with self._condition:
             self._condition.wait_for(lambda: self._versions.get(table_id, 0) > seen_version, timeout_seconds)
@@ -88,15 +93,25 @@ class TableEngine:
     cache: StateCache = dataclasses.field(default_factory=StateCache)
     changes: TableChanges = dataclasses.field(default_factory=TableChanges)
 
-    def load_state(self, session: Session, table_id: str) -> TableState:
-        """The table's current state; NotFoundError for a table that was never opened."""
+    def load_state(self, session: Session, table_id: str, *, for_reading: bool = False) -> TableState:
+        """The table's current state; NotFoundError for a table that was never opened.
+
+        `for_reading` (views, authorization): a cached state as new as everything this process has
+        committed is returned without asking the database. One engine instance owns a table
+        (table engines shard by table id, ARCHITECTURE.md), so nothing newer can exist; a writer
+        always reads the database, inside its own transaction.
+        """
         cached = self.cache.get(table_id)
+        if for_reading and cached is not None and cached.version >= self.changes.version(table_id):
+            return cached
         after = cached.version if cached is not None else 0
         envelopes = self.store.load(session, table_id, after)
         if cached is None and not envelopes:
             raise NotFoundError(f"no table {table_id!r}")
         state = fold((codec.event_of(envelope) for envelope in envelopes), cached)
         assert state.version == after + len(envelopes), (state.version, after, len(envelopes))
+        if envelopes:
+            self.cache.put(state)  # read from committed events, so a true prefix of the stream
         return state
 
     def open_from_assignment(
