@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 # Writers of other processes (a rebuild, an operator's sqlite3 shell) wait this long for the lock.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_POOL_SIZE = 32
+SQLITE_POOL_MAX_OVERFLOW = 96
 POSTGRESQL_CONNECT_TIMEOUT_SECONDS = 10
 POSTGRESQL_POOL_SIZE = 5
 POSTGRESQL_POOL_MAX_OVERFLOW = 5
@@ -132,7 +134,15 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engi
     if not database or database == ":memory:":
         raise ValueError("use a SQLite file: an in-memory database is private to one connection")
     pathlib.Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = sqlalchemy.create_engine(url, echo=echo, connect_args={"timeout": busy_timeout_ms / 1000})
+    # A service's gRPC workers and background threads share the pool; a connection made per
+    # checkout beyond the pool would redo the PRAGMAs below every time.
+    engine = sqlalchemy.create_engine(
+        url,
+        echo=echo,
+        connect_args={"timeout": busy_timeout_ms / 1000},
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=SQLITE_POOL_MAX_OVERFLOW,
+    )
 
     @event.listens_for(engine, "connect")
     def _configure_connection(dbapi_connection: Any, _connection_record: Any) -> None:

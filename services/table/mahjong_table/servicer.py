@@ -26,7 +26,6 @@ from mahjong_table import codec
 from mahjong_table.domain import commands
 from mahjong_table.domain.errors import InvalidCommandError, TableRuleError
 from mahjong_table.domain.events import NO_SEAT
-from mahjong_table.models import table_status
 from mahjong_table.tables import TableEngine
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import redact, view_for
@@ -221,12 +220,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         state, seat = self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("GetView shows a seat's view; ops use Watch for full information")
-        return table_view_message(state, seat, self._deadline_of(request.table_id))
-
-    def _deadline_of(self, table_id: str) -> datetime.datetime | None:
         with read_transaction(self._session_factory) as session:
-            row = session.execute(table_status.select().where(table_status.c.table_id == table_id)).first()
-        return None if row is None else row.deadline_at
+            deadline = self._engine.deadline_of(session, state)
+        return table_view_message(state, seat, deadline)
 
 
 def table_view_message(

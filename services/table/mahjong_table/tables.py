@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import datetime
 import threading
+import typing
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
@@ -92,6 +93,20 @@ class TableEngine:
     clock: Clock
     cache: StateCache = dataclasses.field(default_factory=StateCache)
     changes: TableChanges = dataclasses.field(default_factory=TableChanges)
+    # The deadline written with each table's latest version, so a view needs no extra query.
+    _deadlines: dict[str, tuple[int, datetime.datetime | None]] = dataclasses.field(default_factory=dict)
+    _deadlines_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def deadline_of(self, session: Session, state: TableState) -> datetime.datetime | None:
+        """When the server acts for whoever `state` waits on (None: nobody is waited on)."""
+        with self._deadlines_lock:
+            known = self._deadlines.get(state.table_id)
+        if known is not None and known[0] == state.version:
+            return known[1]
+        deadline = session.execute(
+            sqlalchemy.select(table_status.c.deadline_at).where(table_status.c.table_id == state.table_id)
+        ).scalar_one_or_none()
+        return None if deadline is None else typing.cast(datetime.datetime, deadline)
 
     def load_state(self, session: Session, table_id: str, *, for_reading: bool = False) -> TableState:
         """The table's current state; NotFoundError for a table that was never opened.
@@ -205,6 +220,8 @@ class TableEngine:
             "last_event_at": last_event_at,
             "deadline_at": deadline,
         }
+        with self._deadlines_lock:
+            self._deadlines[state.table_id] = (state.version, deadline)
         updated = session.execute(
             table_status.update().where(table_status.c.table_id == state.table_id).values(**values)
         )
