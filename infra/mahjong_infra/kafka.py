@@ -190,6 +190,14 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return port
 
 
+def _terminate_when_parent_dies() -> None:
+    """In the child before exec: ask Linux for SIGTERM when the parent process exits."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def random_cluster_id() -> str:
     """A KRaft cluster id: URL-safe base64 of 16 random bytes, without padding (as `random-uuid`)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
@@ -393,8 +401,12 @@ class KafkaBroker:
             return None
         return pid if _process_alive(pid) and _is_kafka_process(pid) else None
 
-    def start(self, *, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
-        """Start the broker in its own process group and return once clients can use it."""
+    def start(self, *, timeout_s: float = DEFAULT_START_TIMEOUT_S, die_with_parent: bool = False) -> None:
+        """Start the broker in its own process group and return once clients can use it.
+
+        `die_with_parent` (Linux): the broker gets SIGTERM when the starting process dies, even by
+        SIGKILL, so a test session that is killed (a CI timeout) leaves no broker behind.
+        """
         if self.running_pid() is not None:
             raise KafkaInfraError(
                 f"a broker from {self.data_dir} is already running (pid {self.running_pid()})"
@@ -415,6 +427,7 @@ class KafkaBroker:
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,
+                preexec_fn=_terminate_when_parent_dies if die_with_parent else None,
             )
         self.pid_file.write_text(f"{self._process.pid}\n", encoding="ascii")
         try:

@@ -95,7 +95,7 @@ def kafka_broker(
     atexit.register(broker.stop)  # even if the session dies without running finalizers
     try:
         kafka_infra.fetch()
-        broker.start()
+        broker.start(die_with_parent=True)
     except kafka_infra.KafkaInfraError as error:
         failure = str(error)
     if failure is not None:  # failed outside the except block: no "during handling" chain
