@@ -44,10 +44,13 @@ def summary_lines(events: list[envelope_pb2.Envelope]) -> list[str]:
         if kind == "table_opened":
             opened = envelope.table_opened
             players = {seat.seat: seat.player_id for seat in opened.seats}
+            if opened.wildcard:  # Formula (RULES.md 2.1)
+                rule = f"wildcard {opened.wildcard} (indicator {opened.wildcard_indicator})"
+            else:  # Sichuan: the exchange direction, when the room plays exchange three (1.2)
+                rule = f"exchange {opened.exchange_direction or 'off'}"
             lines.append(
                 f"table {opened.table_id[:8]} room {opened.room_id}: dealer seat {opened.dealer_seat}, "
-                f"exchange {opened.exchange_direction}, seats "
-                + ", ".join(f"{seat} {player}" for seat, player in sorted(players.items()))
+                f"{rule}, seats " + ", ".join(f"{seat} {player}" for seat, player in sorted(players.items()))
             )
         elif kind == "kong_declared":
             kong = envelope.kong_declared
