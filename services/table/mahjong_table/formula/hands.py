@@ -39,6 +39,25 @@ def _rules_melds(player: FormulaPlayer) -> list[FormulaMeld]:
     return melds
 
 
+def visible_copies(state: FormulaTableState, tile: int) -> int:
+    """Copies of `tile` every player can see: discards still on the table, the tiles of exposed
+    melds (a concealed kong shows none), and the wildcard indicator turned face up."""
+    count = 1 if state.wildcard_indicator == tile else 0
+    for player in state.players:
+        count += player.discards.count(tile)
+        for meld in player.melds:
+            if meld.kind != "kong" or meld.exposure != EXPOSURE_CONCEALED:
+                count += meld.tiles.count(tile)
+    return count
+
+
+def is_fourth_tile(state: FormulaTableState, win_tile: int, win_by: WinBy) -> bool:
+    """和绝张 (RULES.md 2.2): the winning tile is the last copy, three others already visible. A
+    discard win's own tile is still among the discards, so it is not one of the three."""
+    others = visible_copies(state, win_tile) - (1 if win_by is WinBy.DISCARD else 0)
+    return others >= 3
+
+
 def evaluate(
     state: FormulaTableState,
     seat: int,
@@ -63,6 +82,7 @@ def evaluate(
                 win_by=win_by,
                 after_kong=after_kong,
                 last_tile=last_tile,
+                fourth_tile=is_fourth_tile(state, win_tile, win_by),
                 seat_wind=seat_wind(state, seat),
             ),
             wildcard=state.wildcard,
