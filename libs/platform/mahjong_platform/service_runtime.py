@@ -27,7 +27,7 @@ from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, ser
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay
 from mahjong_platform.topics import Topics, ensure_topics
-from mahjong_platform.tracked_consumer import Handler, TrackedConsumer
+from mahjong_platform.tracked_consumer import Handler, Relevance, TrackedConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ class ConsumerDefinition:
     group_id: str
     topics: Callable[[Topics], Sequence[str]]
     handler: Handler
+    # The events the handler applies; None = all of them (see `TrackedConsumer`'s `wants`).
+    wants: Relevance | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +188,7 @@ def _consumer_factory(
             list(consumer.topics(topics)),
             consumer.handler,
             topics.dead_letter,
+            wants=consumer.wants,
         )
 
     return create

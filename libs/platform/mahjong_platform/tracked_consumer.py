@@ -78,6 +78,10 @@ It must only write through the session (no commits, no other side effects), so a
 everything it did.
 """
 
+Relevance = Callable[[envelope_pb2.Envelope], bool]
+"""Whether the projection applies an event at all; one that reads a few event types of a busy topic
+(matchmaking wants only `GameEnded` and `PlayerLeft` of the table topic) skips the rest cheaply."""
+
 BeforeCommitHook = Callable[[MessagePosition], None]
 """Called after a message is applied and its position written, before the commit; tests raise
 here to simulate a consumer killed between applying a message and storing its offset."""
@@ -107,6 +111,7 @@ class TrackedConsumer:
         dead_letter_publish_timeout_ms: int = DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT,
         clock: Clock = utc_now,
         before_commit: BeforeCommitHook | None = None,
+        wants: Relevance | None = None,
     ) -> None:
         if not 0 < len(group_id) <= CONSUMER_GROUP_MAX_LENGTH:
             raise ValueError(f"group id must be 1..{CONSUMER_GROUP_MAX_LENGTH} characters")
@@ -126,6 +131,7 @@ class TrackedConsumer:
         self._dead_letter_publish_timeout_ms = dead_letter_publish_timeout_ms
         self._clock = clock
         self._before_commit = before_commit
+        self._wants = wants
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
@@ -243,6 +249,10 @@ class TrackedConsumer:
             envelope = parse_envelope(record.value or b"")
         except EnvelopeDecodeError as error:
             self._dead_letter(record, position, f"undecodable envelope: {error}")
+            return
+        if self._wants is not None and not self._wants(envelope):
+            # No transaction for an event the projection ignores: its position is stored with the
+            # next wanted event of the partition, and after a restart it is read (and ignored) again.
             return
         try:
             with transaction(self._session_factory) as session:

@@ -15,7 +15,13 @@ from mahjong.v1.envelope_pb2 import Envelope
 from mahjong_platform.database import create_engine_for, sqlite_url
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.topics import Topics, ensure_topics
-from mahjong_platform.tracked_consumer import BeforeCommitHook, Handler, MessagePosition, TrackedConsumer
+from mahjong_platform.tracked_consumer import (
+    BeforeCommitHook,
+    Handler,
+    MessagePosition,
+    Relevance,
+    TrackedConsumer,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -196,6 +202,7 @@ def new_tracked_consumer(
         group_id: str,
         handler: Handler = project_into_example_table,
         before_commit: BeforeCommitHook | None = None,
+        wants: Relevance | None = None,
     ) -> TrackedConsumer:
         consumer = TrackedConsumer(
             engine,
@@ -210,6 +217,7 @@ def new_tracked_consumer(
             metadata_max_age_ms=1_000,
             dead_letter_publish_timeout_ms=10_000,
             before_commit=before_commit,
+            wants=wants,
         )
         created.append(consumer)
         return consumer

@@ -266,3 +266,32 @@ def test_an_event_whose_handler_raises_is_dead_lettered_and_not_marked_processed
     [dead_letter] = read_dead_letters(kafka_bootstrap_servers, kafka_topics.dead_letter, expected_count=1)
     assert dead_letter.error == "handler failed: ValueError: seat 2 cannot discard 5D now"
     assert dead_letter.value == serialize_envelope(events[2])
+
+
+def test_events_the_projection_does_not_want_are_skipped_and_the_wanted_applied_once_across_a_restart(
+    sqlite_engine: Engine,
+    produce: Callable[[str, bytes], None],
+    unique_prefix: str,
+    new_tracked_consumer: ConsumerFactory,
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """A consumer that wants only some events (matchmaking: GameEnded, PlayerLeft) opens no
+    transaction for the others; after a restart it reads them again and still applies each wanted
+    event exactly once."""
+    events = discard_events("table-1", 6)
+    wanted_ids = {event.event_id for event in events[1::2]}
+
+    def wants(envelope: envelope_pb2.Envelope) -> bool:
+        return envelope.event_id in wanted_ids
+
+    produce_events(produce, events[:4])
+    group_id = unique_prefix + "projection"
+    first = new_tracked_consumer(sqlite_engine, group_id=group_id, wants=wants)
+    poll_consumer_until(first, lambda: len(read_projection_event_ids(sqlite_engine)) >= 2)
+    first.close()
+    produce_events(produce, events[4:])
+    second = new_tracked_consumer(sqlite_engine, group_id=group_id, wants=wants)
+    poll_consumer_until(second, lambda: len(read_projection_event_ids(sqlite_engine)) >= 3)
+    second.poll_once(timeout_ms=300)
+    assert read_projection_event_ids(sqlite_engine) == [event.event_id for event in events[1::2]]

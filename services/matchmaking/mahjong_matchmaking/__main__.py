@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.ledger_client import LedgerBalances
-from mahjong_matchmaking.projection import seat_release_handler
+from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
 from mahjong_matchmaking.servicer import MatchmakingServicer
 
 
@@ -35,7 +35,11 @@ def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[Se
 
 
 def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
-    return [ConsumerDefinition("matchmaking-seats", lambda topics: [topics.table], seat_release_handler())]
+    return [
+        ConsumerDefinition(
+            "matchmaking-seats", lambda topics: [topics.table], seat_release_handler(), wants=releases_a_seat
+        )
+    ]
 
 
 DEFINITION = ServiceDefinition(

@@ -21,3 +21,11 @@ def seat_release_handler(clock: Clock = utc_now) -> Handler:
             tickets.release_seat(session, envelope.stream_id, envelope.player_left.seat, clock)
 
     return handle
+
+
+SEAT_RELEASING_EVENTS = frozenset({"game_ended", "player_left"})
+
+
+def releases_a_seat(envelope: envelope_pb2.Envelope) -> bool:
+    """The only table events matchmaking applies; the rest of the table topic is skipped cheaply."""
+    return envelope.WhichOneof("payload") in SEAT_RELEASING_EVENTS
