@@ -14,6 +14,7 @@ game is settled (GameSettled emitted).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 import sqlalchemy
@@ -36,6 +37,7 @@ from mahjong_rules import (
     suits_held,
     tile_code,
 )
+from mahjong_rules.formula.evaluate_json import evaluate_formula_request
 
 from mahjong_scoring.models import scoring_games, scoring_lines, scoring_players
 
@@ -99,6 +101,8 @@ def evaluate_hand(
     request: scoring_service_pb2.EvaluateHandRequest,
 ) -> scoring_service_pb2.EvaluateHandResponse:
     """EvaluateHand without gRPC: the answer, or a `ServiceError` for a request it cannot answer."""
+    if request.variant == common_pb2.VARIANT_FORMULA:
+        return evaluate_formula_hand(request)
     _check_variant(request.variant)
     try:
         concealed = parse_tiles(request.concealed)
@@ -128,6 +132,54 @@ def evaluate_hand(
     return scoring_service_pb2.EvaluateHandResponse(
         win=True, multiplier=evaluation.multiplier, fans=_fan_messages(evaluation.fans)
     )
+
+
+def evaluate_formula_hand(
+    request: scoring_service_pb2.EvaluateHandRequest,
+) -> scoring_service_pb2.EvaluateHandResponse:
+    """A Formula hand (RULES.md 2.2) through the same evaluator as `mjctl evaluate`: total fan,
+    whether it meets `min_fan` (0 = no minimum), the fans and what the wildcards stood for."""
+    if request.win_by not in _WIN_BYS:
+        raise InvalidArgumentError(f"unknown win_by {request.win_by}")
+    if not request.win_tile:
+        raise InvalidArgumentError("win_tile is required, e.g. '5p'")
+    document: dict[str, Any] = {
+        "variant": "formula",
+        "concealed": request.concealed,
+        "melds": [_formula_meld(meld) for meld in request.melds],
+        "win_tile": request.win_tile,
+        "win_by": _WIN_BYS[request.win_by],
+        "after_kong": request.after_kong,
+        "last_tile": request.last_tile,
+        "fourth_tile": request.fourth_tile,
+        "flowers": request.flowers,
+        "min_fan": request.min_fan,
+    }
+    for key in ("wildcard", "seat_wind", "round_wind"):
+        if getattr(request, key):
+            document[key] = getattr(request, key)
+    answer = evaluate_formula_request(document)
+    if not answer["ok"]:
+        raise InvalidArgumentError(answer["error"])
+    if not answer["win"]:
+        return scoring_service_pb2.EvaluateHandResponse(win=False)
+    return scoring_service_pb2.EvaluateHandResponse(
+        win=True,
+        fan=answer["fan"],
+        meets_min=answer["meets_min"],
+        fans=[
+            common_pb2.Fan(id=fan["id"], name=fan["name"], multiplier=fan["fan"], count=fan["count"])
+            for fan in answer["fans"]
+        ],
+        wildcards_as=answer["wildcards_as"],
+    )
+
+
+def _formula_meld(meld: common_pb2.Meld) -> dict[str, str]:
+    if meld.kind != "kong":
+        return {"kind": meld.kind, "tile": meld.tile}
+    concealed = meld.exposure == common_pb2.KONG_EXPOSURE_CONCEALED
+    return {"kind": "kong", "tile": meld.tile, "exposure": "concealed" if concealed else "exposed"}
 
 
 def list_waits(request: scoring_service_pb2.ListWaitsRequest) -> scoring_service_pb2.ListWaitsResponse:
@@ -196,7 +248,7 @@ def game_settlement(
 def _check_variant(variant: int) -> None:
     if variant == common_pb2.VARIANT_FORMULA:
         raise UnimplementedError(
-            "variant formula is not supported by scoring yet; use VARIANT_SICHUAN_BLOODY"
+            "ListWaits answers VARIANT_SICHUAN_BLOODY only; Formula hands: EvaluateHand each candidate tile"
         )
     if variant != common_pb2.VARIANT_SICHUAN_BLOODY:
         raise InvalidArgumentError("variant must be VARIANT_SICHUAN_BLOODY (or VARIANT_FORMULA)")

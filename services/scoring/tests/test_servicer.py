@@ -71,6 +71,29 @@ def test_evaluate_hand_answers_no_win_and_rejects_bad_tiles(
     assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
+def test_evaluate_hand_scores_a_formula_hand_like_mjctl_evaluate_rules_2_2(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+) -> None:
+    response = stub.EvaluateHand(
+        scoring_service_pb2.EvaluateHandRequest(
+            variant=common_pb2.VARIANT_FORMULA,
+            concealed="123456789m1122p",
+            win_tile="2p",
+            win_by=common_pb2.WIN_BY_SELF_DRAW,
+            min_fan=8,
+        )
+    )
+    assert response.win and response.meets_min
+    assert ("pure_straight", "清龙", 16, 1) in [(f.id, f.name, f.multiplier, f.count) for f in response.fans]
+    assert response.fan == sum(fan.multiplier * fan.count for fan in response.fans)
+    with pytest.raises(grpc.RpcError) as error:
+        stub.EvaluateHand(
+            scoring_service_pb2.EvaluateHandRequest(variant=common_pb2.VARIANT_FORMULA, concealed="1m")
+        )
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "win_tile" in (error.value.details() or "")
+
+
 def test_list_waits_gives_each_wait_with_its_multiplier(
     stub: scoring_service_pb2_grpc.ScoringServiceStub,
 ) -> None:
