@@ -27,7 +27,7 @@ proto-check: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy libs/rules libs/platform libs/mjctl/mjctl $(wildcard services/*/mahjong_*)
+	$(BIN)/mypy libs/rules libs/platform libs/mjctl/mjctl $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
 
 test: setup proto-check
 	$(BIN)/pytest -m "not benchmark" $(PYTEST_ARGS)
