@@ -6,7 +6,6 @@ the ledger posts it: the books balance and reconcile."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -26,6 +25,7 @@ from mahjong_platform.service_runtime import start_service
 from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_table.__main__ import definition as table_definition
 from mjctl.bots import run_bots
+from mjctl.summary import wait_for_settlement
 
 pytestmark = pytest.mark.integration
 SECRET = "end-to-end-secret-0123456789abcdef0123"
@@ -133,14 +133,7 @@ def wait_for_rake(
     ledger: ledger_service_pb2_grpc.LedgerServiceStub, table_id: str
 ) -> ledger_service_pb2.GetGameStatementResponse:
     """The game's statement once its four rake transfers (the last lines of a game) are posted."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            statement = ledger.GetGameStatement(ledger_service_pb2.GetGameStatementRequest(table_id=table_id))
-            if sum(transfer.reason == "rake" for transfer in statement.transfers) == 4:
-                return statement
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.NOT_FOUND:
-                raise
-        assert time.monotonic() < deadline, "the ledger did not post the game's rake in 120 s"
-        time.sleep(0.2)
+    statement = wait_for_settlement(ledger, table_id, seats=4, timeout_seconds=120)
+    assert statement is not None, "the ledger did not post the game's rake in 120 s"
+    assert sum(transfer.reason == "rake" for transfer in statement.transfers) == 4
+    return statement

@@ -11,11 +11,12 @@ from __future__ import annotations
 import datetime
 import statistics
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import grpc
-from mahjong.v1 import ledger_service_pb2, ledger_service_pb2_grpc
+from mahjong.v1 import ledger_service_pb2_grpc
+
+from mjctl.summary import wait_for_settlement
 
 POLL_SECONDS = 0.02
 LAG_MAX_SECONDS = 120.0
@@ -38,19 +39,12 @@ class SettlementLagProbe:
             self._futures.append(future)
 
     def _measure(self, table_id: str, ended_at: datetime.datetime) -> float | None:
-        deadline = time.monotonic() + LAG_MAX_SECONDS
-        request = ledger_service_pb2.GetGameStatementRequest(table_id=table_id)
-        while time.monotonic() < deadline:
-            try:
-                statement = self._ledger.GetGameStatement(request, timeout=10)
-                if sum(transfer.reason == "rake" for transfer in statement.transfers) >= SEATS:
-                    now = datetime.datetime.now(datetime.UTC)
-                    return (now - ended_at).total_seconds()
-            except grpc.RpcError as error:
-                if error.code() != grpc.StatusCode.NOT_FOUND:
-                    raise
-            time.sleep(POLL_SECONDS)
-        return None
+        statement = wait_for_settlement(
+            self._ledger, table_id, SEATS, timeout_seconds=LAG_MAX_SECONDS, poll_seconds=POLL_SECONDS
+        )
+        if statement is None:
+            return None
+        return (datetime.datetime.now(datetime.UTC) - ended_at).total_seconds()
 
     def lags_seconds(self) -> tuple[list[float], int]:
         """Every measured lag (sorted) and how many games were not settled within LAG_MAX_SECONDS."""

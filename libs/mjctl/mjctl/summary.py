@@ -90,6 +90,7 @@ def wait_for_settlement(
     table_id: str,
     seats: int = 4,
     timeout_seconds: float = 60,
+    poll_seconds: float = 0.2,
 ) -> ledger_service_pb2.GetGameStatementResponse | None:
     """The game's ledger statement once its rake transfers (the last lines of a game) are posted;
     None when the ledger has not posted them within the timeout."""
@@ -104,7 +105,7 @@ def wait_for_settlement(
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.NOT_FOUND:
                 raise
-        time.sleep(0.2)
+        time.sleep(poll_seconds)
     return None
 
 
