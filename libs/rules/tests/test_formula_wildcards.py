@@ -189,6 +189,27 @@ def test_flowers_count_once_won_but_never_toward_the_minimum() -> None:
     assert evaluate_formula_win(parse_tiles("45s77z"), melds, parse_tile("3s"), min_fan=8).meets_min  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("concealed", "melds", "win_tile", "message"),
+    [
+        ("1111m456p789s555z", [], "1m", "tile 1m appears 5 times"),
+        ("55p123m456s11z", [FormulaMeld("pong", parse_tile("5p"))], "5p", "tile 5p appears 6 times"),
+        (
+            "9s123m111z",
+            [FormulaMeld("kong", parse_tile("9s"), "concealed"), FormulaMeld("chow", parse_tile("7s"))],
+            "1z",
+            "tile 9s appears 6 times",
+        ),
+    ],
+)
+def test_a_fifth_copy_anywhere_is_named(
+    concealed: str, melds: list[FormulaMeld], win_tile: str, message: str
+) -> None:
+    """RULES.md 2.2: the set holds four of each tile; hand, winning tile and melds count together."""
+    with pytest.raises(TileCountError, match=message):
+        evaluate_formula_win(parse_tiles(concealed), melds, parse_tile(win_tile))
+
+
 def test_bad_hands_raise_typed_errors() -> None:
     with pytest.raises(TileCountError):
         evaluate_formula_win(parse_tiles("1111m456p789s555z"), [], parse_tile("1m"))

@@ -16,6 +16,7 @@ Two translations keep the fans standard:
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Literal
 
 from MahjongGB import MahjongFanCalculator  # type: ignore[import-not-found]  # a C extension with no stubs
@@ -184,8 +185,10 @@ class ScoredFan:
         return self.fan * self.count
 
 
+@lru_cache(maxsize=1024)
 def scored(definition: FanDefinition, count: int = 1, value: int | None = None) -> ScoredFan:
-    """A ``ScoredFan`` of ``definition`` (``value`` overrides the value, for room options)."""
+    """A ``ScoredFan`` of ``definition`` (``value`` overrides the value, for room options).
+    Memoised: scored fans are frozen values, and 无财神 and 花牌 are added to most evaluations."""
     return ScoredFan(definition.id, definition.name, definition.fan if value is None else value, count)
 
 
@@ -329,33 +332,40 @@ def calculator_flags(context: FormulaWinContext) -> CalculatorFlags:
     return flags
 
 
-CalculatorFan = tuple[int, int, str, str]
-_TRANSLATED: dict[CalculatorFan, tuple[ScoredFan, ...]] = {}
+CalculatorFan = tuple[int, str]
+"""One line of the calculator's (non-verbose) answer: the fan's points (value × count) and name."""
+StandardFans = tuple[tuple[ScoredFan, ...], int]
+"""A hand's standard fans and their total."""
+_LINES: dict[CalculatorFan, tuple[ScoredFan, ...]] = {}
+_ANSWERS: dict[tuple[CalculatorFan, ...], StandardFans] = {}
+_ANSWERS_KEPT = 1 << 16
+"""Whole answers memoised (the same fan sets come back all the time); cleared when this full."""
 
 
-def _translate(raw: CalculatorFan) -> tuple[ScoredFan, ...]:
-    """One calculator line (value, count, Chinese name, English name) as our fans (memoised:
-    the calculator's vocabulary is finite)."""
-    value, count, name, _ = raw
+def _translate_line(line: CalculatorFan) -> tuple[ScoredFan, ...]:
+    """One calculator line as our fans (memoised: the calculator's vocabulary is finite)."""
+    points, name = line
     fans: tuple[ScoredFan, ...]
     if name == _CONCEALED_AND_MELDED_KONG:
         fans = (scored(FANS_BY_ID["concealed_kong"]), scored(FANS_BY_ID["melded_kong"]))
     else:
         definition = _FANS_BY_NAME[_CALCULATOR_NAME_ALIASES.get(name, name)]
-        assert definition.fan == value, f"{name}: calculator value {value} != table {definition.fan}"
+        count, rest = divmod(points, definition.fan)
+        assert count >= 1 and not rest, f"{name}: {points} points is no multiple of {definition.fan}"
         fans = (scored(definition, count),)
-    _TRANSLATED[raw] = fans
+    _LINES[line] = fans
     return fans
 
 
-def _scored_fans(raw: tuple[CalculatorFan, ...]) -> tuple[ScoredFan, ...]:
-    if len(raw) == 1:
-        line = raw[0]
-        return _TRANSLATED.get(line) or _translate(line)
+def _translate(answer: tuple[CalculatorFan, ...]) -> StandardFans:
     fans: list[ScoredFan] = []
-    for line in raw:
-        fans.extend(_TRANSLATED.get(line) or _translate(line))
-    return tuple(fans)
+    for line in answer:
+        fans.extend(_LINES.get(line) or _translate_line(line))
+    translated = (tuple(fans), sum(fan.fan * fan.count for fan in fans))
+    if len(_ANSWERS) >= _ANSWERS_KEPT:
+        _ANSWERS.clear()
+    _ANSWERS[answer] = translated
+    return translated
 
 
 def calculate_standard_fans(
@@ -363,20 +373,21 @@ def calculate_standard_fans(
     hand_codes: tuple[str, ...],
     win_code: str,
     flags: CalculatorFlags,
-) -> tuple[ScoredFan, ...] | None:
-    """The standard fans of one complete hand in the calculator's codes; ``None`` when it is no win.
+) -> StandardFans | None:
+    """The standard fans of one complete hand in the calculator's codes, with their total; ``None``
+    when it is no win.
 
     The low-level call the wildcard search makes many times: inputs are already translated
     (``calculator_packs``, ``calculator_flags``, ``CALCULATOR_CODES``). ``hand_codes`` excludes
     the winning tile.
     """
     try:
-        raw = MahjongFanCalculator(packs, hand_codes, win_code, 0, *flags, verbose=True)
+        answer = MahjongFanCalculator(packs, hand_codes, win_code, 0, *flags)
     except TypeError as error:
         if str(error) == "ERROR_NOT_WIN":
             return None
         raise RulesError(f"the MCR calculator refused the hand: {error}") from None
-    return _scored_fans(raw)
+    return _ANSWERS.get(answer) or _translate(answer)
 
 
 def standard_fans(
@@ -389,9 +400,10 @@ def standard_fans(
 
     ``concealed`` is the hand without the winning tile. No flowers, no 无财神 (see ``wildcards``).
     """
-    return calculate_standard_fans(
+    found = calculate_standard_fans(
         calculator_packs(melds),
         tuple(CALCULATOR_CODES[tile] for tile in concealed),
         CALCULATOR_CODES[win_tile],
         calculator_flags(context),
     )
+    return None if found is None else found[0]

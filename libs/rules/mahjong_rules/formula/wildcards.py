@@ -16,9 +16,9 @@ A wildcard someone discards is won on only as its face value (it is a plain tile
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations, combinations_with_replacement
+from typing import NamedTuple
 
 from mahjong_rules.errors import HandSizeError, InvalidMeldError, InvalidTileError, RulesError, TileCountError
 from mahjong_rules.formula.fans import (
@@ -30,6 +30,7 @@ from mahjong_rules.formula.fans import (
     FormulaMeld,
     FormulaWinContext,
     ScoredFan,
+    StandardFans,
     WinBy,
     calculate_standard_fans,
     calculator_flags,
@@ -63,9 +64,9 @@ Substitution = tuple[Tile, ...]
 """What the wildcards stand for, sorted."""
 
 
-@dataclass(frozen=True, slots=True)
-class FormulaEvaluation:
-    """The score of a formula win under its best substitution.
+class FormulaEvaluation(NamedTuple):
+    """The score of a formula win under its best substitution (a named tuple: built on every
+    evaluation, and a frozen dataclass costs more to build than the rest of a plain evaluation).
 
     - ``fans``: the standard fans, then 无财神, then 花牌 (flowers), each with its count.
     - ``total_fan``: everything, flowers included (what the room's ``fan_term`` uses).
@@ -102,37 +103,29 @@ def evaluate_formula_win(
     """
     context = context or DEFAULT_CONTEXT
     _check_options(wildcard, flowers, min_fan, no_wildcard_fan)
-    physical = _physical_counts(concealed, melds, win_tile, wildcard)
+    codes, held = _validated_codes(concealed, melds, win_tile, wildcard)
     win_is_wildcard = win_tile == wildcard and context.win_by is WinBy.SELF_DRAW
     packs = calculator_packs(melds)
     flags = calculator_flags(context)
-    if (
-        wildcard is None
-        or not physical[wildcard]
-        or (physical[wildcard] == 1 and win_tile == wildcard and not win_is_wildcard)
-    ):
-        best = _no_wildcard_fans(concealed, win_tile, packs, flags)
+    best: tuple[StandardFans, Substitution] | None
+    if wildcard is None or not (held or win_is_wildcard):
+        # No wildcard in play: none held, or only a discarded one won on at face value.
+        plain = calculate_standard_fans(packs, codes, CALCULATOR_CODES[win_tile], flags)
+        best = None if plain is None else (plain, ())
     else:
         best = _best_substitution(
             concealed, melds, packs, flags, win_tile, win_is_wildcard, wildcard, no_wildcard_fan
         )
     if best is None:
         return None
-    standard, substitution = best
-    fans = list(standard)
+    (fans, toward_minimum), substitution = best
     if wildcard is not None and no_wildcard_fan > 0 and all(tile == wildcard for tile in substitution):
-        fans.append(scored(NO_WILDCARD, value=no_wildcard_fan))
-    toward_minimum = 0
-    for fan in fans:
-        toward_minimum += fan.fan * fan.count
+        fans += (scored(NO_WILDCARD, value=no_wildcard_fan),)
+        toward_minimum += no_wildcard_fan
     if flowers:
-        fans.append(scored(FLOWER_TILES, flowers))
+        fans += (scored(FLOWER_TILES, flowers),)
     return FormulaEvaluation(
-        fans=tuple(fans),
-        total_fan=toward_minimum + flowers,
-        fan_toward_minimum=toward_minimum,
-        meets_min=toward_minimum >= min_fan,
-        wildcards_as=substitution,
+        fans, toward_minimum + flowers, toward_minimum, toward_minimum >= min_fan, substitution
     )
 
 
@@ -151,13 +144,19 @@ def _check_options(wildcard: Tile | None, flowers: int, min_fan: int, no_wildcar
         raise RulesError(f"no_wildcard_fan must be a non-negative integer, not {no_wildcard_fan!r}")
 
 
-def _physical_counts(
+_COUNT_BIT_WIDTH = 5
+_ONE_COPY: tuple[int, ...] = tuple(1 << (_COUNT_BIT_WIDTH * tile) for tile in range(KIND_COUNT))
+_PLUS_THREE = 3 * sum(_ONE_COPY)
+_FIFTH_COPY_BITS = 0b11000 * sum(_ONE_COPY)
+"""Copies are counted in one integer, 5 bits per kind (no hand reaches 32 copies of a kind).
+Adding 3 to every field sets bit 3 or 4 exactly in the fields holding 5 or more copies."""
+
+
+def _validated_codes(
     concealed: Sequence[Tile], melds: Sequence[FormulaMeld], win_tile: Tile, wildcard: Tile | None
-) -> list[int]:
-    """Copies of every kind in hand, winning tile and melds; raises for an impossible hand."""
-    if not _HAND_TILES.issuperset(concealed) or win_tile not in _HAND_TILES:
-        bad = next(tile for tile in (*concealed, win_tile) if tile not in _HAND_TILES)
-        raise InvalidTileError(f"{bad!r} cannot be in a winning hand (flowers are counted apart)")
+) -> tuple[tuple[str, ...], int]:
+    """The concealed tiles in the calculator's codes and how many of them are the wildcard, in one
+    pass; raises for an impossible hand (a flower, a wrong size, a wildcard meld, a fifth copy)."""
     if len(melds) > SETS_IN_A_HAND:
         raise HandSizeError(f"a hand has at most 4 melds, not {len(melds)}")
     expected = 13 - 3 * len(melds)
@@ -166,28 +165,26 @@ def _physical_counts(
             f"with {len(melds)} meld(s) the concealed hand holds {expected} tiles besides the "
             f"winning tile, not {len(concealed)}"
         )
-    physical = [0] * KIND_COUNT
+    if not _HAND_TILES.issuperset(concealed) or win_tile not in _HAND_TILES:
+        bad = next(tile for tile in (*concealed, win_tile) if tile not in _HAND_TILES)
+        raise InvalidTileError(f"{bad!r} cannot be in a winning hand (flowers are counted apart)")
+    copies = _ONE_COPY[win_tile]
+    codes: list[str] = []
     for tile in concealed:
-        physical[tile] += 1
-    physical[win_tile] += 1
+        copies += _ONE_COPY[tile]
+        codes.append(CALCULATOR_CODES[tile])
     for meld in melds:
         for tile in meld.tiles:
-            physical[tile] += 1
+            copies += _ONE_COPY[tile]
         if wildcard is not None and wildcard in meld.tiles:
             raise InvalidMeldError(f"the wildcard {tile_code(wildcard)} cannot be chowed, ponged or konged")
-    if max(physical) > COPIES_PER_TILE:
-        tile = max(range(KIND_COUNT), key=physical.__getitem__)
-        raise TileCountError(f"tile {tile_code(tile)} appears {physical[tile]} times; the set holds only 4")
-    return physical
-
-
-def _no_wildcard_fans(
-    concealed: Sequence[Tile], win_tile: Tile, packs: tuple[CalculatorPack, ...], flags: CalculatorFlags
-) -> tuple[tuple[ScoredFan, ...], Substitution] | None:
-    """The plain MCR call: no wildcard in play (none held, or only a discarded one at face value)."""
-    codes = tuple([CALCULATOR_CODES[tile] for tile in concealed])
-    fans = calculate_standard_fans(packs, codes, CALCULATOR_CODES[win_tile], flags)
-    return None if fans is None else (fans, ())
+    if (copies + _PLUS_THREE) & _FIFTH_COPY_BITS:
+        counts = [(copies >> (_COUNT_BIT_WIDTH * tile)) & 0b11111 for tile in range(KIND_COUNT)]
+        tile = max(range(KIND_COUNT), key=counts.__getitem__)
+        count = counts[tile]
+        raise TileCountError(f"tile {tile_code(tile)} appears {count} times; the set holds only 4")
+    held = 0 if wildcard is None else concealed.count(wildcard)
+    return tuple(codes), held
 
 
 def _best_substitution(
@@ -199,7 +196,7 @@ def _best_substitution(
     win_is_wildcard: bool,
     wildcard: Tile,
     no_wildcard_fan: int,
-) -> tuple[tuple[ScoredFan, ...], Substitution] | None:
+) -> tuple[StandardFans, Substitution] | None:
     """The highest-scoring (standard fans, substitution), 无财神 included in the comparison.
 
     Ties keep the first substitution in sorted order, so the answer is deterministic.
@@ -220,7 +217,7 @@ def _best_substitution(
         for tile in meld.tiles:
             limits[tile] -= 1
     base = tuple(real_codes)
-    best: tuple[tuple[ScoredFan, ...], Substitution] | None = None
+    best: tuple[StandardFans, Substitution] | None = None
     best_total = -1
     for substitution in sorted(winning_substitutions(counts, wildcard_count, len(melds))):
         if not _within_copies(substitution, limits):
@@ -241,14 +238,12 @@ def _best_substitution(
                 if index >= 0
                 else base + tuple(substituted)
             )
-            fans = calculate_standard_fans(packs, codes, CALCULATOR_CODES[winning], flags)
-            if fans is None:
+            found = calculate_standard_fans(packs, codes, CALCULATOR_CODES[winning], flags)
+            if found is None:
                 continue
-            total = bonus
-            for fan in fans:
-                total += fan.fan * fan.count
+            total = bonus + found[1]
             if total > best_total:
-                best, best_total = (fans, substitution), total
+                best, best_total = (found, substitution), total
     return best
 
 
