@@ -1,7 +1,9 @@
-"""Test helpers: build a wall that deals chosen hands, and a small harness that folds events.
+"""Test helpers: build a wall that deals chosen hands, and a small harness that folds events,
+for both families (Sichuan Bloody: `wall_for`, `table_with_hands`; formula: `formula_wall_for`,
+`formula_table_with_hands`).
 
-Used by this package's tests and available to the service's tests (deterministic tables without
-seeds). Not used by production code.
+Used by this package's tests and the cross-service tests (deterministic tables without seeds).
+Not used by production code.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mahjong_rules.formula.wall import FORMULA_TILES
 from mahjong_rules.tiles import parse_tiles
 
 from mahjong_table.domain.commands import DeclareMissingSuit, TableCommand
@@ -18,6 +21,10 @@ from mahjong_table.domain.events import TableEvent
 from mahjong_table.domain.evolve import fold
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.domain.state import SEAT_COUNT, TILE_KIND_COUNT, TableState
+from mahjong_table.formula.decide import execute as formula_execute
+from mahjong_table.formula.decide import open_formula_table_with_wall
+from mahjong_table.formula.evolve import fold as formula_fold
+from mahjong_table.formula.state import FormulaTableState
 
 DEAL_ROUNDS = (4, 4, 4, 1)
 
@@ -35,23 +42,36 @@ def wall_for(
     assert len(parsed) == SEAT_COUNT
     for seat, hand in enumerate(parsed):
         assert len(hand) == (14 if seat == dealer_seat else 13), f"seat {seat} has {len(hand)} tiles"
-    head = parse_tiles(head_draws)
-    tail = parse_tiles(tail_draws)
-    used = Counter([tile for hand in parsed for tile in hand] + head + tail)
-    assert all(count <= 4 for count in used.values()), f"more than four copies: {used}"
-    rest = [tile for tile in range(TILE_KIND_COUNT) for _ in range(4 - used[tile])]
+    wall = _dealing_wall(
+        parsed, dealer_seat, parse_tiles(head_draws), parse_tiles(tail_draws), list(SICHUAN_TILES)
+    )
+    assert len(wall) == 108
+    return wall
+
+
+SICHUAN_TILES = tuple(tile for tile in range(TILE_KIND_COUNT) for _ in range(4))
+
+
+def _dealing_wall(
+    hands: list[list[int]], dealer_seat: int, head: list[int], tail: list[int], tile_set: list[int]
+) -> list[int]:
+    """The deal of `hands` (4, 4, 4, 1 tiles per seat from the dealer, then one more for the
+    dealer), then `head`, the rest of `tile_set` in sorted order, and `tail` drawn first-first."""
+    used = Counter([tile for hand in hands for tile in hand] + head + tail)
+    left = Counter(tile_set)
+    assert all(count <= left[tile] for tile, count in used.items()), f"more copies than the set has: {used}"
+    rest = sorted((left - used).elements())
     order = [(dealer_seat + offset) % SEAT_COUNT for offset in range(SEAT_COUNT)]
     positions = [0] * SEAT_COUNT
     wall: list[int] = []
     for size in DEAL_ROUNDS:
         for seat in order:
-            wall.extend(parsed[seat][positions[seat] : positions[seat] + size])
+            wall.extend(hands[seat][positions[seat] : positions[seat] + size])
             positions[seat] += size
-    wall.append(parsed[dealer_seat][13])
+    wall.append(hands[dealer_seat][13])
     wall.extend(head)
     wall.extend(rest)
     wall.extend(reversed(tail))
-    assert len(wall) == 108
     return wall
 
 
@@ -113,3 +133,49 @@ def tiles_accounted(state: TableState) -> int:
     for player in state.players:
         total += player.tile_count + len(player.discards) + sum(meld.size for meld in player.melds)
     return total
+
+
+# ----------------------------------------------------------------------------------- formula
+
+
+def formula_wall_for(
+    hands: Sequence[str], *, indicator: str = "6z", head: str = "", tail: str = "", dealer_seat: int = 0
+) -> list[int]:
+    """A 144-tile formula wall dealing `hands` (the dealer's 14) with `indicator` turned up after
+    the deal (RULES.md 2.1; 6z makes 7z the wildcard), then the head draws `head`, the rest in
+    sorted order, and the tail draws `tail` (first drawn first: kong and flower replacements)."""
+    parsed = [parse_tiles(hand, check_copies=False) for hand in hands]
+    assert [len(hand) for hand in parsed] == [14 if seat == dealer_seat else 13 for seat in range(SEAT_COUNT)]
+    head_tiles = parse_tiles(indicator + head, check_copies=False)
+    tail_tiles = parse_tiles(tail, check_copies=False)
+    wall = _dealing_wall(parsed, dealer_seat, head_tiles, tail_tiles, list(FORMULA_TILES))
+    assert len(wall) == len(FORMULA_TILES)
+    return wall
+
+
+@dataclass
+class FormulaTable:
+    """A formula table under test: its events and the state folded from them."""
+
+    events: list[TableEvent]
+    state: FormulaTableState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = formula_fold(self.events)
+
+    def act(self, command: TableCommand) -> list[TableEvent]:
+        """Decide and fold; returns the new events (a rule error propagates, nothing changes)."""
+        new, self.state = formula_execute(self.state, command)
+        self.events.extend(new)
+        return new
+
+
+def formula_table_with_hands(
+    hands: Sequence[str], rules: RoomRules, *, dealer_seat: int = 0, **wall: str
+) -> FormulaTable:
+    """A formula table dealt exactly `hands`, players p0..p3 (`wall`: indicator, head, tail)."""
+    tiles = formula_wall_for(hands, dealer_seat=dealer_seat, **wall)
+    events = open_formula_table_with_wall(
+        "table-f", "room-f", rules, ["p0", "p1", "p2", "p3"], tiles, **dice_for_dealer(dealer_seat)
+    )
+    return FormulaTable(events)

@@ -4,12 +4,9 @@ random games (144 tiles accounted for, replay equals live, every game ends)."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import pytest
-from mahjong_rules.formula.wall import FORMULA_TILES
 from mahjong_rules.tiles import parse_tiles
 from mahjong_table.domain.commands import (
     Chow,
@@ -30,7 +27,6 @@ from mahjong_table.domain.events import (
     GameEnded,
     PlayerWon,
     PongClaimed,
-    TableEvent,
     TableOpened,
     TileDrawn,
     WallExhausted,
@@ -38,69 +34,20 @@ from mahjong_table.domain.events import (
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.domain.state import Phase
 from mahjong_table.formula.decide import (
-    execute,
     open_formula_table,
-    open_formula_table_with_wall,
     tiles_accounted,
 )
 from mahjong_table.formula.evolve import fold
 from mahjong_table.formula.state import FormulaTableState
 from mahjong_table.formula.views import legal_actions, redact, view_for
+from mahjong_table.testing import FormulaTable, formula_table_with_hands
 
 NO_FAN_MINIMUM = RoomRules(variant="formula", exchange_three=False, min_fan=0)
-DEAL_ROUNDS = (4, 4, 4, 1)
-
-
-def formula_wall(
-    hands: Sequence[str], *, indicator: str = "6z", head: str = "", tail: str = "", dealer: int = 0
-) -> list[int]:
-    """A 144-tile wall dealing `hands` (the dealer's 14) with `indicator` turned up after the deal,
-    then the head draws `head`, the rest in sorted order, and the tail draws `tail` (first drawn
-    first) at the end."""
-    parsed = [parse_tiles(hand, check_copies=False) for hand in hands]
-    assert [len(hand) for hand in parsed] == [14 if seat == dealer else 13 for seat in range(4)]
-    head_tiles = parse_tiles(indicator + head, check_copies=False)
-    tail_tiles = parse_tiles(tail, check_copies=False)
-    used = Counter([tile for hand in parsed for tile in hand] + head_tiles + tail_tiles)
-    rest = sorted((Counter(FORMULA_TILES) - used).elements())
-    order = [(dealer + offset) % 4 for offset in range(4)]
-    positions = [0] * 4
-    wall: list[int] = []
-    for size in DEAL_ROUNDS:
-        for seat in order:
-            wall.extend(parsed[seat][positions[seat] : positions[seat] + size])
-            positions[seat] += size
-    wall.append(parsed[dealer][13])
-    wall.extend(head_tiles)
-    wall.extend(rest)
-    wall.extend(reversed(tail_tiles))
-    assert sorted(wall) == list(FORMULA_TILES), "the hands and draws use a tile more than the set has"
-    return wall
-
-
-@dataclass
-class FormulaTable:
-    """A formula table under test: its events and the state folded from them."""
-
-    events: list[TableEvent]
-    state: FormulaTableState = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.state = fold(self.events)
-
-    def act(self, command: TableCommand) -> list[TableEvent]:
-        new, self.state = execute(self.state, command)
-        self.events.extend(new)
-        return new
 
 
 def formula_table(hands: Sequence[str], rules: RoomRules = NO_FAN_MINIMUM, **wall: str) -> FormulaTable:
-    """A table dealt exactly `hands` (dealer seat 0); the dice make seat 0 the dealer."""
-    tiles = formula_wall(hands, **wall)
-    events = open_formula_table_with_wall(
-        "table-f", "room-f", rules, ["p0", "p1", "p2", "p3"], tiles, dice_roller_seat=0, die_1=1, die_2=4
-    )
-    return FormulaTable(events)
+    """A table dealt exactly `hands` (dealer seat 0), with no fan minimum unless `rules` say."""
+    return formula_table_with_hands(hands, rules, **wall)
 
 
 def kinds_of(state: FormulaTableState, seat: int) -> list[str]:

@@ -544,6 +544,7 @@ class PlayerWon(_message.Message):
     FIRST_TURN_FIELD_NUMBER: _builtins.int
     WIN_ORDER_FIELD_NUMBER: _builtins.int
     FAN_TOTAL_FIELD_NUMBER: _builtins.int
+    FOURTH_TILE_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
     win_tile: _builtins.str
     win_by: _common_pb2.WinBy.ValueType
@@ -557,6 +558,8 @@ class PlayerWon(_message.Message):
     """Order of this win in the game (1, 2, 3)."""
     fan_total: _builtins.int
     """Formula: total fan."""
+    fourth_tile: _builtins.bool
+    """Formula: 和绝张, the winning tile is the last copy, the three others visible (RULES.md 2.2)."""
     @_builtins.property
     def concealed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The winner's concealed tiles without the winning tile, revealed at the win."""
@@ -581,10 +584,11 @@ class PlayerWon(_message.Message):
         first_turn: _builtins.bool = ...,
         win_order: _builtins.int = ...,
         fan_total: _builtins.int = ...,
+        fourth_tile: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_kong", b"after_kong", "concealed", b"concealed", "fan_total", b"fan_total", "fans", b"fans", "first_turn", b"first_turn", "from_seat", b"from_seat", "last_tile", b"last_tile", "melds", b"melds", "multiplier", b"multiplier", "seat", b"seat", "win_by", b"win_by", "win_order", b"win_order", "win_tile", b"win_tile"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_kong", b"after_kong", "concealed", b"concealed", "fan_total", b"fan_total", "fans", b"fans", "first_turn", b"first_turn", "fourth_tile", b"fourth_tile", "from_seat", b"from_seat", "last_tile", b"last_tile", "melds", b"melds", "multiplier", b"multiplier", "seat", b"seat", "win_by", b"win_by", "win_order", b"win_order", "win_tile", b"win_tile"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

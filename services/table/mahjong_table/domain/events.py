@@ -262,7 +262,9 @@ class PlayerWon:
     `concealed` is the winner's concealed hand without the winning tile. `after_kong` marks a
     self-draw on a kong replacement (杠上开花) or a win on the discard made right after the
     discarder's kong (杠上炮); `last_tile` a self-draw of the last wall tile (海底捞月);
-    `first_turn` 天胡 (dealer) or 地胡 (non-dealer).
+    `first_turn` 天胡 (dealer) or 地胡 (non-dealer). Formula (RULES.md 2.2): `fan_total` and
+    `fourth_tile` (和绝张, the three other copies were visible when the hand won), so scoring can
+    evaluate the hand again from the event and the public events before it.
     """
 
     seat: int
@@ -278,6 +280,7 @@ class PlayerWon:
     first_turn: bool
     win_order: int
     fan_total: int = 0
+    fourth_tile: bool = False
 
 
 @dataclass(frozen=True, slots=True)

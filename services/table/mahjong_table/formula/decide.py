@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from mahjong_rules.formula.fans import WinBy
 from mahjong_rules.formula.scoring import bird_seat
 from mahjong_rules.formula.wall import (
     FORMULA_TILES,
@@ -44,12 +45,14 @@ from mahjong_table.domain.errors import (
 from mahjong_table.domain.events import (
     END_REASON_ESCAPES,
     END_REASON_WALL_EXHAUSTED,
+    EXPOSURE_ADDED,
     EXPOSURE_EXPOSED,
     LEAVE_REASONS,
     NO_SEAT,
     TIMEOUT_PHASE_CLAIM,
     TIMEOUT_PHASE_TURN,
     WIN_BY_DISCARD,
+    WIN_BY_ROB_KONG,
     WIN_BY_SELF_DRAW,
     BirdRevealed,
     ChowClaimed,
@@ -60,6 +63,7 @@ from mahjong_table.domain.events import (
     GameEnded,
     HandsDealt,
     KongDeclared,
+    KongRobbed,
     Meld,
     PlayerLeft,
     PlayerWon,
@@ -279,32 +283,39 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
             "(RULES.md 2.1), with a tile left in the wall, and not right after a pong or chow"
         )
     emitter.emit(KongDeclared(seat, tile_code(tile), exposure, NO_SEAT))
-    _draw(emitter, seat, from_tail=True)
+    if exposure != EXPOSURE_ADDED:
+        _draw(emitter, seat, from_tail=True)
+    # An added kong opens the rob window (evolve); `_advance` draws the replacement once it closes.
 
 
 def _win(emitter: _Emitter, seat: int) -> None:
     state = emitter.state
     if state.phase is Phase.CLAIM:
         window, _ask = _require_asked(state, seat, ASK_WIN, IllegalWinError)
-        evaluation = hands.discard_win(state, seat, window.tile)
-        assert evaluation is not None, "a win ask without a win"
         concealed = state.players[seat].concealed_tiles()
-        emitter.emit(
-            _player_won(state, seat, window.tile, WIN_BY_DISCARD, window.from_seat, concealed, evaluation)
-        )
+        if window.rob_kong:
+            # 抢杠和 (RULES.md 2.2): the kong is void, then the robber wins on its tile.
+            evaluation = hands.rob_kong_win(state, seat, window.tile)
+            assert evaluation is not None, "a rob ask without a win"
+            emitter.emit(KongRobbed(window.from_seat, tile_code(window.tile), (seat,)))
+            win_by = WIN_BY_ROB_KONG
+        else:
+            evaluation = hands.discard_win(state, seat, window.tile)
+            assert evaluation is not None, "a win ask without a win"
+            win_by = WIN_BY_DISCARD
+        emitter.emit(_player_won(state, seat, window.tile, win_by, window.from_seat, concealed, evaluation))
         return
     _require_turn(state, seat, "win")
-    evaluation = hands.self_draw_win(state, seat)
-    if evaluation is None:
+    found = hands.self_draw_win(state, seat)
+    if found is None:
         raise IllegalWinError(
             f"no self-draw win for seat {seat}: not a winning hand, below the room's {state.rules.min_fan} "
-            "fan minimum (flowers excluded, RULES.md 2.1), or no tile drawn"
+            "fan minimum (flowers excluded, RULES.md 2.1), or right after a pong or chow"
         )
-    drawn = state.drawn_tile
-    assert drawn is not None
+    evaluation, win_tile = found
     concealed = state.players[seat].concealed_tiles()
-    concealed.remove(drawn)
-    emitter.emit(_player_won(state, seat, drawn, WIN_BY_SELF_DRAW, NO_SEAT, concealed, evaluation))
+    concealed.remove(win_tile)
+    emitter.emit(_player_won(state, seat, win_tile, WIN_BY_SELF_DRAW, NO_SEAT, concealed, evaluation))
 
 
 def _player_won(
@@ -316,6 +327,7 @@ def _player_won(
     concealed: list[int],
     evaluation: FormulaEvaluation,
 ) -> PlayerWon:
+    """`state` is the state before the win (and before a robbed kong is voided)."""
     return PlayerWon(
         seat=seat,
         win_tile=tile_code(win_tile),
@@ -326,11 +338,19 @@ def _player_won(
         fans=tuple(Fan(fan.id, fan.name, fan.fan, fan.count) for fan in evaluation.fans),
         multiplier=0,
         after_kong=win_by == WIN_BY_SELF_DRAW and state.turn_after_kong,
-        last_tile=state.non_flower_remaining() == 0,
-        first_turn=False,
+        last_tile=win_by != WIN_BY_ROB_KONG and state.non_flower_remaining() == 0,
+        first_turn=win_by == WIN_BY_SELF_DRAW and state.drawn_tile is None,  # the dealer's 14 as dealt
         win_order=1,
         fan_total=evaluation.total_fan,
+        fourth_tile=hands.is_fourth_tile(state, win_tile, _RULES_WIN_BY[win_by]),
     )
+
+
+_RULES_WIN_BY = {
+    WIN_BY_SELF_DRAW: WinBy.SELF_DRAW,
+    WIN_BY_DISCARD: WinBy.DISCARD,
+    WIN_BY_ROB_KONG: WinBy.ROB_KONG,
+}
 
 
 def meld_event(meld: FormulaMeldState) -> Meld:
@@ -351,6 +371,8 @@ def _require_asked(
         raise WrongPhaseError(f"cannot {kind} now: no discard is open for claims")
     if seat == window.from_seat:
         raise IllegalClaimError(f"seat {seat} cannot {kind} on its own discard")
+    if window.rob_kong and kind != ASK_WIN:
+        raise error(f"an added kong can only be robbed by a win, not answered with a {kind} (RULES.md 2.2)")
     ask = window.current
     if ask is not None and ask.seat == seat and kind in ask.kinds:
         return window, ask
@@ -365,6 +387,8 @@ def _require_asked(
         raise error(
             f"chow only from the previous seat's discard (RULES.md 2.1): seat {window.from_seat} is not"
         )
+    if kind == ASK_WIN and window.rob_kong:
+        raise error(f"robbing the kong of {tile} gives seat {seat} no win reaching {state.rules.min_fan} fan")
     if kind == ASK_WIN:
         raise error(f"{tile} gives seat {seat} no win reaching {state.rules.min_fan} fan (RULES.md 2.1)")
     raise error(f"seat {seat} cannot {kind} {tile} now (RULES.md 2.1)")
@@ -520,7 +544,10 @@ def _advance(emitter: _Emitter) -> None:
             emitter.emit(FlowerReplaced(flower_seat, tile_code(flower)))
             _draw(emitter, flower_seat, from_tail=True)
         elif state.phase is Phase.CLAIM and state.window is not None and not state.window.asks:
-            _draw(emitter, state.next_seat_in_game(state.window.from_seat), from_tail=False)
+            if state.window.rob_kong:  # nobody robbed the added kong: it stands, replacement draw
+                _draw(emitter, state.window.from_seat, from_tail=True)
+            else:
+                _draw(emitter, state.next_seat_in_game(state.window.from_seat), from_tail=False)
         else:
             return
 

@@ -26,6 +26,7 @@ from mahjong_table.domain.events import (
     GameEnded,
     HandsDealt,
     KongDeclared,
+    KongRobbed,
     PlayerLeft,
     PlayerWon,
     PongClaimed,
@@ -174,6 +175,18 @@ def open_window(state: FormulaTableState, tile: int, from_seat: int) -> FormulaW
     return FormulaWindow(tile, from_seat, tuple(asks))
 
 
+def open_rob_window(state: FormulaTableState, tile: int, from_seat: int) -> FormulaWindow:
+    """Who may rob the added kong of `tile` (抢杠和, RULES.md 2.2): every seat that can win on it,
+    in turn order after the declarer (the first to take it wins, as 截和). Nothing else is asked."""
+    order = [(from_seat + offset) % SEAT_COUNT for offset in range(1, SEAT_COUNT)]
+    asks = tuple(
+        Ask(seat, (ASK_WIN,))
+        for seat in order
+        if state.players[seat].in_game and hands.rob_kong_win(state, seat, tile) is not None
+    )
+    return FormulaWindow(tile, from_seat, asks, rob_kong=True)
+
+
 def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTableState:
     tile = parse_tile(event.tile)
     player = state.players[event.seat]
@@ -266,7 +279,29 @@ def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTabl
             for meld in player.melds
         )
         konged = replace(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+        after = _meld_turn(state, event.seat, konged, kong=True)
+        # 抢杠和 (RULES.md 2.2): the added tile is open to robbing before the replacement draw.
+        return replace(after, phase=Phase.CLAIM, window=open_rob_window(after, tile, event.seat))
     return _meld_turn(state, event.seat, konged, kong=True)
+
+
+def _kong_robbed(state: FormulaTableState, event: KongRobbed) -> FormulaTableState:
+    """The robbed kong is void: the pong stays and the tile lies in the declarer's discards, from
+    where the robbing `PlayerWon` takes it, as a discard win does."""
+    tile = parse_tile(event.tile)
+    window = state.window
+    assert window is not None and window.rob_kong, "KongRobbed outside a rob window"
+    assert (window.tile, window.from_seat) == (tile, event.kong_seat), "KongRobbed of another kong"
+    player = state.players[event.kong_seat]
+    melds = tuple(
+        FormulaMeldState("pong", meld.tile, "", meld.from_seat)
+        if meld.kind == "kong" and meld.exposure == EXPOSURE_ADDED and meld.tile == tile
+        else meld
+        for meld in player.melds
+    )
+    assert melds != player.melds, "KongRobbed without the added kong"
+    robbed = replace(player, melds=melds, discards=(*player.discards, tile))
+    return replace(state, players=_with_player(state, event.kong_seat, robbed))
 
 
 def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState:
@@ -324,6 +359,7 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
     PongClaimed: _pong_claimed,
     ChowClaimed: _chow_claimed,
     KongDeclared: _kong_declared,
+    KongRobbed: _kong_robbed,
     PlayerWon: _player_won,
     BirdRevealed: _bird_revealed,
     PlayerLeft: _player_left,

@@ -53,8 +53,9 @@ def visible_copies(state: FormulaTableState, tile: int) -> int:
 
 def is_fourth_tile(state: FormulaTableState, win_tile: int, win_by: WinBy) -> bool:
     """和绝张 (RULES.md 2.2): the winning tile is the last copy, three others already visible. A
-    discard win's own tile is still among the discards, so it is not one of the three."""
-    others = visible_copies(state, win_tile) - (1 if win_by is WinBy.DISCARD else 0)
+    discard win's own tile is still among the discards, and a robbed tile still in its added
+    kong, so neither is one of the three (the calculator then drops 和绝张 under 抢杠和 itself)."""
+    others = visible_copies(state, win_tile) - (0 if win_by is WinBy.SELF_DRAW else 1)
     return others >= 3
 
 
@@ -97,22 +98,33 @@ def evaluate(
     return evaluation
 
 
-def self_draw_win(state: FormulaTableState, seat: int) -> FormulaEvaluation | None:
-    """The self-draw win open to `seat` on its turn now, if any (needs a drawn tile)."""
-    drawn = state.drawn_tile
-    if state.phase is not Phase.TURN or state.turn_seat != seat or drawn is None or state.turn_after_meld:
+def self_draw_win(state: FormulaTableState, seat: int) -> tuple[FormulaEvaluation, int] | None:
+    """The self-draw win open to `seat` on its turn now, if any, and its winning tile.
+
+    After a draw the winning tile is the drawn one. The dealer's first turn has no draw (14 tiles
+    dealt, RULES.md 2.1): the dealer may win on them as dealt, and the hand is read with the
+    winning tile that scores highest (the lowest such tile on a tie), as a wildcard hand takes
+    its best substitution (RULES.md 2.2). After a pong or chow the seat must discard."""
+    if state.phase is not Phase.TURN or state.turn_seat != seat or state.turn_after_meld:
         return None
-    concealed = state.players[seat].concealed_tiles()
-    concealed.remove(drawn)
-    return evaluate(
-        state,
-        seat,
-        concealed,
-        drawn,
-        WinBy.SELF_DRAW,
-        after_kong=state.turn_after_kong,
-        last_tile=state.non_flower_remaining() == 0,
-    )
+    held = state.players[seat].concealed_tiles()
+    candidates = (state.drawn_tile,) if state.drawn_tile is not None else tuple(sorted(set(held)))
+    best: tuple[FormulaEvaluation, int] | None = None
+    for tile in candidates:
+        concealed = list(held)
+        concealed.remove(tile)
+        evaluation = evaluate(
+            state,
+            seat,
+            concealed,
+            tile,
+            WinBy.SELF_DRAW,
+            after_kong=state.turn_after_kong,
+            last_tile=state.non_flower_remaining() == 0,
+        )
+        if evaluation is not None and (best is None or evaluation.total_fan > best[0].total_fan):
+            best = (evaluation, tile)
+    return best
 
 
 def discard_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvaluation | None:
@@ -125,6 +137,11 @@ def discard_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvalua
         WinBy.DISCARD,
         last_tile=state.non_flower_remaining() == 0,
     )
+
+
+def rob_kong_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvaluation | None:
+    """The win `seat` may make by robbing the added kong of `tile` (抢杠和, RULES.md 2.2)."""
+    return evaluate(state, seat, state.players[seat].concealed_tiles(), tile, WinBy.ROB_KONG)
 
 
 def can_pong(state: FormulaTableState, seat: int, tile: int) -> bool:

@@ -90,11 +90,15 @@ class FormulaWindow:
     Seats are asked one at a time, in priority order: those who can win in turn order after the
     discarder (the first to take the win gets it, 截和), then the seat that can pong or kong, then
     the next seat's chow. `asks[0]` is asked now; a pass moves on to the next.
+
+    `rob_kong`: the window on the tile of an added kong (抢杠和, RULES.md 2.2). Only wins are asked,
+    in turn order after the declarer; when nobody robs, the declarer draws the replacement.
     """
 
     tile: int
     from_seat: int
     asks: tuple[Ask, ...]
+    rob_kong: bool = False
 
     @property
     def pending(self) -> frozenset[int]:
