@@ -77,6 +77,8 @@ from mahjong_rules.settlement import (
     Winner,
 )
 
+from mahjong_scoring.formula_wins import FanLine, score_formula_win
+
 SUITED_TILE_KIND_COUNT: Final = 27
 WAITING_HAND_TILE_COUNT: Final = 13
 NO_SEAT: Final = -1
@@ -103,12 +105,17 @@ class GameFactsError(ValueError):
     """A table event contradicts what scoring knows of the game (a broken or reordered stream)."""
 
 
+def fan_lines(fans: Sequence[Fan]) -> tuple[FanLine, ...]:
+    """Sichuan fans (multipliers, each counted once) as fan lines."""
+    return tuple(FanLine(fan.id, fan.name, fan.multiplier) for fan in fans)
+
+
 @dataclass(frozen=True)
 class ScoredFans:
     """The product and fans behind one payee's points (a winner's hand, a ready player's wait)."""
 
     multiplier: int
-    fans: tuple[Fan, ...]
+    fans: tuple[FanLine, ...]
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,8 @@ class GameOpened:
     accounts: tuple[str, ...]
     formula: FormulaOptions | None = None
     """Set for a formula room (RULES.md 2.3): its wins and escapes settle by these options."""
+    wildcard: Tile | None = None
+    """Formula: the wildcard (财神) turned up at the opening (RULES.md 2.1)."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +244,8 @@ class GameFactsState:
     last_discard: LastDiscard | None = None
     pending_wins: PendingWins | None = None
     formula_win: FormulaPendingWin | None = None
+    flowers: tuple[int, ...] = (0,) * SEAT_COUNT
+    """Formula: flowers each seat has set aside (RULES.md 2.1), 1 fan each once it wins (2.2)."""
     checked: bool = False
     over: bool = False
     applied_event_ids: frozenset[str] = frozenset()
@@ -366,6 +377,7 @@ def _table_opened(
         options=settlement_options(event.rules),
         accounts=tuple(accounts),
         formula=formula_options(event.rules),
+        wildcard=_formula_tile(event.wildcard) if event.wildcard else None,
     )
     steps.append(opened)
     return replace(state, opened=opened, dealer_seat=event.dealer_seat)
@@ -426,9 +438,23 @@ def _formula_event(
         if win_by is None:
             raise GameFactsError(f"PlayerWon {source} does not say how it was won")
         payer = None if win_by is FormulaWinBy.SELF_DRAW else event.from_seat
-        fans = ScoredFans(event.fan_total, tuple(Fan(fan.id, fan.name, fan.multiplier) for fan in event.fans))
-        pending = FormulaPendingWin(source, event.seat, win_by, payer, event.fan_total, fans)
+        score = score_formula_win(
+            event,
+            win_by,
+            opened.formula,
+            wildcard=opened.wildcard,
+            dealer_seat=state.dealer_seat,
+            flowers=state.flowers[event.seat],
+        )
+        if score.notice:
+            steps.append(Notice(source, score.notice))
+        fans = ScoredFans(score.total_fan, score.fans)
+        pending = FormulaPendingWin(source, event.seat, win_by, payer, score.total_fan, fans)
         return replace(state, formula_win=pending, won=state.won | {event.seat})
+    if payload_name == "flower_replaced":
+        seat = envelope.flower_replaced.seat
+        _check_seat(seat, "flower holder")
+        return replace(state, flowers=_with(state.flowers, seat, state.flowers[seat] + 1))
     if payload_name == "bird_revealed":
         win = state.formula_win
         if win is None:
@@ -695,7 +721,7 @@ def _score_win(
     options = state.opened.options if state.opened is not None else None
     assert options is not None
     from_table = ScoredFans(
-        event.multiplier, tuple(Fan(fan.id, fan.name, fan.multiplier) for fan in event.fans)
+        event.multiplier, tuple(FanLine(fan.id, fan.name, fan.multiplier) for fan in event.fans)
     )
     try:
         evaluation = evaluate_win(
@@ -727,7 +753,7 @@ def _score_win(
                 source, f"the table scored ×{event.multiplier}, the rules library ×{evaluation.multiplier}"
             )
         )
-    return ScoredFans(evaluation.multiplier, evaluation.fans)
+    return ScoredFans(evaluation.multiplier, fan_lines(evaluation.fans))
 
 
 def _player_left(
@@ -824,7 +850,7 @@ def _waiting_hand_facts(
         return HandFacts(), None
     best_wait = max(waits.waits, key=lambda wait: wait.multiplier)
     facts = HandFacts(ready=True, max_wait_multiplier=best_wait.multiplier)
-    return facts, ScoredFans(best_wait.multiplier, best_wait.fans)
+    return facts, ScoredFans(best_wait.multiplier, fan_lines(best_wait.fans))
 
 
 # -------------------------------------------------------------------------------- helpers

@@ -24,7 +24,6 @@ from typing import Final
 
 from mahjong.v1 import common_pb2, envelope_pb2, settlement_events_pb2
 from mahjong_platform.envelopes import new_envelope
-from mahjong_rules import Fan
 from mahjong_rules.settlement import (
     SEAT_COUNT,
     BeanInstruction,
@@ -37,6 +36,7 @@ from mahjong_rules.settlement import (
     to_beans,
 )
 
+from mahjong_scoring.formula_wins import FanLine
 from mahjong_scoring.game_facts import (
     FactStep,
     GameFactsState,
@@ -309,8 +309,8 @@ def _account(opened: GameOpened, party: Party) -> str:
     return opened.accounts[party] if isinstance(party, int) else party
 
 
-def _fan_message(fan: Fan) -> common_pb2.Fan:
-    return common_pb2.Fan(id=fan.id, name=fan.name, multiplier=fan.multiplier, count=1)
+def _fan_message(fan: FanLine) -> common_pb2.Fan:
+    return common_pb2.Fan(id=fan.id, name=fan.name, multiplier=fan.multiplier, count=fan.count)
 
 
 def _envelope(

@@ -76,6 +76,9 @@ def test_a_formula_hand_settles_to_zero_with_the_win_paid_after_its_bird(seed: i
     events = play(seed, rules(("fan", "fan_plus_8", "flat_10")[seed % 3]))
     table_id = f"table-{seed}"
     _state, output = settle_table_events(new_game_settlement(), envelopes_of(table_id, events))
+    # Scoring evaluates the win again from the event and the public stream (wildcard, flowers,
+    # seat wind, 和绝张): it agrees with the table, so no notice.
+    assert output.notices == ()
     lines = output.instructions
     settled = [e.game_settled for e in output.envelopes if e.HasField("game_settled")]
     assert len(settled) == 1
@@ -110,6 +113,23 @@ def test_a_formula_hand_settles_to_zero_with_the_win_paid_after_its_bird(seed: i
     )
     assert [line.payees[0].beans for line in win_lines] == [i.payments[0].points * N for i in expected]
     assert totals[win.seat].beans == sum(i.payments[0].points * N for i in expected)
+    for line in win_lines:  # each fan with its count (幺九刻 ×2 is 2 fan), adding up to the total
+        assert sum(fan.multiplier * fan.count for fan in line.fans) == win.fan_total
+
+
+def test_scoring_pays_its_own_reading_of_the_hand_and_says_when_the_table_differs() -> None:
+    seed = next(s for s in range(40) if any(isinstance(e, PlayerWon) for e in play(s, rules("fan"))))
+    events = play(seed, rules("fan"))
+    envelopes = envelopes_of(f"table-{seed}", events)
+    won = next(e for e in envelopes if e.HasField("player_won"))
+    true_total = won.player_won.fan_total
+    won.player_won.fan_total = true_total + 50  # a table bug: more fan than the hand has
+    _state, output = settle_table_events(new_game_settlement(), envelopes)
+    assert [notice.message for notice in output.notices] == [
+        f"the table scored {true_total + 50} fan, the rules library {true_total}"
+    ]
+    win_line = next(line for line in output.instructions if line.reason == "win")
+    assert sum(fan.multiplier * fan.count for fan in win_line.fans) == true_total
 
 
 def test_an_escape_ends_the_hand_and_pays_penalty_and_compensation_rules_2_3() -> None:
