@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from mahjong_rules.formula.wall import FORMULA_TILES
 from mahjong_rules.tiles import parse_tiles
@@ -80,21 +81,39 @@ def dice_for_dealer(dealer_seat: int) -> dict[str, int]:
     return {"dice_roller_seat": dealer_seat, "die_1": 1, "die_2": 4}
 
 
+StateT = TypeVar("StateT")
+
+
 @dataclass
-class Table:
+class _Harness(Generic[StateT]):
     """A table under test: the events so far and the state folded from them."""
 
     events: list[TableEvent]
-    state: TableState = field(init=False)
+    state: StateT = field(init=False)
 
     def __post_init__(self) -> None:
-        self.state = fold(self.events)
+        self.state = self._fold(self.events)
 
     def act(self, command: TableCommand) -> list[TableEvent]:
         """Decide and fold; returns the new events (a rule error propagates, nothing changes)."""
-        new, self.state = execute(self.state, command)
+        new, self.state = self._execute(self.state, command)
         self.events.extend(new)
         return new
+
+    @staticmethod
+    def _fold(events: list[TableEvent]) -> StateT:
+        raise NotImplementedError
+
+    @staticmethod
+    def _execute(state: StateT, command: TableCommand) -> tuple[list[TableEvent], StateT]:
+        raise NotImplementedError
+
+
+class Table(_Harness[TableState]):
+    """A Sichuan Bloody table under test."""
+
+    _fold = staticmethod(fold)
+    _execute = staticmethod(execute)
 
 
 def table_with_hands(
@@ -153,21 +172,11 @@ def formula_wall_for(
     return wall
 
 
-@dataclass
-class FormulaTable:
-    """A formula table under test: its events and the state folded from them."""
+class FormulaTable(_Harness[FormulaTableState]):
+    """A formula table under test."""
 
-    events: list[TableEvent]
-    state: FormulaTableState = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.state = formula_fold(self.events)
-
-    def act(self, command: TableCommand) -> list[TableEvent]:
-        """Decide and fold; returns the new events (a rule error propagates, nothing changes)."""
-        new, self.state = formula_execute(self.state, command)
-        self.events.extend(new)
-        return new
+    _fold = staticmethod(formula_fold)
+    _execute = staticmethod(formula_execute)
 
 
 def formula_table_with_hands(
