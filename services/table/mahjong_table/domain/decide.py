@@ -23,6 +23,7 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
+from mahjong_table.domain.emitter import Emitter
 from mahjong_table.domain.errors import (
     AlreadyDeclaredError,
     GameOverError,
@@ -175,18 +176,7 @@ def open_table_with_wall(
 # ------------------------------------------------------------------------------------ decide
 
 
-class _Emitter:
-    """Collects a command's events, folding each one so later steps see the state after it."""
-
-    __slots__ = ("events", "state")
-
-    def __init__(self, state: TableState) -> None:
-        self.state = state
-        self.events: list[TableEvent] = []
-
-    def emit(self, event: TableEvent) -> None:
-        self.events.append(event)
-        self.state = evolve(self.state, event)
+_Emitter = Emitter[TableState]
 
 
 def decide(state: TableState, command: TableCommand) -> list[TableEvent]:
@@ -199,7 +189,7 @@ def execute(state: TableState, command: TableCommand) -> tuple[list[TableEvent],
 
     Equal to `(events, fold(events, state))`; the service uses it on its hot path.
     """
-    emitter = _Emitter(state)
+    emitter = _Emitter(state, evolve)
     if isinstance(command, ExpireDeadline):
         _expire(emitter)
     elif isinstance(command, Leave):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
@@ -19,6 +19,31 @@ WALL_TILE_COUNT = 108
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
 
 _Frozen = TypeVar("_Frozen", "PlayerState", "TableState", "ClaimWindow")
+
+
+class _Seated(Protocol):
+    @property
+    def in_game(self) -> bool: ...
+
+
+class SeatsInTurnOrder:
+    """Seat questions both families' table states answer the same way (a mixin: the state
+    dataclass provides `players`)."""
+
+    __slots__ = ()
+    players: tuple[_Seated, ...]
+
+    def seats_in_game(self) -> list[int]:
+        """Seats neither won nor left, in seat order."""
+        return [seat for seat, player in enumerate(self.players) if player.in_game]
+
+    def next_seat_in_game(self, after_seat: int) -> int:
+        """The first seat after `after_seat` in turn order that is still in the game, or -1."""
+        for offset in range(1, SEAT_COUNT + 1):
+            seat = (after_seat + offset) % SEAT_COUNT
+            if self.players[seat].in_game:
+                return seat
+        return NO_SEAT
 
 
 class Phase(StrEnum):
@@ -117,7 +142,7 @@ class ClaimWindow:
 
 
 @dataclass(frozen=True, slots=True)
-class TableState:
+class TableState(SeatsInTurnOrder):
     """Everything the aggregate knows about one table's game."""
 
     table_id: str
@@ -158,18 +183,6 @@ class TableState:
     def is_over(self) -> bool:
         """True once `GameEnded` was folded."""
         return self.phase is Phase.ENDED
-
-    def seats_in_game(self) -> list[int]:
-        """Seats neither won nor left, in seat order."""
-        return [seat for seat, player in enumerate(self.players) if player.in_game]
-
-    def next_seat_in_game(self, after_seat: int) -> int:
-        """The first seat after `after_seat` in turn order that is still in the game, or -1."""
-        for offset in range(1, SEAT_COUNT + 1):
-            seat = (after_seat + offset) % SEAT_COUNT
-            if self.players[seat].in_game:
-                return seat
-        return NO_SEAT
 
 
 def replaced(value: _Frozen, **changes: object) -> _Frozen:

@@ -31,6 +31,7 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
+from mahjong_table.domain.emitter import Emitter
 from mahjong_table.domain.errors import (
     GameOverError,
     IllegalClaimError,
@@ -166,7 +167,7 @@ def open_formula_table_with_wall(
         ),
         wall_remaining=len(tiles) - head,
     )
-    emitter = _Emitter(evolve(evolve(None, opened), dealt_event))
+    emitter = _Emitter(evolve(evolve(None, opened), dealt_event), evolve)
     emitter.events = [opened, dealt_event]
     _advance(emitter)
     return emitter.events
@@ -175,18 +176,7 @@ def open_formula_table_with_wall(
 # ------------------------------------------------------------------------------------ decide
 
 
-class _Emitter:
-    """Collects a command's events, folding each so later steps see the state after it."""
-
-    __slots__ = ("events", "state")
-
-    def __init__(self, state: FormulaTableState) -> None:
-        self.state = state
-        self.events: list[TableEvent] = []
-
-    def emit(self, event: TableEvent) -> None:
-        self.events.append(event)
-        self.state = evolve(self.state, event)
+_Emitter = Emitter[FormulaTableState]
 
 
 def decide(state: FormulaTableState, command: TableCommand) -> list[TableEvent]:
@@ -196,7 +186,7 @@ def decide(state: FormulaTableState, command: TableCommand) -> list[TableEvent]:
 
 def execute(state: FormulaTableState, command: TableCommand) -> tuple[list[TableEvent], FormulaTableState]:
     """`decide` plus the state after its events."""
-    emitter = _Emitter(state)
+    emitter = _Emitter(state, evolve)
     if state.is_over:
         raise GameOverError(f"the game at table {state.table_id} has ended ({state.end_reason})")
     if isinstance(command, ExpireDeadline):

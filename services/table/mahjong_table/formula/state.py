@@ -12,7 +12,7 @@ from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUN
 
 from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import SEAT_COUNT, Phase
+from mahjong_table.domain.state import Phase, SeatsInTurnOrder
 
 TILE_KIND_COUNT = FLOWER_TILE_LIMIT
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
@@ -112,7 +112,7 @@ class FormulaWindow:
 
 
 @dataclass(frozen=True, slots=True)
-class FormulaTableState:
+class FormulaTableState(SeatsInTurnOrder):
     """Everything the formula aggregate knows about one table's hand."""
 
     table_id: str
@@ -154,18 +154,6 @@ class FormulaTableState:
     def is_over(self) -> bool:
         """True once `GameEnded` was folded."""
         return self.phase is Phase.ENDED
-
-    def seats_in_game(self) -> list[int]:
-        """Seats neither won nor left, in seat order."""
-        return [seat for seat, player in enumerate(self.players) if player.in_game]
-
-    def next_seat_in_game(self, after_seat: int) -> int:
-        """The first seat after `after_seat` in turn order still in the game, or -1."""
-        for offset in range(1, SEAT_COUNT + 1):
-            seat = (after_seat + offset) % SEAT_COUNT
-            if self.players[seat].in_game:
-                return seat
-        return NO_SEAT
 
     def non_flower_remaining(self) -> int:
         """Wall tiles that are not flowers: what draws can still bring into a hand."""
