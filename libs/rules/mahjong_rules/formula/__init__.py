@@ -8,6 +8,7 @@ Where each rule lives:
 - ``fans``: the 81 MCR fans (ids, Chinese names, values) and the adapter over the reference MCR
   calculator ``PyMahjongGB`` (2.2); the only module that imports it
 - ``wildcards``: the substitution search, 无财神, flowers and the minimum (2.1, 2.2)
+- ``waits``: the waits of a 13-tile position, each scored as a discard win (2.1, 2.2)
 - ``scoring``: birds, dealer doubling, ``fan_term``, settlement instructions, escape (2.3)
 - ``evaluate_json``: the ``mjctl evaluate`` JSON form of this family (issue 6 item 5)
 
