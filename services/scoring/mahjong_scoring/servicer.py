@@ -4,7 +4,9 @@ EvaluateHand and ListWaits take the same fields with the same meaning as ``mjctl
 hand without the winning tile in compact notation, melds, the win flags; an omitted win_by means
 a discard win, an empty self_draw_bonus means "double", and an empty missing_suit means the suit
 absent from the hand (if any). A malformed hand (bad tile code, wrong size, a fifth copy) is
-INVALID_ARGUMENT; the formula family is UNIMPLEMENTED until its scoring lands here.
+INVALID_ARGUMENT. Formula (RULES.md 2) hands take the formula-only fields (wildcard, flowers,
+winds, min_fan; 0 = no minimum); a Formula wait is a tile that, won on a discard, completes a
+winning hand, with its fan, meets_min, fans and what the wildcards stand for.
 
 GetGameSettlement reads the projection: every `SettlementInstructed` line of the game in order
 (reason, payees with per-line reasons, fans and multiplier), the per-seat totals, and whether the
@@ -20,7 +22,7 @@ import grpc
 import sqlalchemy
 from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc, settlement_events_pb2
 from mahjong_platform.database import SessionFactory, transaction
-from mahjong_platform.errors import InvalidArgumentError, NotFoundError, ServiceError
+from mahjong_platform.errors import InvalidArgumentError, NotFoundError
 from mahjong_platform.grpc_server import ServiceRegistration, register_service
 from mahjong_rules import (
     SUITS,
@@ -37,7 +39,9 @@ from mahjong_rules import (
     suits_held,
     tile_code,
 )
-from mahjong_rules.formula.evaluate_json import evaluate_formula_request
+from mahjong_rules.formula.evaluate_json import WINDS, evaluate_formula_request
+from mahjong_rules.formula.fans import EAST_WIND, MELD_KINDS, FormulaMeld, MeldKind, ScoredFan
+from mahjong_rules.formula.waits import formula_waits
 
 from mahjong_scoring.models import scoring_games, scoring_lines, scoring_players
 
@@ -57,12 +61,6 @@ _EXPOSURES = {
 }
 
 
-class UnimplementedError(ServiceError):
-    """A well-formed request for something this service does not do yet (the formula family)."""
-
-    status_code = grpc.StatusCode.UNIMPLEMENTED
-
-
 class ScoringServicer(scoring_service_pb2_grpc.ScoringServiceServicer):
     """Thin: validate the request, call the rules or read the projection, map the answer back."""
 
@@ -78,7 +76,8 @@ class ScoringServicer(scoring_service_pb2_grpc.ScoringServiceServicer):
     def ListWaits(
         self, request: scoring_service_pb2.ListWaitsRequest, context: grpc.ServicerContext
     ) -> scoring_service_pb2.ListWaitsResponse:
-        """The waits of a 13-tile position with their wait multipliers (RULES.md 1.7, 1.8)."""
+        """The waits of a 13-tile position: Sichuan with their wait multipliers (RULES.md 1.7, 1.8),
+        Formula with their fans (RULES.md 2.1, 2.2)."""
         return list_waits(request)
 
     def GetGameSettlement(
@@ -184,6 +183,8 @@ def _formula_meld(meld: common_pb2.Meld) -> dict[str, str]:
 
 def list_waits(request: scoring_service_pb2.ListWaitsRequest) -> scoring_service_pb2.ListWaitsResponse:
     """ListWaits without gRPC: the answer, or a `ServiceError` for a request it cannot answer."""
+    if request.variant == common_pb2.VARIANT_FORMULA:
+        return list_formula_waits(request)
     _check_variant(request.variant)
     try:
         concealed = parse_tiles(request.concealed)
@@ -200,6 +201,64 @@ def list_waits(request: scoring_service_pb2.ListWaitsRequest) -> scoring_service
             for wait in waits.waits
         ],
     )
+
+
+def list_formula_waits(
+    request: scoring_service_pb2.ListWaitsRequest,
+) -> scoring_service_pb2.ListWaitsResponse:
+    """The waits of a Formula position (RULES.md 2.1, 2.2): each tile that, won on a discard (a
+    wildcard tile at face value), completes a winning hand, never a fifth copy, in tile order, with
+    its total fan (flowers included), meets_min (flowers excluded; min_fan 0 = no minimum, as in
+    EvaluateHand), fans and wildcards_as. ready: any wait, whether or not it meets the minimum.
+    Winds default to 1z; missing_suit is Sichuan only and ignored, as in EvaluateHand."""
+    try:
+        concealed = parse_tiles(request.concealed)
+        melds = [_parsed_formula_meld(meld) for meld in request.melds]
+        waits = formula_waits(
+            concealed,
+            melds,
+            wildcard=parse_tile(request.wildcard) if request.wildcard else None,
+            flowers=request.flowers,
+            min_fan=request.min_fan,
+            seat_wind=_formula_wind(request.seat_wind, "seat_wind"),
+            round_wind=_formula_wind(request.round_wind, "round_wind"),
+        )
+    except RulesError as error:
+        raise InvalidArgumentError(str(error)) from error
+    return scoring_service_pb2.ListWaitsResponse(
+        ready=waits.ready,
+        waits=[
+            scoring_service_pb2.Wait(
+                tile=tile_code(wait.tile),
+                fan=wait.evaluation.total_fan,
+                meets_min=wait.evaluation.meets_min,
+                fans=_scored_fan_messages(wait.evaluation.fans),
+                wildcards_as=[tile_code(tile) for tile in wait.evaluation.wildcards_as],
+            )
+            for wait in waits.waits
+        ],
+    )
+
+
+def _parsed_formula_meld(meld: common_pb2.Meld) -> FormulaMeld:
+    """A request meld as EvaluateHand reads it (`_formula_meld`): chow (lowest tile), pong or kong."""
+    if meld.kind not in MELD_KINDS:
+        raise InvalidArgumentError(f"meld kind must be chow, pong or kong, not {meld.kind!r}")
+    fields = _formula_meld(meld)
+    kind: MeldKind = meld.kind  # type: ignore[assignment]  # checked against MELD_KINDS above
+    return FormulaMeld(kind, parse_tile(fields["tile"]), fields.get("exposure"))  # type: ignore[arg-type]
+
+
+def _formula_wind(value: str, name: str) -> Tile:
+    if not value:
+        return EAST_WIND
+    if value not in WINDS:
+        raise InvalidArgumentError(f"{name} must be one of {', '.join(WINDS)}, not {value!r}")
+    return parse_tile(value)
+
+
+def _scored_fan_messages(fans: Sequence[ScoredFan]) -> list[common_pb2.Fan]:
+    return [common_pb2.Fan(id=fan.id, name=fan.name, multiplier=fan.fan, count=fan.count) for fan in fans]
 
 
 def game_settlement(
@@ -246,10 +305,6 @@ def game_settlement(
 
 
 def _check_variant(variant: int) -> None:
-    if variant == common_pb2.VARIANT_FORMULA:
-        raise UnimplementedError(
-            "ListWaits answers VARIANT_SICHUAN_BLOODY only; Formula hands: EvaluateHand each candidate tile"
-        )
     if variant != common_pb2.VARIANT_SICHUAN_BLOODY:
         raise InvalidArgumentError("variant must be VARIANT_SICHUAN_BLOODY (or VARIANT_FORMULA)")
 

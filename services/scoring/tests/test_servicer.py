@@ -64,11 +64,6 @@ def test_evaluate_hand_answers_no_win_and_rejects_bad_tiles(
             scoring_service_pb2.EvaluateHandRequest(variant=SICHUAN, concealed="12x", win_tile="1m")
         )
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    with pytest.raises(grpc.RpcError) as error:
-        stub.ListWaits(
-            scoring_service_pb2.ListWaitsRequest(variant=common_pb2.VARIANT_FORMULA, concealed="1m")
-        )
-    assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_evaluate_hand_scores_a_formula_hand_like_mjctl_evaluate_rules_2_2(
@@ -103,6 +98,116 @@ def test_list_waits_gives_each_wait_with_its_multiplier(
     assert response.ready
     assert [wait.tile for wait in response.waits] == [f"{rank}m" for rank in range(1, 10)]
     assert all(wait.multiplier >= 4 for wait in response.waits)  # 清一色 at least
+
+
+def test_list_waits_answers_a_formula_hand_with_each_waits_fans_rules_2_2(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+) -> None:
+    """Formula waits (RULES.md 2.1, 2.2): tiles won on a discard, each with the EvaluateHand answer
+    of that discard win (fan, meets_min, fans, wildcards_as)."""
+    response = stub.ListWaits(
+        scoring_service_pb2.ListWaitsRequest(
+            variant=common_pb2.VARIANT_FORMULA,
+            concealed="123456789m1p5s9s7z",
+            melds=[],
+            wildcard="7z",
+            min_fan=8,
+            flowers=2,
+        )
+    )
+    assert not response.ready and not response.waits  # 1p 5s 9s + a wildcard: two tiles short
+    response = stub.ListWaits(
+        scoring_service_pb2.ListWaitsRequest(
+            variant=common_pb2.VARIANT_FORMULA,
+            concealed="123456789m12p5s7z",
+            wildcard="7z",
+            flowers=2,
+            min_fan=8,
+        )
+    )
+    assert response.ready
+    for wait in response.waits:
+        evaluated = stub.EvaluateHand(
+            scoring_service_pb2.EvaluateHandRequest(
+                variant=common_pb2.VARIANT_FORMULA,
+                concealed="123456789m12p5s7z",
+                win_tile=wait.tile,
+                wildcard="7z",
+                flowers=2,
+                min_fan=8,
+            )
+        )
+        assert evaluated.win
+        assert (wait.fan, wait.meets_min, list(wait.fans), list(wait.wildcards_as)) == (
+            evaluated.fan,
+            evaluated.meets_min,
+            list(evaluated.fans),
+            list(evaluated.wildcards_as),
+        )
+    # 3p completes 12p (the wildcard pairs the 5s); 5s pairs the 5s (the wildcard is 3p).
+    assert [wait.tile for wait in response.waits] == ["3p", "5s"]
+    assert [list(wait.wildcards_as) for wait in response.waits] == [["5s"], ["3p"]]
+    assert all(
+        wait.meets_min and ("flower_tiles", 2) in [(f.id, f.count) for f in wait.fans]
+        for wait in response.waits
+    )
+
+
+def test_list_waits_answers_formula_melds_winds_and_the_minimum_rules_2_1_2_2(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+) -> None:
+    """Chow, pong and kong melds; the seat wind reaches the fans; min_fan decides meets_min, not
+    ready (0 = no minimum, as in EvaluateHand)."""
+    request = scoring_service_pb2.ListWaitsRequest(
+        variant=common_pb2.VARIANT_FORMULA,
+        concealed="2345m",
+        melds=[
+            common_pb2.Meld(kind="chow", tile="1p"),
+            common_pb2.Meld(kind="pong", tile="9s"),
+            common_pb2.Meld(kind="kong", tile="2z", exposure=common_pb2.KONG_EXPOSURE_CONCEALED),
+        ],
+        seat_wind="2z",
+        min_fan=8,
+    )
+    response = stub.ListWaits(request)
+    assert response.ready
+    assert [wait.tile for wait in response.waits] == ["2m", "5m"]
+    assert all("seat_wind" in [fan.id for fan in wait.fans] for wait in response.waits)
+    assert not any(wait.meets_min for wait in response.waits)
+    assert all(wait.multiplier == 0 for wait in response.waits)
+    request.min_fan = 0
+    assert all(wait.meets_min for wait in stub.ListWaits(request).waits)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"concealed": "1m"}, "13 concealed tiles"),
+        ({"concealed": "123456789m12x"}, "bad suit letter"),
+        ({"concealed": "123456789m1122p", "wildcard": "1f"}, "wildcard"),
+        ({"concealed": "123456789m1122p", "seat_wind": "5z"}, "seat_wind"),
+        ({"concealed": "123456789m1122p", "min_fan": -1}, "min_fan"),
+        ({"concealed": "123456789m1122p", "flowers": 9}, "flowers"),
+        ({"concealed": "1234567m1p", "melds": [common_pb2.Meld(kind="chow", tile="7z")]}, "chow"),
+        ({"concealed": "1234567m1p", "melds": [common_pb2.Meld(kind="triple", tile="7z")]}, "meld kind"),
+        (
+            {
+                "concealed": "2345m56s7z",
+                "melds": [common_pb2.Meld(kind="pong", tile="7z")] * 2,
+                "wildcard": "7z",
+            },
+            "7z",
+        ),
+        ({"concealed": "1111m234567m", "melds": [common_pb2.Meld(kind="pong", tile="1m")]}, "only 4"),
+    ],
+)
+def test_list_waits_rejects_a_malformed_formula_hand(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ListWaits(scoring_service_pb2.ListWaitsRequest(variant=common_pb2.VARIANT_FORMULA, **fields))  # type: ignore[arg-type]
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in (error.value.details() or "")
 
 
 def test_get_game_settlement_returns_every_line_with_reason_and_fans_and_the_totals(

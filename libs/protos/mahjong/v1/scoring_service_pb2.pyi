@@ -138,9 +138,20 @@ class ListWaitsRequest(_message.Message):
     CONCEALED_FIELD_NUMBER: _builtins.int
     MELDS_FIELD_NUMBER: _builtins.int
     MISSING_SUIT_FIELD_NUMBER: _builtins.int
+    WILDCARD_FIELD_NUMBER: _builtins.int
+    FLOWERS_FIELD_NUMBER: _builtins.int
+    SEAT_WIND_FIELD_NUMBER: _builtins.int
+    ROUND_WIND_FIELD_NUMBER: _builtins.int
+    MIN_FAN_FIELD_NUMBER: _builtins.int
     variant: _common_pb2.Variant.ValueType
     concealed: _builtins.str
     missing_suit: _builtins.str
+    wildcard: _builtins.str
+    """Formula only."""
+    flowers: _builtins.int
+    seat_wind: _builtins.str
+    round_wind: _builtins.str
+    min_fan: _builtins.int
     @_builtins.property
     def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
     def __init__(
@@ -150,10 +161,15 @@ class ListWaitsRequest(_message.Message):
         concealed: _builtins.str = ...,
         melds: _abc.Iterable[_common_pb2.Meld] | None = ...,
         missing_suit: _builtins.str = ...,
+        wildcard: _builtins.str = ...,
+        flowers: _builtins.int = ...,
+        seat_wind: _builtins.str = ...,
+        round_wind: _builtins.str = ...,
+        min_fan: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concealed", b"concealed", "melds", b"melds", "missing_suit", b"missing_suit", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concealed", b"concealed", "flowers", b"flowers", "melds", b"melds", "min_fan", b"min_fan", "missing_suit", b"missing_suit", "round_wind", b"round_wind", "seat_wind", b"seat_wind", "variant", b"variant", "wildcard", b"wildcard"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -166,20 +182,31 @@ class Wait(_message.Message):
     TILE_FIELD_NUMBER: _builtins.int
     MULTIPLIER_FIELD_NUMBER: _builtins.int
     FANS_FIELD_NUMBER: _builtins.int
+    FAN_FIELD_NUMBER: _builtins.int
+    MEETS_MIN_FIELD_NUMBER: _builtins.int
+    WILDCARDS_AS_FIELD_NUMBER: _builtins.int
     tile: _builtins.str
     multiplier: _builtins.int
+    fan: _builtins.int
+    """Formula only."""
+    meets_min: _builtins.bool
     @_builtins.property
     def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]: ...
+    @_builtins.property
+    def wildcards_as(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         tile: _builtins.str = ...,
         multiplier: _builtins.int = ...,
         fans: _abc.Iterable[_common_pb2.Fan] | None = ...,
+        fan: _builtins.int = ...,
+        meets_min: _builtins.bool = ...,
+        wildcards_as: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fans", b"fans", "multiplier", b"multiplier", "tile", b"tile"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "fans", b"fans", "meets_min", b"meets_min", "multiplier", b"multiplier", "tile", b"tile", "wildcards_as", b"wildcards_as"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

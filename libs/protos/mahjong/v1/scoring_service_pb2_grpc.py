@@ -62,7 +62,7 @@ class ScoringServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListWaits(self, request, context):
-        """Waits of a 13-tile position with their wait multipliers.
+        """Waits of a 13-tile position with their wait multipliers (Formula: with their fans).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

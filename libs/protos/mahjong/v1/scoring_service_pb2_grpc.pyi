@@ -34,7 +34,7 @@ class ScoringServiceStub:
     EvaluateHand: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.EvaluateHandRequest, _scoring_service_pb2.EvaluateHandResponse]
     """Evaluate a winning hand (same fields as `mjctl evaluate`)."""
     ListWaits: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.ListWaitsRequest, _scoring_service_pb2.ListWaitsResponse]
-    """Waits of a 13-tile position with their wait multipliers."""
+    """Waits of a 13-tile position with their wait multipliers (Formula: with their fans)."""
     GetGameSettlement: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.GetGameSettlementRequest, _scoring_service_pb2.GetGameSettlementResponse]
     """Every settlement line of a game with its reason and fans, and the totals."""
 
@@ -44,7 +44,7 @@ class ScoringServiceAsyncStub(ScoringServiceStub):
     EvaluateHand: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.EvaluateHandRequest, _scoring_service_pb2.EvaluateHandResponse]  # type: ignore[assignment]
     """Evaluate a winning hand (same fields as `mjctl evaluate`)."""
     ListWaits: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.ListWaitsRequest, _scoring_service_pb2.ListWaitsResponse]  # type: ignore[assignment]
-    """Waits of a 13-tile position with their wait multipliers."""
+    """Waits of a 13-tile position with their wait multipliers (Formula: with their fans)."""
     GetGameSettlement: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.GetGameSettlementRequest, _scoring_service_pb2.GetGameSettlementResponse]  # type: ignore[assignment]
     """Every settlement line of a game with its reason and fans, and the totals."""
 
@@ -63,7 +63,7 @@ class ScoringServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scoring_service_pb2.ListWaitsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scoring_service_pb2.ListWaitsResponse, _abc.Awaitable[_scoring_service_pb2.ListWaitsResponse]]:
-        """Waits of a 13-tile position with their wait multipliers."""
+        """Waits of a 13-tile position with their wait multipliers (Formula: with their fans)."""
 
     @_abc_1.abstractmethod
     def GetGameSettlement(
