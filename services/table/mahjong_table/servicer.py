@@ -143,13 +143,15 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
     def _transaction(self) -> AbstractContextManager[Session]:
         return transaction(self._session_factory)
 
+    def _read_transaction(self) -> AbstractContextManager[Session]:
+        return read_transaction(self._session_factory)
+
     def _caller_seat(self, table_id: str) -> tuple[TableState, int | None]:
         """The table and the caller's seat (None for ops watching with full information)."""
         if not table_id:
             raise InvalidArgumentError("table_id is required")
         identity = current_identity()
-        with read_transaction(self._session_factory) as session:
-            state = self._engine.load_state(session, table_id, for_reading=True)
+        state = self._engine.read_state(self._read_transaction, table_id)
         seat = seat_of(state, identity.player_id)
         if seat != NO_SEAT:
             return state, seat
@@ -199,10 +201,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             self._presence.connected(request.table_id, seat)
         try:
             while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
-                with read_transaction(self._session_factory) as session:
-                    envelopes = self._engine.store.load(
-                        session, request.table_id, after, limit=WATCH_BATCH_EVENTS
-                    )
+                envelopes = self._engine.events_after(
+                    self._read_transaction, request.table_id, after, WATCH_BATCH_EVENTS
+                )
                 for envelope in envelopes:
                     after = envelope.sequence
                     visible = redacted_envelope(envelope, seat)
@@ -220,9 +221,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         state, seat = self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("GetView shows a seat's view; ops use Watch for full information")
-        with read_transaction(self._session_factory) as session:
-            deadline = self._engine.deadline_of(session, state)
-        return table_view_message(state, seat, deadline)
+        return table_view_message(state, seat, self._engine.deadline_of(self._read_transaction, state))
 
 
 def table_view_message(

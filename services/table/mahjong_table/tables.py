@@ -32,6 +32,8 @@ from mahjong_table.variants import decide, fold, open_table, waited_on
 
 CACHED_TABLES_MAX = 10_000
 DECIDE_ATTEMPTS_MAX = 5
+RECENT_EVENTS_PER_TABLE = 128
+RECENT_EVENTS_TABLES_MAX = 1_000
 
 
 class TableChanges:
@@ -85,6 +87,48 @@ class StateCache:
                 self._states.popitem(last=False)
 
 
+class RecentEvents:
+    """The last events this process committed per table (bounded per table, least recently used
+    tables out), so Watch streams read new events from memory instead of querying the store once
+    per watcher per change. Only filled after a commit, in stream order; a gap resets a table."""
+
+    def __init__(
+        self, per_table: int = RECENT_EVENTS_PER_TABLE, tables: int = RECENT_EVENTS_TABLES_MAX
+    ) -> None:
+        self._events: collections.OrderedDict[str, collections.deque[envelope_pb2.Envelope]] = (
+            collections.OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._per_table = per_table
+        self._tables = tables
+
+    def add(self, table_id: str, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
+        """Remember committed `envelopes` (sequences set) of `table_id`."""
+        if not envelopes:
+            return
+        with self._lock:
+            recent = self._events.get(table_id)
+            if recent is None or not recent or recent[-1].sequence + 1 != envelopes[0].sequence:
+                recent = collections.deque(maxlen=self._per_table)
+                self._events[table_id] = recent
+            recent.extend(envelopes)
+            self._events.move_to_end(table_id)
+            while len(self._events) > self._tables:
+                self._events.popitem(last=False)
+
+    def after(
+        self, table_id: str, after_sequence: int, up_to: int, limit: int
+    ) -> list[envelope_pb2.Envelope] | None:
+        """The events after `after_sequence` when memory holds every one of them up to `up_to`
+        (the latest committed version); None when the store must be asked."""
+        with self._lock:
+            recent = self._events.get(table_id)
+            if not recent or recent[0].sequence > after_sequence + 1 or recent[-1].sequence < up_to:
+                return None
+            start = after_sequence + 1 - recent[0].sequence
+            return [recent[index] for index in range(max(start, 0), min(len(recent), max(start, 0) + limit))]
+
+
 @dataclasses.dataclass
 class TableEngine:
     """The table use cases with their dependencies made explicit."""
@@ -93,20 +137,50 @@ class TableEngine:
     clock: Clock
     cache: StateCache = dataclasses.field(default_factory=StateCache)
     changes: TableChanges = dataclasses.field(default_factory=TableChanges)
+    recent: RecentEvents = dataclasses.field(default_factory=RecentEvents)
     # The deadline written with each table's latest version, so a view needs no extra query.
     _deadlines: dict[str, tuple[int, datetime.datetime | None]] = dataclasses.field(default_factory=dict)
     _deadlines_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def deadline_of(self, session: Session, state: TableState) -> datetime.datetime | None:
-        """When the server acts for whoever `state` waits on (None: nobody is waited on)."""
+    def deadline_of(
+        self, session_scope: Callable[[], AbstractContextManager[Session]], state: TableState
+    ) -> datetime.datetime | None:
+        """When the server acts for whoever `state` waits on (None: nobody is waited on); the
+        store is asked only when this process did not write the table's latest version."""
         with self._deadlines_lock:
             known = self._deadlines.get(state.table_id)
         if known is not None and known[0] == state.version:
             return known[1]
-        deadline = session.execute(
-            sqlalchemy.select(table_status.c.deadline_at).where(table_status.c.table_id == state.table_id)
-        ).scalar_one_or_none()
+        with session_scope() as session:
+            deadline = session.execute(
+                sqlalchemy.select(table_status.c.deadline_at).where(table_status.c.table_id == state.table_id)
+            ).scalar_one_or_none()
         return None if deadline is None else typing.cast(datetime.datetime, deadline)
+
+    def read_state(
+        self, session_scope: Callable[[], AbstractContextManager[Session]], table_id: str
+    ) -> TableState:
+        """`load_state(for_reading=True)` that opens a (read) transaction only when the cache
+        cannot answer."""
+        cached = self.cache.get(table_id)
+        if cached is not None and cached.version >= self.changes.version(table_id):
+            return cached
+        with session_scope() as session:
+            return self.load_state(session, table_id, for_reading=True)
+
+    def events_after(
+        self,
+        session_scope: Callable[[], AbstractContextManager[Session]],
+        table_id: str,
+        after_sequence: int,
+        limit: int,
+    ) -> list[envelope_pb2.Envelope]:
+        """Committed events after `after_sequence`, from memory when it has them all."""
+        recent = self.recent.after(table_id, after_sequence, self.changes.version(table_id), limit)
+        if recent is not None:
+            return recent
+        with session_scope() as session:
+            return self.store.load(session, table_id, after_sequence, limit=limit)
 
     def load_state(self, session: Session, table_id: str, *, for_reading: bool = False) -> TableState:
         """The table's current state; NotFoundError for a table that was never opened.
@@ -143,7 +217,7 @@ class TableEngine:
             seats,
             assigned.seed,
         )
-        return self._append(session, None, events, causation_id=causation_id)
+        return self._append(session, None, events, causation_id=causation_id)[0]
 
     def act(
         self,
@@ -169,12 +243,12 @@ class TableEngine:
                             return self.load_state(session, table_id), [], earlier
                     state = self.load_state(session, table_id)
                     events = decide(state, command_for_seat(state))
-                    envelopes = self._append(session, state, events, causation_id="")
-                    new_state = fold((codec.event_of(envelope) for envelope in envelopes), state)
+                    envelopes, new_state = self._append(session, state, events, causation_id="")
+                    assert new_state is not None
                     answer = answer_of(new_state, envelopes) if answer_of is not None else b""
                     if idempotency is not None:
                         remember_answer(session, table_id, *idempotency, answer)
-                self._published(new_state)
+                self._published(new_state, envelopes)
                 return new_state, envelopes, answer
             except WrongExpectedVersionError:
                 continue
@@ -186,9 +260,11 @@ class TableEngine:
         state: TableState | None,
         events: Sequence[TableEvent],
         causation_id: str,
-    ) -> list[envelope_pb2.Envelope]:
+    ) -> tuple[list[envelope_pb2.Envelope], TableState | None]:
+        """Append `events` after `state` (None: a new table) with the outbox and the status row;
+        the envelopes (sequences set) and the state after them."""
         if not events:
-            return []
+            return [], state
         table_id = state.table_id if state is not None else _table_id_of(events)
         version = state.version if state is not None else 0
         envelopes = [
@@ -207,7 +283,7 @@ class TableEngine:
         new_state = fold(events, state)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
         self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
-        return envelopes
+        return envelopes, new_state
 
     def _write_status(self, session: Session, state: TableState, last_event_at: datetime.datetime) -> None:
         timeout = datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
@@ -228,8 +304,9 @@ class TableEngine:
         if not getattr(updated, "rowcount", 0):
             session.execute(table_status.insert().values(table_id=state.table_id, **values))
 
-    def _published(self, state: TableState) -> None:
+    def _published(self, state: TableState, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
         self.cache.put(state)
+        self.recent.add(state.table_id, envelopes)
         self.changes.notify(state.table_id, state.version)
 
     def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:

@@ -1,0 +1,45 @@
+"""The in-memory tail of committed events that Watch streams read (`tables.RecentEvents`)."""
+
+from __future__ import annotations
+
+from mahjong.v1 import envelope_pb2
+from mahjong_table.tables import RecentEvents
+
+
+def envelopes(first: int, last: int, table_id: str = "t") -> list[envelope_pb2.Envelope]:
+    return [
+        envelope_pb2.Envelope(stream_id=table_id, sequence=sequence) for sequence in range(first, last + 1)
+    ]
+
+
+def sequences(found: list[envelope_pb2.Envelope] | None) -> list[int] | None:
+    return None if found is None else [envelope.sequence for envelope in found]
+
+
+def test_memory_answers_only_when_it_holds_every_event_asked_for() -> None:
+    recent = RecentEvents(per_table=4)
+    assert recent.after("t", 0, 0, 10) is None  # nothing remembered: ask the store
+    recent.add("t", envelopes(1, 3))
+    assert sequences(recent.after("t", 0, 3, 10)) == [1, 2, 3]
+    assert sequences(recent.after("t", 1, 3, 1)) == [2]  # the limit
+    assert sequences(recent.after("t", 3, 3, 10)) == []  # up to date: nothing new
+    assert recent.after("t", 3, 5, 10) is None  # something committed it has not seen
+    recent.add("t", envelopes(4, 6))  # only the last four stay
+    assert sequences(recent.after("t", 2, 6, 10)) == [3, 4, 5, 6]
+    assert recent.after("t", 1, 6, 10) is None  # event 2 fell out: ask the store
+
+
+def test_a_gap_starts_the_table_over() -> None:
+    recent = RecentEvents()
+    recent.add("t", envelopes(1, 2))
+    recent.add("t", envelopes(5, 6))  # 3 and 4 were committed elsewhere
+    assert recent.after("t", 2, 6, 10) is None
+    assert sequences(recent.after("t", 4, 6, 10)) == [5, 6]
+
+
+def test_least_recently_used_tables_are_forgotten() -> None:
+    recent = RecentEvents(tables=2)
+    for table_id in ("a", "b", "c"):
+        recent.add(table_id, envelopes(1, 1, table_id))
+    assert recent.after("a", 0, 1, 10) is None
+    assert sequences(recent.after("c", 0, 1, 10)) == [1]
