@@ -37,25 +37,40 @@ RECENT_EVENTS_TABLES_MAX = 1_000
 
 
 class TableChanges:
-    """Wakes the Watch streams of one table in this process when its stream grows."""
+    """Wakes the Watch streams of one table in this process when its stream grows.
+
+    One condition per table (all sharing one lock): a change wakes that table's watchers only,
+    not every stream the process serves. An ended table's condition is dropped once its watchers
+    are woken."""
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
         self._versions: dict[str, int] = {}
+        self._conditions: dict[str, threading.Condition] = {}
 
-    def notify(self, table_id: str, version: int) -> None:
-        with self._condition:
+    def _condition(self, table_id: str) -> threading.Condition:
+        condition = self._conditions.get(table_id)
+        if condition is None:
+            condition = self._conditions[table_id] = threading.Condition(self._lock)
+        return condition
+
+    def notify(self, table_id: str, version: int, *, ended: bool = False) -> None:
+        with self._lock:
             self._versions[table_id] = version
-            self._condition.notify_all()
+            self._condition(table_id).notify_all()
+            if ended:  # the woken watchers still see the version; later waits make a new condition
+                del self._conditions[table_id]
 
     def version(self, table_id: str) -> int:
         """The latest version this process committed or was told about; 0 when none."""
-        with self._condition:
+        with self._lock:
             return self._versions.get(table_id, 0)
 
     def wait(self, table_id: str, seen_version: int, timeout_seconds: float) -> None:
-        with self._condition:
-            self._condition.wait_for(lambda: self._versions.get(table_id, 0) > seen_version, timeout_seconds)
+        with self._lock:
+            self._condition(table_id).wait_for(
+                lambda: self._versions.get(table_id, 0) > seen_version, timeout_seconds
+            )
 
 
 class StateCache:
@@ -307,7 +322,7 @@ class TableEngine:
     def _published(self, state: TableState, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
         self.cache.put(state)
         self.recent.add(state.table_id, envelopes)
-        self.changes.notify(state.table_id, state.version)
+        self.changes.notify(state.table_id, state.version, ended=state.is_over)
 
     def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
         """Tell Watch streams about events committed outside `act` (opening, consumers)."""

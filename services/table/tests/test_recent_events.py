@@ -1,9 +1,13 @@
-"""The in-memory tail of committed events that Watch streams read (`tables.RecentEvents`)."""
+"""What Watch streams rely on in the table engine: the in-memory tail of committed events
+(`RecentEvents`) and the per-table change notification (`TableChanges`)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 from mahjong.v1 import envelope_pb2
-from mahjong_table.tables import RecentEvents
+from mahjong_table.tables import RecentEvents, TableChanges
 
 
 def envelopes(first: int, last: int, table_id: str = "t") -> list[envelope_pb2.Envelope]:
@@ -43,3 +47,24 @@ def test_least_recently_used_tables_are_forgotten() -> None:
         recent.add(table_id, envelopes(1, 1, table_id))
     assert recent.after("a", 0, 1, 10) is None
     assert sequences(recent.after("c", 0, 1, 10)) == [1]
+
+
+def test_a_change_wakes_the_watchers_of_its_table_even_when_it_ends_the_game() -> None:
+    changes = TableChanges()
+    woke: list[float] = []
+
+    def watch() -> None:
+        started = time.monotonic()
+        changes.wait("t", 3, 10.0)
+        woke.append(time.monotonic() - started)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    time.sleep(0.05)
+    changes.notify("other", 9)  # another table's change does not satisfy this watcher
+    time.sleep(0.05)
+    assert not woke
+    changes.notify("t", 4, ended=True)
+    watcher.join(5)
+    assert woke and woke[0] < 5
+    assert changes.version("t") == 4
