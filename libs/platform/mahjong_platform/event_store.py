@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
-from mahjong_platform.outbox import add_outbox_message
+from mahjong_platform.outbox import add_outbox_messages
 from mahjong_platform.schema import STREAM_ID_MAX_LENGTH, stored_events
 from mahjong_platform.topics import Topics
 
@@ -108,16 +108,10 @@ class EventStore:
         _check_stream_id(stream_id)
         assert after_sequence >= 0, after_sequence
         assert 1 <= limit <= LOAD_EVENTS_MAX, limit
-        query = (
-            sqlalchemy.select(stored_events.c.sequence, stored_events.c.envelope)
-            .where(stored_events.c.stream_id == stream_id)
-            .where(stored_events.c.sequence > after_sequence)
-            .order_by(stored_events.c.sequence)
-            .limit(limit)
-        )
         envelopes = []
         expected_sequence = after_sequence + 1
-        for row in session.execute(query):
+        parameters = {"stream_id": stream_id, "after_sequence": after_sequence, "limit": limit}
+        for row in session.execute(_LOAD_EVENTS, parameters):
             # Gapless numbering is an invariant of append; a gap means the table was tampered with.
             assert row.sequence == expected_sequence, (stream_id, row.sequence, expected_sequence)
             envelopes.append(parse_envelope(bytes(row.envelope)))
@@ -126,15 +120,13 @@ class EventStore:
 
     def stream_version(self, session: Session, stream_id: str) -> int:
         """The stream's last sequence number; 0 for a stream with no events."""
-        query = sqlalchemy.select(sqlalchemy.func.max(stored_events.c.sequence)).where(
-            stored_events.c.stream_id == stream_id
-        )
-        version = session.execute(query).scalar_one()
+        version = session.execute(_STREAM_VERSION, {"stream_id": stream_id}).scalar_one()
         return 0 if version is None else int(version)
 
     def _insert(self, session: Session, events: Sequence[envelope_pb2.Envelope]) -> None:
         recorded_at = self.clock()
         event_rows = []
+        outbox_rows: list[dict[str, object]] = []
         for event in events:
             topic = self.topics.for_envelope(event)
             value = serialize_envelope(event)
@@ -150,16 +142,32 @@ class EventStore:
                     "envelope": value,
                 }
             )
-            add_outbox_message(
-                session,
-                topic=topic,
-                message_key=event.stream_id,
-                message_value=value,
-                event_id=event.event_id,
-                created_at=recorded_at,
+            outbox_rows.append(
+                {
+                    "topic": topic,
+                    "message_key": event.stream_id,
+                    "message_value": value,
+                    "event_id": event.event_id,
+                    "created_at": recorded_at,
+                }
             )
         # Outbox rows first is fine: the transaction makes both visible together or not at all.
-        session.execute(stored_events.insert(), event_rows)
+        add_outbox_messages(session, outbox_rows)
+        session.execute(_INSERT_EVENTS, event_rows)
+
+
+_INSERT_EVENTS = stored_events.insert()
+_LOAD_EVENTS = (
+    sqlalchemy.select(stored_events.c.sequence, stored_events.c.envelope)
+    .where(stored_events.c.stream_id == sqlalchemy.bindparam("stream_id"))
+    .where(stored_events.c.sequence > sqlalchemy.bindparam("after_sequence"))
+    .order_by(stored_events.c.sequence)
+    .limit(sqlalchemy.bindparam("limit"))
+)
+_STREAM_VERSION = sqlalchemy.select(sqlalchemy.func.max(stored_events.c.sequence)).where(
+    stored_events.c.stream_id == sqlalchemy.bindparam("stream_id")
+)
+"""Statements built once: building and caching a statement costs more than running it on SQLite."""
 
 
 def _check_stream_id(stream_id: str) -> None:

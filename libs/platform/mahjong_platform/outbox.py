@@ -49,6 +49,9 @@ class OutboxMessage:
     event_id: str
 
 
+_INSERT_OUTBOX = outbox_messages.insert()
+
+
 def add_outbox_message(
     session: Session,
     *,
@@ -60,20 +63,29 @@ def add_outbox_message(
 ) -> None:
     """Queue one message for publication, inside the caller's transaction.
 
-    The event store calls this for every appended event; other writers (e.g. a service that
-    publishes without an event store) may call it directly. Nothing reaches Kafka unless the
-    caller's transaction commits.
+    Writers that publish without an event store may call this directly. Nothing reaches Kafka
+    unless the caller's transaction commits.
     """
-    session.execute(
-        outbox_messages.insert().values(
-            topic=topic,
-            message_key=message_key,
-            message_value=message_value,
-            event_id=event_id,
-            created_at=created_at,
-            sent_at=None,
-        )
+    add_outbox_messages(
+        session,
+        [
+            {
+                "topic": topic,
+                "message_key": message_key,
+                "message_value": message_value,
+                "event_id": event_id,
+                "created_at": created_at,
+            }
+        ],
     )
+
+
+def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]]) -> None:
+    """Queue several messages (dicts with topic, message_key, message_value, event_id and
+    created_at) in one statement, inside the caller's transaction; the event store calls this
+    with every appended batch of events."""
+    if messages:
+        session.execute(_INSERT_OUTBOX, [{**message, "sent_at": None} for message in messages])
 
 
 def count_unsent_outbox_messages(session: Session) -> int:

@@ -247,16 +247,19 @@ class TableEngine:
         With `idempotency` = (player id, key), the first answer of that key is stored in the same
         transaction as the events, and a retry returns it without deciding again. Each attempt
         runs in its own transaction; a version conflict (another writer appended first) retries
-        on the fresh state, at most DECIDE_ATTEMPTS_MAX times.
+        on the fresh state read from the store, at most DECIDE_ATTEMPTS_MAX times.
         """
-        for _attempt in range(DECIDE_ATTEMPTS_MAX):
+        for attempt in range(DECIDE_ATTEMPTS_MAX):
             try:
                 with session_scope() as session:
                     if idempotency is not None:
                         earlier = first_answer(session, table_id, *idempotency)
                         if earlier is not None:
                             return self.load_state(session, table_id), [], earlier
-                    state = self.load_state(session, table_id)
+                    # First attempt: the cached state when it is as new as this process's commits
+                    # (the append's expected-version check still catches any other writer); a
+                    # retry reads the store.
+                    state = self.load_state(session, table_id, for_reading=attempt == 0)
                     events = decide(state, command_for_seat(state))
                     envelopes, new_state = self._append(session, state, events, causation_id="")
                     assert new_state is not None
@@ -313,11 +316,9 @@ class TableEngine:
         }
         with self._deadlines_lock:
             self._deadlines[state.table_id] = (state.version, deadline)
-        updated = session.execute(
-            table_status.update().where(table_status.c.table_id == state.table_id).values(**values)
-        )
+        updated = session.execute(_UPDATE_STATUS, {"status_of": state.table_id, **values})
         if not getattr(updated, "rowcount", 0):
-            session.execute(table_status.insert().values(table_id=state.table_id, **values))
+            session.execute(_INSERT_STATUS, {"table_id": state.table_id, **values})
 
     def _published(self, state: TableState, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
         self.cache.put(state)
@@ -354,22 +355,28 @@ def _table_id_of(events: Sequence[TableEvent]) -> str:
     return str(table_id)
 
 
+# Statements built once (building one costs more than running it on SQLite).
+_FIRST_ANSWER = sqlalchemy.select(table_answers.c.answer).where(
+    table_answers.c.table_id == sqlalchemy.bindparam("table_id"),
+    table_answers.c.player_id == sqlalchemy.bindparam("player_id"),
+    table_answers.c.idempotency_key == sqlalchemy.bindparam("idempotency_key"),
+)
+_REMEMBER_ANSWER = table_answers.insert()
+_UPDATE_STATUS = table_status.update().where(table_status.c.table_id == sqlalchemy.bindparam("status_of"))
+_INSERT_STATUS = table_status.insert()
+
+
 def first_answer(session: Session, table_id: str, player_id: str, key: str) -> bytes | None:
     row = session.execute(
-        sqlalchemy.select(table_answers.c.answer).where(
-            table_answers.c.table_id == table_id,
-            table_answers.c.player_id == player_id,
-            table_answers.c.idempotency_key == key,
-        )
+        _FIRST_ANSWER, {"table_id": table_id, "player_id": player_id, "idempotency_key": key}
     ).first()
     return None if row is None else bytes(row.answer)
 
 
 def remember_answer(session: Session, table_id: str, player_id: str, key: str, answer: bytes) -> None:
     session.execute(
-        table_answers.insert().values(
-            table_id=table_id, player_id=player_id, idempotency_key=key, answer=answer
-        )
+        _REMEMBER_ANSWER,
+        {"table_id": table_id, "player_id": player_id, "idempotency_key": key, "answer": answer},
     )
 
 
