@@ -117,15 +117,35 @@ def command_from_request(request: messages.ActRequest, seat: int) -> commands.Ta
     )
 
 
+REDACTED_PAYLOADS = frozenset(
+    {
+        "table_opened",
+        "hands_dealt",
+        "tile_drawn",
+        "exchange_picked",
+        "tiles_exchanged",
+        "missing_suit_chosen",
+        "kong_declared",
+        "claim_passed",
+        "turn_timed_out",
+    }
+)
+"""The payloads `redact` may change or drop; every other event is public as it is."""
+
+
 def redacted_envelope(
     envelope: envelope_pb2.Envelope, viewer_seat: int | None
 ) -> envelope_pb2.Envelope | None:
-    """The envelope as `viewer_seat` may see it (None: full information, for ops)."""
-    if viewer_seat is None:
+    """The envelope as `viewer_seat` may see it (None: full information, for ops). Public events
+    and events the viewer may see whole are the stored envelope itself (no copy)."""
+    if viewer_seat is None or envelope.WhichOneof("payload") not in REDACTED_PAYLOADS:
         return envelope
-    visible = redact(codec.event_of(envelope), viewer_seat)
+    event = codec.event_of(envelope)
+    visible = redact(event, viewer_seat)
     if visible is None:
         return None
+    if visible is event:
+        return envelope
     redacted = envelope_pb2.Envelope()
     redacted.CopyFrom(envelope)
     payload_name = envelope.WhichOneof("payload")

@@ -7,6 +7,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_table import codec
+from mahjong_table.domain.commands import Discard, ExpireDeadline, Pass, TableCommand, Win
 from mahjong_table.domain.decide import open_table
 from mahjong_table.domain.events import (
     ClaimPassed,
@@ -23,8 +26,11 @@ from mahjong_table.domain.events import (
 )
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.domain.views import redact, view_for
+from mahjong_table.formula.decide import open_formula_table
+from mahjong_table.formula.views import legal_actions as formula_legal_actions
 from mahjong_table.selfplay import random_legal_command
-from mahjong_table.testing import Table
+from mahjong_table.servicer import redacted_envelope
+from mahjong_table.testing import FormulaTable, Table
 
 SEATS = ("alice", "bob", "carol", "dave")
 
@@ -99,3 +105,40 @@ def test_a_view_shows_only_the_viewers_own_concealed_tiles_and_public_facts() ->
             if table.state.phase.value == "exchange":
                 assert view.exchange_direction == ""
         table.act(random_legal_command(table.state, generator))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_servicers_shortcut_redacts_every_envelope_as_the_domain_does(seed: int) -> None:
+    """`redacted_envelope` skips decoding for payloads outside REDACTED_PAYLOADS: for every event
+    of random games (both families), for every seat, it must equal decode → redact → encode."""
+    generator = random.Random(seed)
+    games = [random_game(seed).events]
+    formula = FormulaTable(open_formula_table("f", "r", RoomRules(variant="formula", min_fan=0), SEATS, seed))
+    while not formula.state.is_over:
+        formula.act(_formula_command(formula, generator))
+    games.append(formula.events)
+    for events in games:
+        for sequence, event in enumerate(events, start=1):
+            envelope = new_envelope(
+                codec.to_message(event), clock=utc_now, stream_id="t", event_id=f"e{sequence}"
+            )
+            for seat in range(4):
+                expected_event = redact(event, seat)
+                shortcut = redacted_envelope(envelope, seat)
+                if expected_event is None:
+                    assert shortcut is None
+                    continue
+                assert shortcut is not None
+                assert codec.event_of(shortcut) == expected_event
+
+
+def _formula_command(table: FormulaTable, generator: random.Random) -> TableCommand:
+    for seat in range(4):
+        actions = {action.kind: action for action in formula_legal_actions(table.state, seat)}
+        if "win" in actions:
+            return Win(seat)
+        if "discard" in actions:
+            return Discard(seat, generator.choice(actions["discard"].tiles))
+        if "pass" in actions:
+            return Pass(seat)
+    return ExpireDeadline()
