@@ -3,20 +3,11 @@
 import json
 from typing import Any
 
-import pytest
 from mjctl.evaluate import evaluate_line
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     return evaluate_line(json.dumps({"variant": "formula", **request}))
-
-
-# The dispatch of "variant": "formula" to mahjong_rules.formula.evaluate_json is wired in
-# mjctl/evaluate.py by its owner; until then these tests are skipped, not failed.
-pytestmark = pytest.mark.skipif(
-    answer({"concealed": "1m", "win_tile": "1m"}).get("error") == "variant formula is not supported yet",
-    reason="mjctl evaluate does not dispatch the formula variant yet",
-)
 
 
 def test_a_formula_win_with_a_wildcard_reports_fans_and_the_substitution() -> None:
@@ -69,3 +60,22 @@ def test_malformed_requests_answer_an_error() -> None:
     for request in requests:
         result = answer(request)
         assert result["ok"] is False and isinstance(result["error"], str), request
+
+
+def test_waits_mode_lists_every_winning_discard_with_its_fans_rules_2_2() -> None:
+    # 九莲宝灯 (nine gates): every tile of the suit wins; 1m and 9m score most.
+    result = answer({"mode": "waits", "concealed": "1112345678999m", "min_fan": 0})
+    assert result["ok"] is True and result["ready"] is True
+    assert [wait["tile"] for wait in result["waits"]] == [f"{rank}m" for rank in range(1, 10)]
+    for wait in result["waits"]:
+        assert "nine_gates" in {fan["id"] for fan in wait["fans"]}
+        single = answer({"concealed": "1112345678999m", "win_tile": wait["tile"], "min_fan": 0})
+        assert wait["fan"] == single["fan"] and wait["meets_min"] is True
+
+
+def test_waits_mode_with_a_wildcard_and_the_minimum_rules_2_1() -> None:
+    result = answer({"mode": "waits", "concealed": "123456789m1p55s7z", "wildcard": "7z", "min_fan": 64})
+    assert result["ready"] is True and result["waits"]
+    assert all(wait["meets_min"] is False for wait in result["waits"])
+    assert answer({"mode": "waits", "concealed": "1m", "win_tile": "1m"})["ok"] is False
+    assert answer({"mode": "nope", "concealed": "1m"})["error"] == "mode must be win or waits, not 'nope'"

@@ -17,13 +17,20 @@ Omitted keys default to: no melds, flags false, ``win_by`` discard, winds 1z, ``
 ``{"ok": true, "win": false}`` when no substitution makes a winning hand, and
 ``{"ok": false, "error": "..."}`` for a malformed request. ``fan`` includes flowers; ``meets_min``
 does not count them.
+
+Waits (``"mode": "waits"``; no ``win_tile``, ``win_by`` or flags): the tiles that win on a
+discard (``mahjong_rules.formula.waits``), each scored as above::
+
+    {"ok": true, "ready": true,
+     "waits": [{"tile": "3m", "fan": 12, "meets_min": true, "fans": [...], "wildcards_as": []}, ...]}
 """
 
 from typing import Any, cast
 
 from mahjong_rules.errors import RulesError
 from mahjong_rules.formula.fans import MELD_KINDS, FormulaMeld, FormulaWinContext, MeldKind, WinBy
-from mahjong_rules.formula.wildcards import evaluate_formula_win
+from mahjong_rules.formula.waits import formula_waits
+from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win
 from mahjong_rules.tiles import Tile, parse_tile, parse_tiles, tile_code
 
 REQUEST_KEYS = frozenset(
@@ -69,8 +76,11 @@ def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
         raise FormulaRequestError(f"unknown key(s): {', '.join(unknown)}")
     if request.get("variant") != "formula":
         raise FormulaRequestError(f"variant must be formula, not {request.get('variant')!r}")
-    if request.get("mode", "win") != "win":
-        raise FormulaRequestError(f"the formula variant answers mode win only, not {request.get('mode')!r}")
+    mode = request.get("mode", "win")
+    if mode == "waits":
+        return _waits(request)
+    if mode != "win":
+        raise FormulaRequestError(f"mode must be win or waits, not {mode!r}")
     concealed = _tiles(request)
     melds = _melds(request.get("melds", []))
     if "win_tile" not in request:
@@ -97,9 +107,36 @@ def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
     )
     if evaluation is None:
         return {"ok": True, "win": False}
+    return {"ok": True, "win": True, **_scored(evaluation)}
+
+
+WAITS_KEYS = frozenset(
+    {"mode", "variant", "concealed", "melds", "wildcard", "flowers", "seat_wind", "round_wind", "min_fan"}
+)
+
+
+def _waits(request: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(request) - WAITS_KEYS)
+    if unknown:
+        raise FormulaRequestError(f"unknown key(s) for mode waits: {', '.join(unknown)}")
+    found = formula_waits(
+        _tiles(request),
+        _melds(request.get("melds", [])),
+        wildcard=_tile(request["wildcard"], "wildcard") if "wildcard" in request else None,
+        flowers=_count(request, "flowers", 0),
+        min_fan=_count(request, "min_fan", 8),
+        seat_wind=_wind(request, "seat_wind"),
+        round_wind=_wind(request, "round_wind"),
+    )
     return {
         "ok": True,
-        "win": True,
+        "ready": found.ready,
+        "waits": [{"tile": tile_code(wait.tile), **_scored(wait.evaluation)} for wait in found.waits],
+    }
+
+
+def _scored(evaluation: FormulaEvaluation) -> dict[str, Any]:
+    return {
         "fan": evaluation.total_fan,
         "meets_min": evaluation.meets_min,
         "fans": [
