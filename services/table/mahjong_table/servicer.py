@@ -269,6 +269,7 @@ def table_view_message(
         wildcard=view.wildcard,
         bird_tile=view.bird_tile,
         bird_seat=view.bird_seat,
+        waits="".join(view.waits) and format_tiles(parse_tiles("".join(view.waits))),
     )
     for seat_view in view.seats:
         message.seats.append(

@@ -34,7 +34,8 @@ from mahjong_table.domain.events import (
 from mahjong_table.domain.evolve import fold
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.domain.state import Phase
-from mahjong_table.domain.views import legal_actions
+from mahjong_table.domain.views import legal_actions, view_for
+from mahjong_table.servicer import table_view_message
 from mahjong_table.testing import Table, table_with_hands, tiles_accounted
 
 # Dealer 0 discards 5p first; seats 1, 2 and 3 all wait on 5p (RULES.md 1.4 一炮多响).
@@ -444,3 +445,10 @@ def test_a_self_draw_win_records_the_evaluation_rules_1_6_1_7() -> None:
     assert "earthly" in [fan.id for fan in won.fans]
     assert isinstance(events[1], TileDrawn) and events[1].seat == 2
     assert_consistent(table)
+
+
+def test_a_seat_sees_its_own_waits_in_its_view_rules_1_6() -> None:
+    table = table_with_hands(SKIP_WIN_HANDS, missing_suits="smms")
+    assert view_for(table.state, 3).waits == ("1m", "4m", "7m", "8p")  # 111 + 23456789m + 88p
+    assert table_view_message(table.state, 3, None).waits == "147m8p"
+    assert table_view_message(table.state, 0, None).waits == ""  # the dealer holds 14 tiles

@@ -21,6 +21,7 @@ from mahjong_table.domain.events import (
 from mahjong_table.domain.room_rules import RoomRules
 from mahjong_table.domain.state import Phase
 from mahjong_table.formula.views import legal_actions, view_for
+from mahjong_table.servicer import table_view_message
 
 from .test_formula_aggregate import FormulaTable, assert_consistent, formula_table, kinds_of
 
@@ -171,3 +172,13 @@ def test_the_dealer_first_turn_win_respects_the_minimum_rules_2_1() -> None:
     assert "win" not in kinds_of(table.state, 0)
     with pytest.raises(IllegalWinError, match="88 fan"):
         table.act(Win(0))
+
+
+def test_a_view_lists_the_discards_the_seat_could_win_on_rules_2_1() -> None:
+    table = formula_table(ROB_HANDS)
+    assert view_for(table.state, 2).waits == ("3m",)  # edge 12m; min_fan 0
+    assert view_for(table.state, 1).waits == ()
+    strict = formula_table(ROB_HANDS, rules=RoomRules(variant="formula", exchange_three=False, min_fan=64))
+    assert view_for(strict.state, 2).waits == ()  # 3m completes the hand but cannot reach 64 fan
+    message = table_view_message(table.state, 2, None)
+    assert message.waits == "3m"

@@ -428,6 +428,7 @@ class TableView(_message.Message):
     WILDCARD_FIELD_NUMBER: _builtins.int
     BIRD_TILE_FIELD_NUMBER: _builtins.int
     BIRD_SEAT_FIELD_NUMBER: _builtins.int
+    WAITS_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     room_id: _builtins.str
     sequence: _builtins.int
@@ -455,6 +456,11 @@ class TableView(_message.Message):
     bird_tile: _builtins.str
     """Formula (RULES.md 2.3): the bird tile and the seat it landed on, once revealed ("" / -1 before)."""
     bird_seat: _builtins.int
+    waits: _builtins.str
+    """Your waits (听牌) while you hold a waiting hand, compact notation ("" otherwise). Sichuan
+    Bloody: every tile that completes the hand (RULES.md 1.6). Formula: every tile a discard of
+    which you could win on, the room's minimum fan reached (RULES.md 2.1).
+    """
     @_builtins.property
     def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatView]: ...
     @_builtins.property
@@ -488,10 +494,11 @@ class TableView(_message.Message):
         wildcard: _builtins.str = ...,
         bird_tile: _builtins.str = ...,
         bird_seat: _builtins.int = ...,
+        waits: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bird_seat", b"bird_seat", "bird_tile", b"bird_tile", "claim_from_seat", b"claim_from_seat", "claimable_tile", b"claimable_tile", "deadline", b"deadline", "dealer_seat", b"dealer_seat", "drawn_tile", b"drawn_tile", "end_reason", b"end_reason", "exchange_direction", b"exchange_direction", "exchange_pick", b"exchange_pick", "hand", b"hand", "legal_actions", b"legal_actions", "phase", b"phase", "room_id", b"room_id", "seats", b"seats", "sequence", b"sequence", "table_id", b"table_id", "turn_seat", b"turn_seat", "wall_remaining", b"wall_remaining", "wildcard", b"wildcard", "wildcard_indicator", b"wildcard_indicator", "your_seat", b"your_seat"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bird_seat", b"bird_seat", "bird_tile", b"bird_tile", "claim_from_seat", b"claim_from_seat", "claimable_tile", b"claimable_tile", "deadline", b"deadline", "dealer_seat", b"dealer_seat", "drawn_tile", b"drawn_tile", "end_reason", b"end_reason", "exchange_direction", b"exchange_direction", "exchange_pick", b"exchange_pick", "hand", b"hand", "legal_actions", b"legal_actions", "phase", b"phase", "room_id", b"room_id", "seats", b"seats", "sequence", b"sequence", "table_id", b"table_id", "turn_seat", b"turn_seat", "waits", b"waits", "wall_remaining", b"wall_remaining", "wildcard", b"wildcard", "wildcard_indicator", b"wildcard_indicator", "your_seat", b"your_seat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -8,8 +8,11 @@ reads a discarded winning tile as a plain tile).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from mahjong_rules.errors import RulesError
 from mahjong_rules.formula.fans import FormulaMeld, FormulaWinContext, WinBy
+from mahjong_rules.formula.waits import formula_waits
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT, is_flower
 from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win
 
@@ -191,6 +194,51 @@ def kong_options(state: FormulaTableState, seat: int) -> tuple[tuple[int, str], 
         elif player.concealed[tile] >= 1 and any(m.kind == "pong" and m.tile == tile for m in player.melds):
             options.append((tile, "added"))
     return tuple(options)
+
+
+def waiting_tiles(state: FormulaTableState, seat: int) -> tuple[int, ...]:
+    """The tiles a discard of which would give `seat` a win reaching the room's minimum (RULES.md
+    2.1; the view's waits). Empty unless the seat holds a waiting hand (13 tiles with its melds)."""
+    player = state.players[seat]
+    if not player.in_game or player.tile_count + 3 * len(player.melds) != WAITING_TILE_COUNT:
+        return ()
+    if player.held_flowers():
+        return ()
+    return _winning_discards(
+        tuple(player.concealed_tiles()),
+        tuple(_rules_melds(player)),
+        state.wildcard,
+        len(player.flowers),
+        state.rules.min_fan,
+        state.rules.no_wildcard_fan,
+        seat_wind(state, seat),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _winning_discards(
+    concealed: tuple[int, ...],
+    melds: tuple[FormulaMeld, ...],
+    wildcard: int,
+    flowers: int,
+    min_fan: int,
+    no_wildcard_fan: int,
+    wind: int,
+) -> tuple[int, ...]:
+    """Memoised: a hand is viewed many times between two of its own moves."""
+    try:
+        found = formula_waits(
+            concealed,
+            melds,
+            wildcard=wildcard,
+            flowers=flowers,
+            min_fan=min_fan,
+            no_wildcard_fan=no_wildcard_fan,
+            seat_wind=wind,
+        )
+    except RulesError:
+        return ()
+    return tuple(wait.tile for wait in found.waits if wait.evaluation.meets_min)
 
 
 def discardable(player: FormulaPlayer) -> tuple[int, ...]:

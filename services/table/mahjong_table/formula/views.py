@@ -111,7 +111,7 @@ def view_for(state: FormulaTableState, seat: int) -> TableView:
         claimable_tile=tile_code(window.tile) if asked and window is not None else "",
         claim_from_seat=window.from_seat if asked and window is not None else NO_SEAT,
         legal_actions=legal_actions(state, seat),
-        waits=(),
+        waits=tuple(tile_code(tile) for tile in hands.waiting_tiles(state, seat)),
         end_reason=state.end_reason,
         version=state.version,
         wildcard_indicator=tile_code(state.wildcard_indicator),
