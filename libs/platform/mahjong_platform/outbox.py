@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import sqlalchemy
@@ -83,15 +84,48 @@ def add_outbox_message(
 def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]]) -> None:
     """Queue several messages (dicts with topic, message_key, message_value, event_id and
     created_at) in one statement, inside the caller's transaction; the event store calls this
-    with every appended batch of events."""
+    with every appended batch of events. The commit wakes this process's relays."""
     if messages:
         session.execute(_INSERT_OUTBOX, [{**message, "sent_at": None} for message in messages])
+        session.info[_WRITTEN_KEY] = True
+
+
+_WRITTEN_KEY = "mahjong_outbox_written"
+OUTBOX_COMMITTED = threading.Event()
+"""Set when a transaction that queued outbox messages commits in this process: the relays wait on
+it (at most their poll interval) instead of sleeping, so a message leaves right after its commit."""
+
+
+@sqlalchemy.event.listens_for(Session, "after_commit")
+def _outbox_committed(session: Session) -> None:
+    if session.info.pop(_WRITTEN_KEY, False):
+        OUTBOX_COMMITTED.set()
+
+
+@sqlalchemy.event.listens_for(Session, "after_soft_rollback")
+def _outbox_rolled_back(session: Session, _previous_transaction: object) -> None:
+    session.info.pop(_WRITTEN_KEY, None)
 
 
 def count_unsent_outbox_messages(session: Session) -> int:
     """How many outbox messages wait for the relay (for health checks, metrics and tests)."""
     query = sqlalchemy.select(sqlalchemy.func.count()).where(outbox_messages.c.sent_at.is_(None))
     return int(session.execute(query).scalar_one())
+
+
+STOP_CHECK_SECONDS = 0.25
+
+
+def _wait_for_commit(stop_event: threading.Event, seconds: float) -> None:
+    """Wait until an outbox commit in this process, `seconds` passed, or `stop_event` is set
+    (checked every STOP_CHECK_SECONDS). A commit after the relay's last read leaves the event set,
+    so the wait returns at once and nothing waits a poll interval for nothing."""
+    deadline = time.monotonic() + seconds
+    while not stop_event.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or OUTBOX_COMMITTED.wait(min(remaining, STOP_CHECK_SECONDS)):
+            break
+    OUTBOX_COMMITTED.clear()
 
 
 def create_idempotent_producer(
@@ -176,7 +210,9 @@ class OutboxRelay:
     def run_forever(
         self, stop_event: threading.Event, poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT
     ) -> None:
-        """Relay until `stop_event` is set; a full batch is followed immediately by the next one.
+        """Relay until `stop_event` is set; a full batch is followed immediately by the next one,
+        and a commit of new outbox messages in this process ends the wait (`OUTBOX_COMMITTED`);
+        other writers (another process) are found by polling every `poll_interval_ms`.
 
         A Kafka failure (broker down, publish timeout) is logged and retried after a growing pause
         of at most `RETRY_PAUSE_MS_MAX`: nothing was marked sent, so nothing is lost. A database
@@ -194,7 +230,7 @@ class OutboxRelay:
                 continue
             retry_pause_ms = poll_interval_ms
             if published_count < self._batch_size:
-                stop_event.wait(poll_interval_ms / 1000)
+                _wait_for_commit(stop_event, poll_interval_ms / 1000)
 
     def close(self) -> None:
         """Flush and close the Kafka producer."""

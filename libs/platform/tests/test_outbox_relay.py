@@ -222,3 +222,27 @@ def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
     assert thread_errors == []
     assert not any(thread.is_alive() for thread in threads)
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
+def test_a_commit_wakes_the_relay_before_its_poll_interval(
+    sqlite_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> None:
+    """The relay waits on this process's outbox commits, not just its poll interval (a minute here)."""
+    stop_event = threading.Event()
+    relay = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+    relay.run_once()  # connect to the broker before timing anything
+    thread = threading.Thread(target=relay.run_forever, args=(stop_event, 60_000))
+    thread.start()
+    try:
+        time.sleep(0.5)  # the relay has read an empty outbox and waits
+        append_events(sqlite_engine, kafka_topics, {"table-1": 2})
+        started = time.monotonic()
+        while unsent_count(sqlite_engine) and time.monotonic() - started < 10:
+            time.sleep(0.02)
+        assert unsent_count(sqlite_engine) == 0
+        assert time.monotonic() - started < 10  # well before the 60 s poll
+    finally:
+        stop_event.set()
+        thread.join(timeout=5)
+        relay.close()
+    assert not thread.is_alive()  # the stop is seen within STOP_CHECK_SECONDS, not the poll interval
