@@ -18,13 +18,13 @@ in those completions. Only they are scored with the MCR calculator.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mahjong_rules.errors import HandSizeError, InvalidMeldError, InvalidTileError, RulesError, TileCountError
+from mahjong_rules.errors import HandSizeError, InvalidMeldError, InvalidTileError, TileCountError
 from mahjong_rules.formula.fans import EAST_WIND, NO_WILDCARD, FormulaMeld, FormulaWinContext, WinBy
 from mahjong_rules.formula.wildcards import (
     KIND_COUNT,
-    MAX_FLOWERS,
     SETS_IN_A_HAND,
     FormulaEvaluation,
+    check_options,
     evaluate_formula_win,
     winning_substitutions,
 )
@@ -69,7 +69,7 @@ def formula_waits(
     wrong size, a flower, a wildcard meld, a fifth copy, bad options or winds.
     """
     context = FormulaWinContext(win_by=WinBy.DISCARD, seat_wind=seat_wind, round_wind=round_wind)
-    _check_options(wildcard, flowers, min_fan, no_wildcard_fan)
+    check_options(wildcard, flowers, min_fan, no_wildcard_fan)  # evaluate_formula_win may never run
     real, held, copies = _validated_counts(concealed, melds, wildcard)
     candidates = {
         tile for completion in winning_substitutions(real, held + 1, len(melds)) for tile in completion
@@ -91,18 +91,6 @@ def formula_waits(
         if evaluation is not None:
             waits.append(FormulaWait(tile, evaluation))
     return FormulaWaits(bool(waits), tuple(waits))
-
-
-def _check_options(wildcard: Tile | None, flowers: int, min_fan: int, no_wildcard_fan: int) -> None:
-    """The same option checks as ``evaluate_formula_win`` (which is not called when nothing waits)."""
-    if wildcard is not None and (not isinstance(wildcard, int) or not 0 <= wildcard < KIND_COUNT):
-        raise InvalidTileError(f"the wildcard must be a suited or honor tile, not {wildcard!r}")
-    if not isinstance(flowers, int) or not 0 <= flowers <= MAX_FLOWERS:
-        raise RulesError(f"flowers must be 0..{MAX_FLOWERS}, not {flowers!r}")
-    if not isinstance(min_fan, int) or min_fan < 0:
-        raise RulesError(f"min_fan must be a non-negative integer, not {min_fan!r}")
-    if not isinstance(no_wildcard_fan, int) or no_wildcard_fan < 0:
-        raise RulesError(f"no_wildcard_fan must be a non-negative integer, not {no_wildcard_fan!r}")
 
 
 def _validated_counts(

@@ -102,7 +102,7 @@ def evaluate_formula_win(
     take it away (otherwise a hand would lose fan for holding no wildcard).
     """
     context = context or DEFAULT_CONTEXT
-    _check_options(wildcard, flowers, min_fan, no_wildcard_fan)
+    check_options(wildcard, flowers, min_fan, no_wildcard_fan)
     codes, held = _validated_codes(concealed, melds, win_tile, wildcard)
     win_is_wildcard = win_tile == wildcard and context.win_by is WinBy.SELF_DRAW
     packs = calculator_packs(melds)
@@ -133,7 +133,8 @@ DEFAULT_CONTEXT = FormulaWinContext()
 _HAND_TILES = frozenset(range(KIND_COUNT))
 
 
-def _check_options(wildcard: Tile | None, flowers: int, min_fan: int, no_wildcard_fan: int) -> None:
+def check_options(wildcard: Tile | None, flowers: int, min_fan: int, no_wildcard_fan: int) -> None:
+    """The evaluation options are valid (a wildcard tile 0..33, 0..8 flowers, non-negative fans)."""
     if wildcard is not None and wildcard not in _HAND_TILES:
         raise InvalidTileError(f"the wildcard must be a suited or honor tile, not {wildcard!r}")
     if not isinstance(flowers, int) or not 0 <= flowers <= MAX_FLOWERS:
