@@ -124,6 +124,7 @@ class TrackedConsumer:
         assert metadata_max_age_ms > 0, metadata_max_age_ms
         self._engine = engine
         self._session_factory = create_session_factory(engine)
+        self._upsert_position = _position_upsert(engine.dialect.name)
         self._group_id = group_id
         self._handler = handler
         self._dead_letter_topic = dead_letter_topic
@@ -267,10 +268,7 @@ class TrackedConsumer:
         self, session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition
     ) -> None:
         already_processed = session.execute(
-            sqlalchemy.select(processed_events.c.event_id).where(
-                processed_events.c.consumer_group == self._group_id,
-                processed_events.c.event_id == envelope.event_id,
-            )
+            _ALREADY_PROCESSED, {"consumer_group": self._group_id, "event_id": envelope.event_id}
         ).first()
         if already_processed is not None:
             logger.info(
@@ -287,9 +285,8 @@ class TrackedConsumer:
         except Exception as error:
             raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
         session.execute(
-            processed_events.insert().values(
-                consumer_group=self._group_id, event_id=envelope.event_id, processed_at=self._clock()
-            )
+            _MARK_PROCESSED,
+            {"consumer_group": self._group_id, "event_id": envelope.event_id, "processed_at": self._clock()},
         )
 
     def _store_position(self, session: Session, position: MessagePosition) -> None:
@@ -300,13 +297,7 @@ class TrackedConsumer:
             "next_offset": position.offset + 1,
             "updated_at": self._clock(),
         }
-        insert = postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
-        statement = insert(consumer_positions).values(**values)
-        statement = statement.on_conflict_do_update(
-            index_elements=["consumer_group", "topic", "partition"],
-            set_={"next_offset": statement.excluded.next_offset, "updated_at": statement.excluded.updated_at},
-        )
-        session.execute(statement)
+        session.execute(self._upsert_position, values)
 
     def _dead_letter(self, record: Any, position: MessagePosition, error: str) -> None:
         failed_at: datetime.datetime = self._clock()
@@ -336,6 +327,24 @@ class TrackedConsumer:
                 "error": error[:200],
             },
         )
+
+
+# Statements built once: building and caching one per event costs more than running it.
+_ALREADY_PROCESSED = sqlalchemy.select(processed_events.c.event_id).where(
+    processed_events.c.consumer_group == sqlalchemy.bindparam("consumer_group"),
+    processed_events.c.event_id == sqlalchemy.bindparam("event_id"),
+)
+_MARK_PROCESSED = processed_events.insert()
+
+
+def _position_upsert(dialect_name: str) -> sqlalchemy.Insert:
+    """Insert a consumer position, or overwrite the stored one (PostgreSQL and SQLite share the syntax)."""
+    insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+    statement = insert(consumer_positions)
+    return statement.on_conflict_do_update(
+        index_elements=["consumer_group", "topic", "partition"],
+        set_={"next_offset": statement.excluded.next_offset, "updated_at": statement.excluded.updated_at},
+    )
 
 
 class UnknownTopicError(LookupError):
