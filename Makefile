@@ -46,6 +46,7 @@ bench: setup
 	PYTHONPATH=$(PEERS) $(BIN)/python -m mahjong_rules.bench
 	$(BIN)/python -m mahjong_rules.formula.bench
 	$(BIN)/python -m mahjong_table.bench
+	$(BIN)/python -m mahjong_table.bench --variant formula
 	$(BIN)/python -m mahjong_ledger.bench
 
 run: setup

@@ -7,7 +7,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from mahjong_rules.formula.wall import SUITED_TILE_LIMIT
+from mahjong_rules.tiles import parse_tile
+
 from mahjong_table.domain.commands import (
+    Chow,
     DeclareMissingSuit,
     Discard,
     ExchangeThree,
@@ -22,6 +26,7 @@ from mahjong_table.domain.commands import (
 from mahjong_table.domain.decide import waited_on
 from mahjong_table.domain.state import Phase, TableState
 from mahjong_table.domain.views import (
+    ACTION_CHOW,
     ACTION_DECLARE_MISSING_SUIT,
     ACTION_DISCARD,
     ACTION_EXCHANGE_THREE,
@@ -33,6 +38,9 @@ from mahjong_table.domain.views import (
     LegalAction,
     legal_actions,
 )
+from mahjong_table.formula.decide import waited_on as formula_waited_on
+from mahjong_table.formula.state import FormulaTableState
+from mahjong_table.formula.views import legal_actions as formula_legal_actions
 
 
 def command_for(state: TableState, seat: int, action: LegalAction, generator: random.Random) -> TableCommand:
@@ -125,3 +133,33 @@ def _usefulness(state: TableState, seat: int, code: str) -> int:
     rank = tile % 9
     neighbours = sum(concealed[tile + step] for step in (-2, -1, 1, 2) if 0 <= rank + step <= 8)
     return 3 * concealed[tile] + neighbours
+
+
+def formula_greedy_command(state: FormulaTableState) -> TableCommand:
+    """The greedy player at a formula table (RULES.md 2): always win; kong, pong, the first chow;
+    else discard the tile that helps least (copies, then suited neighbours; never the wildcard)."""
+    seat = formula_waited_on(state)[0]
+    actions = {action.kind: action for action in formula_legal_actions(state, seat)}
+    if ACTION_WIN in actions:
+        return Win(seat)
+    if ACTION_KONG in actions:
+        return Kong(seat, None if state.phase is Phase.CLAIM else actions[ACTION_KONG].tiles[0])
+    if ACTION_PONG in actions:
+        return Pong(seat)
+    if ACTION_CHOW in actions:
+        return Chow(seat, actions[ACTION_CHOW].tiles[0])
+    if ACTION_PASS in actions:
+        return Pass(seat)
+    concealed = state.players[seat].concealed
+
+    def usefulness(code: str) -> tuple[int, str]:
+        tile = parse_tile(code)
+        if tile == state.wildcard:
+            return (100, code)
+        neighbours = 0
+        if tile < SUITED_TILE_LIMIT:
+            rank = tile % 9
+            neighbours = sum(concealed[tile + step] for step in (-2, -1, 1, 2) if 0 <= rank + step <= 8)
+        return (3 * concealed[tile] + neighbours, code)
+
+    return Discard(seat, min(actions[ACTION_DISCARD].tiles, key=usefulness))
