@@ -48,6 +48,9 @@ MAXIMUM_GRPC_MAX_WORKERS: Final = 4096
 DEFAULT_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 10.0
 MAXIMUM_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 300.0
 
+DEFAULT_RETENTION_HOURS: Final = 168
+MAXIMUM_RETENTION_HOURS: Final = 87_600
+
 DATA_DIRECTORY_VARIABLE: Final = "MAHJONG_DATA_DIR"
 KAFKA_BOOTSTRAP_SERVERS_VARIABLE: Final = "MAHJONG_KAFKA_BOOTSTRAP_SERVERS"
 TOPIC_PREFIX_VARIABLE: Final = "MAHJONG_TOPIC_PREFIX"
@@ -57,6 +60,7 @@ LOG_LEVEL_VARIABLE: Final = "MAHJONG_LOG_LEVEL"
 LOG_FORMAT_VARIABLE: Final = "MAHJONG_LOG_FORMAT"
 GRPC_MAX_WORKERS_VARIABLE: Final = "MAHJONG_GRPC_MAX_WORKERS"
 GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE: Final = "MAHJONG_GRPC_SHUTDOWN_GRACE_SECONDS"
+RETENTION_HOURS_VARIABLE: Final = "MAHJONG_RETENTION_HOURS"
 
 
 def database_url_variable(service: ServiceName) -> str:
@@ -89,6 +93,7 @@ KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
         LOG_FORMAT_VARIABLE,
         GRPC_MAX_WORKERS_VARIABLE,
         GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE,
+        RETENTION_HOURS_VARIABLE,
     }
     | {database_url_variable(service) for service in SERVICE_NAMES}
     | {grpc_address_variable(service) for service in SERVICE_NAMES}
@@ -129,6 +134,8 @@ class Settings:
     grpc_shutdown_grace_seconds: float
     log_level: str
     log_format: LogFormat
+    retention_hours: int = DEFAULT_RETENTION_HOURS
+    """How long processed event ids and sent outbox rows are kept (0: forever); see `retention`."""
 
     def __repr__(self) -> str:
         fields = []
@@ -214,6 +221,7 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         grpc_shutdown_grace_seconds=_parse_grace_seconds(environ),
         log_level=_parse_log_level(_read(environ, LOG_LEVEL_VARIABLE, "INFO")),
         log_format=_parse_log_format(_read(environ, LOG_FORMAT_VARIABLE, "text")),
+        retention_hours=_parse_retention_hours(environ),
     )
 
 
@@ -280,6 +288,21 @@ def _parse_bounded_integer(environ: Mapping[str, str], variable: str, default: i
         raise ConfigurationError(f"{variable} must be an integer from 1 to {maximum}, got {text!r}") from None
     if not 1 <= value <= maximum:
         raise ConfigurationError(f"{variable} must be an integer from 1 to {maximum}, got {text!r}")
+    return value
+
+
+def _parse_retention_hours(environ: Mapping[str, str]) -> int:
+    text = _read(environ, RETENTION_HOURS_VARIABLE, str(DEFAULT_RETENTION_HOURS))
+    message = (
+        f"{RETENTION_HOURS_VARIABLE} must be a whole number of hours "
+        f"from 0 (keep forever) to {MAXIMUM_RETENTION_HOURS}"
+    )
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigurationError(f"{message}, got {text!r}") from None
+    if not 0 <= value <= MAXIMUM_RETENTION_HOURS:
+        raise ConfigurationError(f"{message}, got {text!r}")
     return value
 
 

@@ -74,6 +74,7 @@ outbox_messages = Table(
         postgresql_where=sqlalchemy.text("sent_at IS NULL"),
         sqlite_where=sqlalchemy.text("sent_at IS NULL"),
     ),
+    Index("ix_outbox_messages_sent_at", "sent_at"),
 )
 """Messages waiting for the relay; written in the same transaction as the events they carry."""
 
@@ -96,6 +97,7 @@ processed_events = Table(
     Column("event_id", String(EVENT_ID_MAX_LENGTH), nullable=False),
     Column("processed_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("consumer_group", "event_id", name="pk_processed_events"),
+    Index("ix_processed_events_processed_at", "processed_at"),
 )
 """Event ids a consumer group has applied, so a re-sent duplicate is recognised and skipped."""
 
@@ -167,3 +169,18 @@ def drop_platform_tables(op: Any) -> None:
     op.drop_index("ix_outbox_messages_unsent", table_name="outbox_messages")
     op.drop_table("outbox_messages")
     op.drop_table("stored_events")
+
+
+def create_retention_indexes(op: Any) -> None:
+    """Alembic upgrade step (platform schema version 2): the indexes `retention` prunes by.
+
+    Call it from a service revision after `create_platform_tables`.
+    """
+    op.create_index("ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"])
+    op.create_index("ix_processed_events_processed_at", "processed_events", ["processed_at"])
+
+
+def drop_retention_indexes(op: Any) -> None:
+    """Alembic downgrade step matching `create_retention_indexes`."""
+    op.drop_index("ix_processed_events_processed_at", table_name="processed_events")
+    op.drop_index("ix_outbox_messages_sent_at", table_name="outbox_messages")

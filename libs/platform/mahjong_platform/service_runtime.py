@@ -10,6 +10,7 @@ the crash left off (ARCHITECTURE.md "Reading events").
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -26,6 +27,7 @@ from mahjong_platform.errors import ErrorMapping
 from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay
+from mahjong_platform.retention import RetentionWorker
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import Handler, Relevance, TrackedConsumer
 
@@ -158,6 +160,13 @@ def start_service(
                 f"{definition.name}-consumer-{consumer.group_id}",
                 _consumer_factory(engine, bootstrap_servers, consumer, topics),
                 stop_event,
+            )
+        )
+    if settings.retention_hours:
+        retention = datetime.timedelta(hours=settings.retention_hours)
+        workers.append(
+            SupervisedWorker(
+                f"{definition.name}-retention", lambda: RetentionWorker(engine, retention), stop_event
             )
         )
     for name, create in definition.extra_workers(engine, settings, topics):

@@ -58,6 +58,7 @@ def test_defaults_need_nothing_but_a_data_directory(tmp_path: Path, monkeypatch:
     }
     assert settings.grpc_targets == settings.grpc_addresses
     assert (settings.log_level, settings.log_format) == ("INFO", "text")
+    assert settings.retention_hours == 168
 
 
 def test_every_variable_can_be_set(tmp_path: Path) -> None:
@@ -75,6 +76,7 @@ def test_every_variable_can_be_set(tmp_path: Path) -> None:
             "MAHJONG_GRPC_SHUTDOWN_GRACE_SECONDS": "2.5",
             "MAHJONG_LOG_LEVEL": "debug",
             "MAHJONG_LOG_FORMAT": "JSON",
+            "MAHJONG_RETENTION_HOURS": "0",
         }
     )
     assert settings.database_url("matchmaking") == f"sqlite:///{tmp_path}/matchmaking.sqlite3"
@@ -89,6 +91,7 @@ def test_every_variable_can_be_set(tmp_path: Path) -> None:
     assert settings.grpc_target("scoring") == "scoring:50053"
     assert (settings.grpc_max_workers, settings.grpc_shutdown_grace_seconds) == (8, 2.5)
     assert (settings.log_level, settings.log_format) == ("DEBUG", "json")
+    assert settings.retention_hours == 0  # keep forever
 
 
 def test_a_bare_postgresql_url_uses_the_installed_psycopg_driver() -> None:
@@ -118,6 +121,9 @@ def test_an_empty_value_means_the_default() -> None:
         ("MAHJONG_GRPC_SHUTDOWN_GRACE_SECONDS", "nan"),
         ("MAHJONG_LOG_LEVEL", "LOUD"),
         ("MAHJONG_LOG_FORMAT", "xml"),
+        ("MAHJONG_RETENTION_HOURS", "-1"),
+        ("MAHJONG_RETENTION_HOURS", "a week"),
+        ("MAHJONG_RETENTION_HOURS", "100000"),
     ],
 )
 def test_an_invalid_value_is_an_error_naming_the_variable(variable: str, value: str) -> None:

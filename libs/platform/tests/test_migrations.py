@@ -29,7 +29,7 @@ def test_upgrade_creates_the_platform_and_service_tables_and_is_idempotent(
     assert current_revision(database_url) is None
     upgrade(database_url, alembic_example_directory)
     upgrade(database_url, alembic_example_directory)
-    assert current_revision(database_url) == "0002"
+    assert current_revision(database_url) == "0003"
     assert table_names(database_url) == PLATFORM_TABLES | {"example_projection", "alembic_version"}
 
 
@@ -83,4 +83,4 @@ def test_upgrading_in_steps_equals_upgrading_at_once(
 ) -> None:
     upgrade(sqlite_database_url, alembic_example_directory, revision=revision)
     upgrade(sqlite_database_url, alembic_example_directory)
-    assert current_revision(sqlite_database_url) == "0002"
+    assert current_revision(sqlite_database_url) == "0003"
