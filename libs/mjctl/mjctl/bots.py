@@ -1,8 +1,9 @@
 """``mjctl bots``: bot players that find tables and play them through the public gRPC API only.
 
 Each bot holds its own token, enqueues through MatchmakingService, follows its ticket, then plays
-its table with TableService: it reads its view (GetView), acts on its legal actions (Act), and
-waits for the next event on its Watch stream. No back door: a bot knows only what its seat sees.
+its table with TableService: it follows its seat's WatchView feed (the new events and its view
+after each change) and acts on the legal actions of each view (Act). No back door: a bot knows
+only what its seat sees.
 
 Policy (issues 4 and 6): exchange the weakest suit, declare the shortest suit missing (and so
 discard it first), keep pairs and runs, always win when it can, else kong/pong, else chow (formula
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import queue
 import statistics
 import threading
 import time
@@ -28,7 +28,6 @@ from mahjong.v1 import matchmaking_service_pb2 as matchmaking_messages
 from mahjong.v1 import matchmaking_service_pb2_grpc, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as table_messages
 
-WATCH_WAIT_SECONDS = 1.0
 GAME_MAX_SECONDS = 600.0
 CALL_TIMEOUT_SECONDS = 30.0
 TABLE_OPEN_MAX_SECONDS = 60.0
@@ -169,31 +168,27 @@ class BotPlayer:
                 time.sleep(0.05)
 
     def play(self, table_id: str) -> table_messages.TableView:
-        """Play the table to its end; return the final view."""
+        """Play the table to its end on its WatchView feed; return the final view."""
         self.wait_until_open(table_id)
-        events: queue.Queue[int] = queue.Queue()
-        ended = _GameEnd()
-        stream = self._table.Watch(table_messages.WatchRequest(table_id=table_id), timeout=GAME_MAX_SECONDS)
-        reader = threading.Thread(target=_drain, args=(stream, events, ended), daemon=True)
-        reader.start()
-        started = time.monotonic()
+        updates = self._table.WatchView(
+            table_messages.WatchViewRequest(table_id=table_id), timeout=GAME_MAX_SECONDS
+        )
         try:
-            while time.monotonic() - started < GAME_MAX_SECONDS:
-                view: table_messages.TableView = self._table.GetView(
-                    table_messages.GetViewRequest(table_id=table_id), timeout=CALL_TIMEOUT_SECONDS
-                )
+            for update in updates:
+                for envelope in update.events:
+                    if envelope.WhichOneof("payload") == "game_ended":
+                        self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
+                view: table_messages.TableView = update.view
                 if view.phase == "ended":
-                    self.game_ended_at = ended.wait(CALL_TIMEOUT_SECONDS)
                     return view
                 request = choose_command(view)
-                if request is None:
-                    _wait_for_event(events)
-                    continue
-                request.expected_sequence = view.sequence
-                self._act(request)
-            raise RuntimeError(f"{self.player_id}: table {table_id} did not end in {GAME_MAX_SECONDS} s")
+                if request is not None:
+                    # A view already overtaken by a queued update is refused (ABORTED) and skipped.
+                    request.expected_sequence = view.sequence
+                    self._act(request)
+            raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
         finally:
-            stream.cancel()
+            updates.cancel()
 
     def _act(self, request: table_messages.ActRequest) -> None:
         before = time.perf_counter()
@@ -205,41 +200,6 @@ class BotPlayer:
                 raise
         finally:
             self.act_latencies_seconds.append(time.perf_counter() - before)
-
-
-class _GameEnd:
-    """The time of the GameEnded event, handed from the Watch reader to the playing thread."""
-
-    def __init__(self) -> None:
-        self._seen = threading.Event()
-        self.occurred_at: datetime.datetime | None = None
-
-    def record(self, occurred_at: datetime.datetime) -> None:
-        self.occurred_at = occurred_at
-        self._seen.set()
-
-    def wait(self, timeout_seconds: float) -> datetime.datetime | None:
-        self._seen.wait(timeout_seconds)
-        return self.occurred_at
-
-
-def _drain(stream: grpc.Future, events: queue.Queue[int], ended: _GameEnd) -> None:
-    try:
-        for envelope in stream:
-            if envelope.WhichOneof("payload") == "game_ended":
-                ended.record(envelope.occurred_at.ToDatetime(datetime.UTC))
-            events.put(envelope.sequence)
-    except grpc.RpcError:
-        pass
-
-
-def _wait_for_event(events: queue.Queue[int]) -> None:
-    try:
-        events.get(timeout=WATCH_WAIT_SECONDS)
-        while True:
-            events.get_nowait()
-    except queue.Empty:
-        pass
 
 
 def describe_game(view: table_messages.TableView) -> str:

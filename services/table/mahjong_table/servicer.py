@@ -237,6 +237,53 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             if seat is not None:
                 self._presence.disconnected(request.table_id, seat)
 
+    def WatchView(
+        self, request: messages.WatchViewRequest, context: grpc.ServicerContext
+    ) -> Iterator[messages.TableUpdate]:
+        if request.after_sequence < 0:
+            raise InvalidArgumentError("after_sequence must not be negative")
+        _state, seat = self._caller_seat(request.table_id)
+        if seat is None:
+            raise PermissionDeniedError("WatchView follows a seat's view; ops use Watch for full information")
+        after = request.after_sequence
+        started = time.monotonic()
+        first = True
+        self._presence.connected(request.table_id, seat)
+        try:
+            while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
+                state = self._engine.read_state(self._read_transaction, request.table_id)
+                if not first and state.version <= after:
+                    self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
+                    continue
+                update = messages.TableUpdate()
+                loaded_from = after
+                while after < state.version:
+                    batch = self._engine.events_after(
+                        self._read_transaction, request.table_id, after, WATCH_BATCH_EVENTS
+                    )
+                    if not batch:
+                        break
+                    for envelope in batch:
+                        if envelope.sequence > state.version:
+                            break  # newer than the view: the next update carries it
+                        after = envelope.sequence
+                        visible = redacted_envelope(envelope, seat)
+                        if visible is not None:
+                            update.events.append(visible)
+                if not first and after == loaded_from:
+                    # The store has not shown the new events yet: look again after a change.
+                    self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
+                    continue
+                update.view.CopyFrom(
+                    table_view_message(state, seat, self._engine.deadline_of(self._read_transaction, state))
+                )
+                first = False
+                yield update
+                if state.is_over:
+                    return
+        finally:
+            self._presence.disconnected(request.table_id, seat)
+
     def GetView(self, request: messages.GetViewRequest, context: grpc.ServicerContext) -> messages.TableView:
         state, seat = self._caller_seat(request.table_id)
         if seat is None:

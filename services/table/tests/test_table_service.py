@@ -218,3 +218,90 @@ def test_a_player_away_past_the_grace_escapes(table_server: TableServer) -> None
     worker.escape_disconnected()
     final = table_server.view("east", table_id)
     assert any(seat.left for seat in final.seats)
+
+
+def play_on_watch_view(server: TableServer, table_id: str) -> dict[str, list[messages.TableUpdate]]:
+    """Four bot threads play on their WatchView feeds (no GetView); each keeps its updates."""
+    feeds: dict[str, list[messages.TableUpdate]] = {player: [] for player in PLAYERS}
+
+    def bot(player: str) -> None:
+        stub = server.stub_for(player)
+        for update in stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=60):
+            feeds[player].append(update)
+            request = choose_command(update.view)
+            if request is None:
+                continue
+            request.expected_sequence = update.view.sequence
+            try:
+                stub.Act(request)
+            except grpc.RpcError as error:
+                assert error.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED), error
+
+    threads = [threading.Thread(target=bot, args=(player,)) for player in PLAYERS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert all(not thread.is_alive() for thread in threads), "the game did not end"
+    return feeds
+
+
+def test_a_game_played_on_watch_view_feeds_every_event_once_with_a_matching_view(
+    table_server: TableServer,
+) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=5)
+    feeds = play_on_watch_view(table_server, table_id)
+    watched = {
+        player: [
+            event.sequence
+            for event in table_server.stub_for(player).Watch(
+                messages.WatchRequest(table_id=table_id), timeout=30
+            )
+        ]
+        for player in PLAYERS
+    }
+    for seat, player in enumerate(PLAYERS):
+        updates = feeds[player]
+        assert updates[-1].view.phase == "ended"
+        # Every event the seat may see arrives once, in order, exactly as Watch redacts it.
+        assert [event.sequence for update in updates for event in update.events] == watched[player]
+        for update in updates:
+            assert update.view.your_seat == seat
+            if update.events:
+                assert update.view.sequence >= update.events[-1].sequence
+            for event in update.events:
+                if event.WhichOneof("payload") == "tile_drawn" and event.tile_drawn.seat != seat:
+                    assert event.tile_drawn.tile == ""  # no other seat's draw
+
+
+def test_watch_view_starts_with_the_view_now_and_resumes_after_a_sequence(table_server: TableServer) -> None:
+    table_id = table_server.open_table(PLAYERS)
+    stub = table_server.stub_for("east")
+    first = next(iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=10)))
+    assert first.view == table_server.view("east", table_id)
+    assert [event.sequence for event in first.events] == list(range(1, first.view.sequence + 1))
+    resumed = next(
+        iter(
+            stub.WatchView(
+                messages.WatchViewRequest(table_id=table_id, after_sequence=first.view.sequence), timeout=10
+            )
+        )
+    )
+    assert not resumed.events and resumed.view.sequence == first.view.sequence
+
+
+def test_watch_view_is_for_seated_players(table_server: TableServer) -> None:
+    table_id = table_server.open_table(PLAYERS)
+    for stub in (table_server.stub_for("stranger"), table_server.stub_for("operator", ("ops",))):
+        with pytest.raises(grpc.RpcError) as refused:
+            next(iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=10)))
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as invalid:
+        next(
+            iter(
+                table_server.stub_for("east").WatchView(
+                    messages.WatchViewRequest(table_id=table_id, after_sequence=-1), timeout=10
+                )
+            )
+        )
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT

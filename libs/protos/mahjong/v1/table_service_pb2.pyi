@@ -313,6 +313,57 @@ class GetViewRequest(_message.Message):
 Global___GetViewRequest: _TypeAlias = GetViewRequest  # noqa: Y015
 
 @_typing.final
+class WatchViewRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    table_id: _builtins.str
+    after_sequence: _builtins.int
+    """Events after this sequence come with the first update (0: from the opening)."""
+    def __init__(
+        self,
+        *,
+        table_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "table_id", b"table_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchViewRequest: _TypeAlias = WatchViewRequest  # noqa: Y015
+
+@_typing.final
+class TableUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_envelope_pb2.Envelope]:
+        """The events since the previous update (or after_sequence), redacted for the caller's seat."""
+
+    @_builtins.property
+    def view(self) -> Global___TableView:
+        """The caller's view after them: view.sequence is the last event's sequence."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[_envelope_pb2.Envelope] | None = ...,
+        view: Global___TableView | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["view", b"view"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "view", b"view"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableUpdate: _TypeAlias = TableUpdate  # noqa: Y015
+
+@_typing.final
 class SeatView(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

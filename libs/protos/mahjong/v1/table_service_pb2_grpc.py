@@ -50,6 +50,11 @@ class TableServiceStub:
                 request_serializer=mahjong_dot_v1_dot_table__service__pb2.GetViewRequest.SerializeToString,
                 response_deserializer=mahjong_dot_v1_dot_table__service__pb2.TableView.FromString,
                 _registered_method=True)
+        self.WatchView = channel.unary_stream(
+                '/mahjong.v1.TableService/WatchView',
+                request_serializer=mahjong_dot_v1_dot_table__service__pb2.WatchViewRequest.SerializeToString,
+                response_deserializer=mahjong_dot_v1_dot_table__service__pb2.TableUpdate.FromString,
+                _registered_method=True)
 
 
 class TableServiceServicer:
@@ -76,6 +81,16 @@ class TableServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchView(self, request, context):
+        """A seated player's feed: first the view now, then after every change the new events (redacted
+        for the seat) together with the view after them, until the game ends; resumable from
+        after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
+        for the reconnect grace, like Watch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TableServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +108,11 @@ def add_TableServiceServicer_to_server(servicer, server):
                     servicer.GetView,
                     request_deserializer=mahjong_dot_v1_dot_table__service__pb2.GetViewRequest.FromString,
                     response_serializer=mahjong_dot_v1_dot_table__service__pb2.TableView.SerializeToString,
+            ),
+            'WatchView': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchView,
+                    request_deserializer=mahjong_dot_v1_dot_table__service__pb2.WatchViewRequest.FromString,
+                    response_serializer=mahjong_dot_v1_dot_table__service__pb2.TableUpdate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +196,33 @@ class TableService:
             '/mahjong.v1.TableService/GetView',
             mahjong_dot_v1_dot_table__service__pb2.GetViewRequest.SerializeToString,
             mahjong_dot_v1_dot_table__service__pb2.TableView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mahjong.v1.TableService/WatchView',
+            mahjong_dot_v1_dot_table__service__pb2.WatchViewRequest.SerializeToString,
+            mahjong_dot_v1_dot_table__service__pb2.TableUpdate.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,6 +38,12 @@ class TableServiceStub:
     """The events the caller may see (redacted per viewer), from after_sequence on; resumable."""
     GetView: _grpc.UnaryUnaryMultiCallable[_table_service_pb2.GetViewRequest, _table_service_pb2.TableView]
     """The caller's current view of the table."""
+    WatchView: _grpc.UnaryStreamMultiCallable[_table_service_pb2.WatchViewRequest, _table_service_pb2.TableUpdate]
+    """A seated player's feed: first the view now, then after every change the new events (redacted
+    for the seat) together with the view after them, until the game ends; resumable from
+    after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
+    for the reconnect grace, like Watch.
+    """
 
 @_typing.type_check_only
 class TableServiceAsyncStub(TableServiceStub):
@@ -48,6 +54,12 @@ class TableServiceAsyncStub(TableServiceStub):
     """The events the caller may see (redacted per viewer), from after_sequence on; resumable."""
     GetView: _aio.UnaryUnaryMultiCallable[_table_service_pb2.GetViewRequest, _table_service_pb2.TableView]  # type: ignore[assignment]
     """The caller's current view of the table."""
+    WatchView: _aio.UnaryStreamMultiCallable[_table_service_pb2.WatchViewRequest, _table_service_pb2.TableUpdate]  # type: ignore[assignment]
+    """A seated player's feed: first the view now, then after every change the new events (redacted
+    for the seat) together with the view after them, until the game ends; resumable from
+    after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
+    for the reconnect grace, like Watch.
+    """
 
 class TableServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -73,5 +85,17 @@ class TableServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_table_service_pb2.TableView, _abc.Awaitable[_table_service_pb2.TableView]]:
         """The caller's current view of the table."""
+
+    @_abc_1.abstractmethod
+    def WatchView(
+        self,
+        request: _table_service_pb2.WatchViewRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_table_service_pb2.TableUpdate], _abc.AsyncIterator[_table_service_pb2.TableUpdate]]:
+        """A seated player's feed: first the view now, then after every change the new events (redacted
+        for the seat) together with the view after them, until the game ends; resumable from
+        after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
+        for the reconnect grace, like Watch.
+        """
 
 def add_TableServiceServicer_to_server(servicer: TableServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
