@@ -113,12 +113,13 @@ def apply_table_event(
             extra={"table_id": table_id, "source_event_id": notice.source},
         )
     session.execute(
-        scoring_table_events.insert().values(
-            table_id=table_id,
-            sequence=envelope.sequence,
-            event_id=envelope.event_id,
-            envelope=serialize_envelope(envelope),
-        )
+        _INSERT_TABLE_EVENT,
+        {
+            "table_id": table_id,
+            "sequence": envelope.sequence,
+            "event_id": envelope.event_id,
+            "envelope": serialize_envelope(envelope),
+        },
     )
     if output.envelopes:
         version = event_store.stream_version(session, table_id)
@@ -136,18 +137,27 @@ def apply_table_event(
         cache.remember(table_id, envelope.sequence, state)
 
 
+# The per-event statements, built once (building one costs more than running it on SQLite).
+_ALREADY_RECEIVED = sqlalchemy.select(scoring_table_events.c.event_id).where(
+    scoring_table_events.c.event_id == sqlalchemy.bindparam("event_id")
+)
+_LAST_SEQUENCE = sqlalchemy.select(sqlalchemy.func.max(scoring_table_events.c.sequence)).where(
+    scoring_table_events.c.table_id == sqlalchemy.bindparam("table_id")
+)
+_INSERT_TABLE_EVENT = scoring_table_events.insert()
+_UPDATE_GAME = scoring_games.update().where(scoring_games.c.table_id == sqlalchemy.bindparam("game_of"))
+_UPDATE_PLAYER = scoring_players.update().where(
+    scoring_players.c.table_id == sqlalchemy.bindparam("game_of"),
+    scoring_players.c.seat == sqlalchemy.bindparam("seat_of"),
+)
+
+
 def _already_received(session: Session, event_id: str) -> bool:
-    query = sqlalchemy.select(scoring_table_events.c.event_id).where(
-        scoring_table_events.c.event_id == event_id
-    )
-    return session.execute(query).first() is not None
+    return session.execute(_ALREADY_RECEIVED, {"event_id": event_id}).first() is not None
 
 
 def _last_sequence(session: Session, table_id: str) -> int:
-    query = sqlalchemy.select(sqlalchemy.func.max(scoring_table_events.c.sequence)).where(
-        scoring_table_events.c.table_id == table_id
-    )
-    value = session.execute(query).scalar_one()
+    value = session.execute(_LAST_SEQUENCE, {"table_id": table_id}).scalar_one()
     return 0 if value is None else int(value)
 
 
@@ -213,12 +223,19 @@ def _store_game(
                 )
             )
         return
-    session.execute(scoring_games.update().where(scoring_games.c.table_id == table_id).values(**values))
+    session.execute(_UPDATE_GAME, {"game_of": table_id, **values})
     if not totals_changed:
         return
-    for seat, total in enumerate(state.totals):
-        session.execute(
-            scoring_players.update()
-            .where(scoring_players.c.table_id == table_id, scoring_players.c.seat == seat)
-            .values(points=total.points, beans=total.beans, rake_beans=total.rake_beans)
-        )
+    session.execute(
+        _UPDATE_PLAYER,
+        [
+            {
+                "game_of": table_id,
+                "seat_of": seat,
+                "points": total.points,
+                "beans": total.beans,
+                "rake_beans": total.rake_beans,
+            }
+            for seat, total in enumerate(state.totals)
+        ],
+    )
