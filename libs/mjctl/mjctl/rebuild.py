@@ -32,7 +32,7 @@ are not closer in time than the live consumer's lag.
 
 Compared columns: everything except ``ledger_postings.posting_id`` (a global autoincrement whose
 values follow the interleaving of unrelated accounts; postings are keyed by transfer and account
-instead) and ``ledger_transfers.memo`` (a deposit's note is not carried by ``TransferPosted``).
+instead).
 The projections hold no wall-clock times (scoring: none at all; ledger: every time is an event's
 occurrence time). The platform's tables are not compared: ``stored_events``/``outbox_messages``
 hold the events the rebuilt projection emitted (never published: no relay runs, and the rebuild
@@ -150,7 +150,7 @@ def ledger_target() -> RebuildTarget:
         handler=_ledger_handler,
         tables=(
             ComparedTable(ledger_accounts, ("account",)),
-            ComparedTable(ledger_transfers, ("transfer_id",), frozenset({"memo"})),
+            ComparedTable(ledger_transfers, ("transfer_id",)),
             ComparedTable(ledger_postings, ("transfer_id", "account"), frozenset({"posting_id"})),
             ComparedTable(ledger_games, ("table_id",)),
         ),
@@ -158,7 +158,7 @@ def ledger_target() -> RebuildTarget:
 
 
 def _ledger_handler(topics: Topics) -> ApplyFunction:
-    from mahjong_ledger.domain import STARTING_GRANT_REASON, DepositOrder, TransferKind, transfer_id_for
+    from mahjong_ledger.domain import DepositOrder, TransferKind, transfer_id_for
     from mahjong_ledger.projection import SettlementProjection
     from mahjong_ledger.repository import LedgerRepository
 
@@ -178,12 +178,11 @@ def _ledger_handler(topics: Topics) -> ApplyFunction:
             return  # A settlement's TransferPosted: the ledger's output, rebuilt from the instruction.
         credited = [posting.account for posting in posted.postings if posting.beans > 0]
         assert len(credited) == 1, f"deposit {posted.transfer_id} credits {credited}"
-        memo = "starting grant for a new player" if posted.reason == STARTING_GRANT_REASON else ""
         order = DepositOrder(
             account=credited[0],
             beans=posted.requested_beans,
             idempotency_key=posted.instruction_id,
-            memo=memo,
+            memo=posted.memo,
             reason=posted.reason,
         )
         deposit_time[0] = envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC)

@@ -14,6 +14,7 @@ import sqlalchemy
 from mahjong.v1 import envelope_pb2
 from mahjong_ledger.app import CONSUMER_GROUP as LEDGER_GROUP
 from mahjong_ledger.app import migrate as migrate_ledger
+from mahjong_ledger.domain import DepositOrder
 from mahjong_ledger.projection import SettlementProjection as LedgerProjection
 from mahjong_ledger.repository import LedgerRepository
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
@@ -133,6 +134,9 @@ def live_system(
         with transaction(create_session_factory(ledger_engine)) as session:
             for player in PLAYERS:
                 repository.ensure_starting_grant(session, f"player:{player}", GRANT_BEANS)
+            # A finance top-up with its own note: the note travels in TransferPosted and is compared.
+            top_up = DepositOrder(f"player:{PLAYERS[0]}", 500, "top-up-1", memo="finance top-up, ticket 42")
+            repository.deposit(session, top_up)
         relay_all(ledger_engine, kafka_bootstrap_servers)
         with (
             TrackedConsumer(

@@ -42,6 +42,7 @@ def transfer_posted_from_record(record: TransferRecord) -> ledger_events_pb2.Tra
         ],
         requested_beans=record.requested_beans,
         posted_beans=record.posted_beans,
+        memo=record.memo,
     )
 
 

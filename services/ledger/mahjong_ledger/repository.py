@@ -354,7 +354,7 @@ class LedgerRepository:
                     for account, balance_beans in new_balances.items()
                 ],
             )
-        self._append_transfer_posted(session, transfer, stream_id, context)
+        self._append_transfer_posted(session, transfer, stream_id, context, memo)
         record = TransferRecord(
             transfer_id=transfer.transfer_id,
             kind=kind.value,
@@ -424,7 +424,7 @@ class LedgerRepository:
         return balances
 
     def _append_transfer_posted(
-        self, session: Session, transfer: Transfer, stream_id: str, context: EventContext
+        self, session: Session, transfer: Transfer, stream_id: str, context: EventContext, memo: str
     ) -> None:
         payload = ledger_events_pb2.TransferPosted(
             transfer_id=transfer.transfer_id,
@@ -437,6 +437,7 @@ class LedgerRepository:
             ],
             requested_beans=transfer.requested_beans,
             posted_beans=transfer.posted_beans,
+            memo=memo,
         )
         envelope = new_envelope(
             payload,

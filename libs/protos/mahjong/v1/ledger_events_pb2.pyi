@@ -56,6 +56,7 @@ class TransferPosted(_message.Message):
     POSTINGS_FIELD_NUMBER: _builtins.int
     REQUESTED_BEANS_FIELD_NUMBER: _builtins.int
     POSTED_BEANS_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
     transfer_id: _builtins.str
     instruction_id: _builtins.str
     """The settlement instruction id or the deposit idempotency key."""
@@ -64,6 +65,8 @@ class TransferPosted(_message.Message):
     requested_beans: _builtins.int
     """Beans the instruction asked for and beans that moved (less when the payer was short)."""
     posted_beans: _builtins.int
+    memo: _builtins.str
+    """The note stored with the transfer (a deposit's memo, the starting grant's); empty for settlements."""
     @_builtins.property
     def postings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Posting]: ...
     def __init__(
@@ -76,10 +79,11 @@ class TransferPosted(_message.Message):
         postings: _abc.Iterable[Global___Posting] | None = ...,
         requested_beans: _builtins.int = ...,
         posted_beans: _builtins.int = ...,
+        memo: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instruction_id", b"instruction_id", "posted_beans", b"posted_beans", "postings", b"postings", "reason", b"reason", "requested_beans", b"requested_beans", "table_id", b"table_id", "transfer_id", b"transfer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instruction_id", b"instruction_id", "memo", b"memo", "posted_beans", b"posted_beans", "postings", b"postings", "reason", b"reason", "requested_beans", b"requested_beans", "table_id", b"table_id", "transfer_id", b"transfer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
