@@ -129,7 +129,10 @@ def evaluate_hand(
     if evaluation is None:
         return scoring_service_pb2.EvaluateHandResponse(win=False)
     return scoring_service_pb2.EvaluateHandResponse(
-        win=True, multiplier=evaluation.multiplier, fans=_fan_messages(evaluation.fans)
+        win=True,
+        multiplier=evaluation.multiplier,
+        fans=_fan_messages(evaluation.fans),
+        points_per_payer=evaluation.points_per_payer,
     )
 
 

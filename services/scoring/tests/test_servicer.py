@@ -50,6 +50,23 @@ def test_evaluate_hand_scores_like_mjctl_evaluate(stub: scoring_service_pb2_grpc
         ("self_draw", 2),
     ]
     assert response.multiplier == 4
+    assert response.points_per_payer == 4  # the default self-draw bonus doubles: no extra point
+
+
+def test_evaluate_hand_points_per_payer_has_the_cap_and_the_add_one_point_rules_1_9(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+) -> None:
+    response = stub.EvaluateHand(
+        scoring_service_pb2.EvaluateHandRequest(
+            variant=SICHUAN,
+            concealed="1111335577m99m2m",
+            win_tile="2m",
+            win_by=common_pb2.WIN_BY_SELF_DRAW,
+            self_draw_bonus="add_one",
+            cap_points=8,
+        )
+    )
+    assert (response.multiplier, response.points_per_payer) == (32, 9)  # capped at 8, plus 1
 
 
 def test_evaluate_hand_answers_no_win_and_rejects_bad_tiles(

@@ -103,11 +103,16 @@ class EvaluateHandResponse(_message.Message):
     FAN_FIELD_NUMBER: _builtins.int
     MEETS_MIN_FIELD_NUMBER: _builtins.int
     WILDCARDS_AS_FIELD_NUMBER: _builtins.int
+    POINTS_PER_PAYER_FIELD_NUMBER: _builtins.int
     win: _builtins.bool
     multiplier: _builtins.int
     fan: _builtins.int
     """Formula only."""
     meets_min: _builtins.bool
+    points_per_payer: _builtins.int
+    """Sichuan Bloody: what each payer pays in points, the multiplier with the self-draw bonus and
+    the cap applied (RULES.md 1.6, 1.7, 1.9; as mjctl evaluate's points_per_payer).
+    """
     @_builtins.property
     def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]: ...
     @_builtins.property
@@ -121,10 +126,11 @@ class EvaluateHandResponse(_message.Message):
         fan: _builtins.int = ...,
         meets_min: _builtins.bool = ...,
         wildcards_as: _abc.Iterable[_builtins.str] | None = ...,
+        points_per_payer: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "fans", b"fans", "meets_min", b"meets_min", "multiplier", b"multiplier", "wildcards_as", b"wildcards_as", "win", b"win"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "fans", b"fans", "meets_min", b"meets_min", "multiplier", b"multiplier", "points_per_payer", b"points_per_payer", "wildcards_as", b"wildcards_as", "win", b"win"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
