@@ -60,7 +60,9 @@ def summary_lines(events: list[envelope_pb2.Envelope]) -> list[str]:
             # Formula wins (RULES.md 2.2) add fans; Sichuan wins multiply (1.7).
             formula = won.fan_total > 0 and won.multiplier == 0
             fans = " · ".join(
-                f"{fan.name} {fan.multiplier}" if formula else f"{fan.name} ×{fan.multiplier}"
+                (f"{fan.name} {fan.multiplier}" + (f"×{fan.count}" if fan.count > 1 else ""))
+                if formula
+                else f"{fan.name} ×{fan.multiplier}"
                 for fan in won.fans
             )
             total = f"{won.fan_total} fan" if formula else f"×{won.multiplier}"
