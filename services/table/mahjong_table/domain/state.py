@@ -18,7 +18,8 @@ TILE_KIND_COUNT = 27
 WALL_TILE_COUNT = 108
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
 
-_Frozen = TypeVar("_Frozen", "PlayerState", "TableState", "ClaimWindow")
+_Frozen = TypeVar("_Frozen")
+"""A frozen slotted dataclass of either family's state (`replaced` copies its slots)."""
 
 
 class _Seated(Protocol):
@@ -193,6 +194,7 @@ def replaced(value: _Frozen, **changes: object) -> _Frozen:
     """
     cls = type(value)
     copy = object.__new__(cls)
-    for name in cls.__slots__:
+    slots: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]  # slotted dataclasses only
+    for name in slots:
         object.__setattr__(copy, name, changes[name] if name in changes else getattr(value, name))
     return copy

@@ -7,8 +7,8 @@ stream carries no hidden "who was asked" field.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from mahjong_rules.formula.wall import FORMULA_WALL_TILE_COUNT, is_flower
@@ -37,7 +37,7 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.state import SEAT_COUNT, Phase
+from mahjong_table.domain.state import SEAT_COUNT, Phase, replaced
 from mahjong_table.formula import hands
 from mahjong_table.formula.state import (
     ASK_CHOW,
@@ -70,19 +70,21 @@ def _with_player(state: FormulaTableState, seat: int, player: FormulaPlayer) -> 
 def _pop_discard(state: FormulaTableState, seat: int, tile: int) -> FormulaTableState:
     player = state.players[seat]
     assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
-    return replace(state, players=_with_player(state, seat, replace(player, discards=player.discards[:-1])))
+    return replaced(state, players=_with_player(state, seat, replaced(player, discards=player.discards[:-1])))
 
 
 def _opened(state: FormulaTableState | None, event: TableOpened) -> FormulaTableState:
     assert state is None, "TableOpened must be the first event"
     assert len(event.wall) == FORMULA_WALL_TILE_COUNT and len(event.seats) == SEAT_COUNT
     seats = sorted(event.seats, key=lambda seat: seat.seat)
+    wall = tuple(parse_tile(code) for code in event.wall)
     return FormulaTableState(
         table_id=event.table_id,
         room_id=event.room_id,
         rules=event.rules,
         dealer_seat=event.dealer_seat,
-        wall=tuple(parse_tile(code) for code in event.wall),
+        wall=wall,
+        wall_flowers_before=tuple(itertools.accumulate(map(is_flower, wall), initial=0)),
         players=tuple(FormulaPlayer(player_id=seat.player_id) for seat in seats),
         wildcard_indicator=parse_tile(event.wildcard_indicator),
         wildcard=parse_tile(event.wildcard),
@@ -95,8 +97,8 @@ def _opened(state: FormulaTableState | None, event: TableOpened) -> FormulaTable
 def _start_play_if_ready(state: FormulaTableState) -> FormulaTableState:
     """RULES.md 2.1: once no hand holds a flower the dealer starts by discarding (14 tiles)."""
     if any(player.held_flowers() for player in state.players):
-        return replace(state, phase=Phase.DEALING)
-    return replace(state, phase=Phase.TURN, turn_seat=state.dealer_seat, drawn_tile=None)
+        return replaced(state, phase=Phase.DEALING)
+    return replaced(state, phase=Phase.TURN, turn_seat=state.dealer_seat, drawn_tile=None)
 
 
 def _dealt(state: FormulaTableState, event: HandsDealt) -> FormulaTableState:
@@ -105,21 +107,25 @@ def _dealt(state: FormulaTableState, event: HandsDealt) -> FormulaTableState:
         counts = players[hand.seat].concealed
         for code in hand.tiles:
             counts = _add(counts, parse_tile(code), 1)
-        players[hand.seat] = replace(players[hand.seat], concealed=counts)
+        players[hand.seat] = replaced(players[hand.seat], concealed=counts)
     head = state.wall_tail - event.wall_remaining
     # RULES.md 2.1: after the deal the indicator is turned up (flowers turned before it are set aside).
     assert state.wall[head - 1] == state.wildcard_indicator, "the indicator is the last tile taken"
     turned = state.wall[DEALT_TILE_COUNT : head - 1]
     assert all(map(is_flower, turned))
-    return _start_play_if_ready(replace(state, players=tuple(players), wall_head=head, turned_flowers=turned))
+    return _start_play_if_ready(
+        replaced(state, players=tuple(players), wall_head=head, turned_flowers=turned)
+    )
 
 
 def _flower_replaced(state: FormulaTableState, event: FlowerReplaced) -> FormulaTableState:
     flower = parse_tile(event.flower)
     assert is_flower(flower)
     player = state.players[event.seat]
-    updated = replace(player, concealed=_add(player.concealed, flower, -1), flowers=(*player.flowers, flower))
-    return replace(state, players=_with_player(state, event.seat, updated))
+    updated = replaced(
+        player, concealed=_add(player.concealed, flower, -1), flowers=(*player.flowers, flower)
+    )
+    return replaced(state, players=_with_player(state, event.seat, updated))
 
 
 def _tile_drawn(state: FormulaTableState, event: TileDrawn) -> FormulaTableState:
@@ -132,15 +138,15 @@ def _tile_drawn(state: FormulaTableState, event: TileDrawn) -> FormulaTableState
         head, tail = state.wall_head + 1, state.wall_tail
     assert tail - head == event.wall_remaining
     player = state.players[event.seat]
-    drawn = replace(
+    drawn = replaced(
         state,
-        players=_with_player(state, event.seat, replace(player, concealed=_add(player.concealed, tile, 1))),
+        players=_with_player(state, event.seat, replaced(player, concealed=_add(player.concealed, tile, 1))),
         wall_head=head,
         wall_tail=tail,
     )
     if state.phase is Phase.DEALING:
         return _start_play_if_ready(drawn)
-    return replace(
+    return replaced(
         drawn,
         phase=Phase.TURN,
         turn_seat=event.seat,
@@ -190,8 +196,10 @@ def open_rob_window(state: FormulaTableState, tile: int, from_seat: int) -> Form
 def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTableState:
     tile = parse_tile(event.tile)
     player = state.players[event.seat]
-    discarded = replace(player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile))
-    after = replace(
+    discarded = replaced(
+        player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile)
+    )
+    after = replaced(
         state,
         players=_with_player(state, event.seat, discarded),
         phase=Phase.CLAIM,
@@ -199,19 +207,19 @@ def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTa
         turn_after_kong=False,
         turn_after_meld=False,
     )
-    return replace(after, window=open_window(after, tile, event.seat))
+    return replaced(after, window=open_window(after, tile, event.seat))
 
 
 def _claim_passed(state: FormulaTableState, event: ClaimPassed) -> FormulaTableState:
     window = state.window
     assert window is not None and window.current is not None and window.current.seat == event.seat
-    return replace(state, window=replace(window, asks=window.asks[1:]))
+    return replaced(state, window=replaced(window, asks=window.asks[1:]))
 
 
 def _meld_turn(
     state: FormulaTableState, seat: int, player: FormulaPlayer, *, kong: bool
 ) -> FormulaTableState:
-    return replace(
+    return replaced(
         state,
         players=_with_player(state, seat, player),
         phase=Phase.TURN,
@@ -227,7 +235,7 @@ def _pong_claimed(state: FormulaTableState, event: PongClaimed) -> FormulaTableS
     tile = parse_tile(event.tile)
     state = _pop_discard(state, event.from_seat, tile)
     player = state.players[event.seat]
-    ponged = replace(
+    ponged = replaced(
         player,
         concealed=_add(player.concealed, tile, -2),
         melds=(*player.melds, FormulaMeldState("pong", tile, "", event.from_seat)),
@@ -244,7 +252,7 @@ def _chow_claimed(state: FormulaTableState, event: ChowClaimed) -> FormulaTableS
     for tile in (start, start + 1, start + 2):
         if tile != claimed:
             concealed = _add(concealed, tile, -1)
-    chowed = replace(
+    chowed = replaced(
         player,
         concealed=concealed,
         melds=(*player.melds, FormulaMeldState("chow", start, "", event.from_seat)),
@@ -257,14 +265,14 @@ def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTabl
     if event.exposure == EXPOSURE_EXPOSED:
         state = _pop_discard(state, event.from_seat, tile)
         player = state.players[event.seat]
-        konged = replace(
+        konged = replaced(
             player,
             concealed=_add(player.concealed, tile, -3),
             melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
         )
     elif event.exposure == EXPOSURE_CONCEALED:
         player = state.players[event.seat]
-        konged = replace(
+        konged = replaced(
             player,
             concealed=_add(player.concealed, tile, -4),
             melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_CONCEALED)),
@@ -278,10 +286,10 @@ def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTabl
             else meld
             for meld in player.melds
         )
-        konged = replace(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+        konged = replaced(player, concealed=_add(player.concealed, tile, -1), melds=melds)
         after = _meld_turn(state, event.seat, konged, kong=True)
         # 抢杠和 (RULES.md 2.2): the added tile is open to robbing before the replacement draw.
-        return replace(after, phase=Phase.CLAIM, window=open_rob_window(after, tile, event.seat))
+        return replaced(after, phase=Phase.CLAIM, window=open_rob_window(after, tile, event.seat))
     return _meld_turn(state, event.seat, konged, kong=True)
 
 
@@ -300,19 +308,19 @@ def _kong_robbed(state: FormulaTableState, event: KongRobbed) -> FormulaTableSta
         for meld in player.melds
     )
     assert melds != player.melds, "KongRobbed without the added kong"
-    robbed = replace(player, melds=melds, discards=(*player.discards, tile))
-    return replace(state, players=_with_player(state, event.kong_seat, robbed))
+    robbed = replaced(player, melds=melds, discards=(*player.discards, tile))
+    return replaced(state, players=_with_player(state, event.kong_seat, robbed))
 
 
 def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState:
     player = state.players[event.seat]
     assert player.in_game and state.win_count == 0, "a formula hand has one win (RULES.md 2.1)"
-    won = replace(player, won=True)
+    won = replaced(player, won=True)
     if event.from_seat != NO_SEAT:
         # The winning discard joins the winner's hand for the reveal (tiles stay accounted for).
         state = _pop_discard(state, event.from_seat, parse_tile(event.win_tile))
-        won = replace(won, concealed=_add(won.concealed, parse_tile(event.win_tile), 1))
-    return replace(
+        won = replaced(won, concealed=_add(won.concealed, parse_tile(event.win_tile), 1))
+    return replaced(
         state,
         players=_with_player(state, event.seat, won),
         win_count=1,
@@ -323,17 +331,17 @@ def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState
 
 
 def _bird_revealed(state: FormulaTableState, event: BirdRevealed) -> FormulaTableState:
-    return replace(state, bird_tile=parse_tile(event.tile), bird_seat=event.seat)
+    return replaced(state, bird_tile=parse_tile(event.tile), bird_seat=event.seat)
 
 
 def _player_left(state: FormulaTableState, event: PlayerLeft) -> FormulaTableState:
     player = state.players[event.seat]
     assert not player.left
-    after = replace(state, players=_with_player(state, event.seat, replace(player, left=True)))
+    after = replaced(state, players=_with_player(state, event.seat, replaced(player, left=True)))
     window = after.window
     if window is not None:
-        after = replace(
-            after, window=replace(window, asks=tuple(a for a in window.asks if a.seat != event.seat))
+        after = replaced(
+            after, window=replaced(window, asks=tuple(a for a in window.asks if a.seat != event.seat))
         )
     return after
 
@@ -343,11 +351,11 @@ def _unchanged(state: FormulaTableState, event: object) -> FormulaTableState:
 
 
 def _wall_exhausted(state: FormulaTableState, event: WallExhausted) -> FormulaTableState:
-    return replace(state, wall_exhausted=True)
+    return replaced(state, wall_exhausted=True)
 
 
 def _game_ended(state: FormulaTableState, event: GameEnded) -> FormulaTableState:
-    return replace(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
+    return replaced(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
 
 
 _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
@@ -372,12 +380,12 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
 def evolve(state: FormulaTableState | None, event: TableEvent) -> FormulaTableState:
     """Fold one event into the state. `state` is None only before `TableOpened`."""
     if isinstance(event, TableOpened):
-        return replace(_opened(state, event), version=1)
+        return replaced(_opened(state, event), version=1)
     assert state is not None, f"{type(event).__name__} before TableOpened"
     assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
     handler = _HANDLERS.get(type(event))
     assert handler is not None, f"{type(event).__name__} is not a formula table event"
-    return replace(handler(state, event), version=state.version + 1)
+    return replaced(handler(state, event), version=state.version + 1)
 
 
 def fold(events: Iterable[TableEvent], state: FormulaTableState | None = None) -> FormulaTableState:

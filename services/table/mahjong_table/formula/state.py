@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUNT, is_flower
+from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUNT, HONOR_TILE_LIMIT
 
 from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
@@ -64,9 +64,10 @@ class FormulaPlayer:
 
     def held_flowers(self) -> list[int]:
         """Flowers in the hand still to be set aside (补花), lowest first."""
-        return [
-            tile for tile in range(TILE_KIND_COUNT) if is_flower(tile) for _ in range(self.concealed[tile])
-        ]
+        if not any(self.concealed[HONOR_TILE_LIMIT:]):
+            return []
+        counts = self.concealed
+        return [tile for tile in range(HONOR_TILE_LIMIT, TILE_KIND_COUNT) for _ in range(counts[tile])]
 
     def concealed_tiles(self) -> list[int]:
         """The concealed tiles as a sorted list."""
@@ -123,6 +124,9 @@ class FormulaTableState(SeatsInTurnOrder):
     players: tuple[FormulaPlayer, ...]
     wildcard_indicator: int
     wildcard: int
+    wall_flowers_before: tuple[int, ...] = ()
+    """How many flowers the wall holds before each position (145 entries): so the non-flower tiles
+    left between head and tail are counted in O(1), derived once from the wall at the opening."""
     turned_flowers: tuple[int, ...] = ()
     """Flowers turned up while looking for the indicator: set aside, nobody's (RULES.md 2.1)."""
     dice_roller_seat: int = 0
@@ -157,4 +161,5 @@ class FormulaTableState(SeatsInTurnOrder):
 
     def non_flower_remaining(self) -> int:
         """Wall tiles that are not flowers: what draws can still bring into a hand."""
-        return sum(1 for tile in self.wall[self.wall_head : self.wall_tail] if not is_flower(tile))
+        flowers = self.wall_flowers_before[self.wall_tail] - self.wall_flowers_before[self.wall_head]
+        return self.wall_tail - self.wall_head - flowers
