@@ -18,7 +18,9 @@ import datetime
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy
 from kafka import KafkaProducer
@@ -91,20 +93,28 @@ def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]])
 
 
 _WRITTEN_KEY = "mahjong_outbox_written"
-OUTBOX_COMMITTED = threading.Event()
-"""Set when a transaction that queued outbox messages commits in this process: the relays wait on
-it (at most their poll interval) instead of sleeping, so a message leaves right after its commit."""
+_RELAY_WAKE_UPS: weakref.WeakSet[threading.Event] = weakref.WeakSet()
+"""One event per relay in this process, set when a transaction that queued outbox messages
+commits: a relay waits on its own (at most its poll interval) instead of sleeping, so a message
+leaves right after its commit, and no relay's wake-up is consumed by another's."""
+_RELAY_WAKE_UPS_LOCK = threading.Lock()
 
 
 @sqlalchemy.event.listens_for(Session, "after_commit")
 def _outbox_committed(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: the rows are not committed until the outer transaction is
     if session.info.pop(_WRITTEN_KEY, False):
-        OUTBOX_COMMITTED.set()
+        with _RELAY_WAKE_UPS_LOCK:
+            wake_ups = list(_RELAY_WAKE_UPS)
+        for wake_up in wake_ups:
+            wake_up.set()
 
 
 @sqlalchemy.event.listens_for(Session, "after_soft_rollback")
-def _outbox_rolled_back(session: Session, _previous_transaction: object) -> None:
-    session.info.pop(_WRITTEN_KEY, None)
+def _outbox_rolled_back(session: Session, previous_transaction: Any) -> None:
+    if not previous_transaction.nested:  # the whole transaction is gone, its rows with it
+        session.info.pop(_WRITTEN_KEY, None)
 
 
 def count_unsent_outbox_messages(session: Session) -> int:
@@ -116,16 +126,16 @@ def count_unsent_outbox_messages(session: Session) -> int:
 STOP_CHECK_SECONDS = 0.25
 
 
-def _wait_for_commit(stop_event: threading.Event, seconds: float) -> None:
-    """Wait until an outbox commit in this process, `seconds` passed, or `stop_event` is set
-    (checked every STOP_CHECK_SECONDS). A commit after the relay's last read leaves the event set,
-    so the wait returns at once and nothing waits a poll interval for nothing."""
+def _wait_for_commit(stop_event: threading.Event, wake_up: threading.Event, seconds: float) -> None:
+    """Wait until an outbox commit in this process (`wake_up`), `seconds` passed, or `stop_event`
+    is set (checked every STOP_CHECK_SECONDS). A commit after the relay's last read leaves the event
+    set, so the wait returns at once and nothing waits a poll interval for nothing."""
     deadline = time.monotonic() + seconds
     while not stop_event.is_set():
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or OUTBOX_COMMITTED.wait(min(remaining, STOP_CHECK_SECONDS)):
+        if remaining <= 0 or wake_up.wait(min(remaining, STOP_CHECK_SECONDS)):
             break
-    OUTBOX_COMMITTED.clear()
+    wake_up.clear()
 
 
 def create_idempotent_producer(
@@ -189,6 +199,9 @@ class OutboxRelay:
         self._producer = create_idempotent_producer(
             bootstrap_servers, client_id=client_id, delivery_timeout_ms=publish_timeout_ms
         )
+        self._wake_up = threading.Event()
+        with _RELAY_WAKE_UPS_LOCK:
+            _RELAY_WAKE_UPS.add(self._wake_up)
 
     def run_once(self) -> int:
         """Publish one batch of unsent messages; return how many were published and marked sent."""
@@ -211,7 +224,7 @@ class OutboxRelay:
         self, stop_event: threading.Event, poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT
     ) -> None:
         """Relay until `stop_event` is set; a full batch is followed immediately by the next one,
-        and a commit of new outbox messages in this process ends the wait (`OUTBOX_COMMITTED`);
+        and a commit of new outbox messages in this process ends the wait (`_RELAY_WAKE_UPS`);
         other writers (another process) are found by polling every `poll_interval_ms`.
 
         A Kafka failure (broker down, publish timeout) is logged and retried after a growing pause
@@ -230,7 +243,7 @@ class OutboxRelay:
                 continue
             retry_pause_ms = poll_interval_ms
             if published_count < self._batch_size:
-                _wait_for_commit(stop_event, poll_interval_ms / 1000)
+                _wait_for_commit(stop_event, self._wake_up, poll_interval_ms / 1000)
 
     def close(self) -> None:
         """Flush and close the Kafka producer."""

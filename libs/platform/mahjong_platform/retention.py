@@ -2,10 +2,13 @@
 
 `processed_events` lets a consumer skip a re-sent duplicate, and the outbox keeps each sent
 message. Both would grow with every event forever. A duplicate reaches a consumer only while it
-can still be re-sent: by the relay after a crash between publishing and marking sent (seconds),
-or by a producer retry (seconds); a consumer never re-reads what it applied, because its position
-is stored with the processed ids. So rows older than the retention window (default 7 days,
-`MAHJONG_RETENTION_HOURS`) are deleted, in bounded batches, by one worker per service.
+can still be re-sent: by a producer retry (seconds), or by a relay that crashed between publishing
+and marking sent, when it restarts (normally seconds; after an outage, as long as the outage). A
+consumer never re-reads what it applied, because its position is stored with the processed ids.
+So rows older than the retention window (default 7 days, `MAHJONG_RETENTION_HOURS`) are deleted,
+in bounded batches, by one worker per service. Should a relay stay down longer than the window,
+the projections' own keys still refuse a duplicate: the ledger posts an instruction id once,
+scoring records each table event id once, the table engine appends after an expected version.
 
 Unsent outbox rows are never deleted, whatever their age: they still have to reach Kafka. The
 event store itself (`stored_events`) is the source of truth and is never pruned.

@@ -174,10 +174,20 @@ def drop_platform_tables(op: Any) -> None:
 def create_retention_indexes(op: Any) -> None:
     """Alembic upgrade step (platform schema version 2): the indexes `retention` prunes by.
 
-    Call it from a service revision after `create_platform_tables`.
+    Call it from a service revision after `create_platform_tables`. On PostgreSQL the indexes are
+    built CONCURRENTLY (outside the migration's transaction), so a deploy onto tables that grew for
+    a long time does not block the outbox and the consumers while they build.
     """
-    op.create_index("ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"])
-    op.create_index("ix_processed_events_processed_at", "processed_events", ["processed_at"])
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"], postgresql_concurrently=True
+        )
+        op.create_index(
+            "ix_processed_events_processed_at",
+            "processed_events",
+            ["processed_at"],
+            postgresql_concurrently=True,
+        )
 
 
 def drop_retention_indexes(op: Any) -> None:

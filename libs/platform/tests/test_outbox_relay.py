@@ -225,21 +225,26 @@ def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
 
 
 def test_a_commit_wakes_the_relay_before_its_poll_interval(
-    sqlite_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+    migrated_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
 ) -> None:
-    """The relay waits on this process's outbox commits, not just its poll interval (a minute here)."""
+    """The relay waits on this process's outbox commits, not just its poll interval (a minute here):
+    the outer commit wakes it, not the event store's savepoint (PostgreSQL would show the rows
+    only after the commit, and a relay woken at the savepoint would read nothing and sleep)."""
     stop_event = threading.Event()
-    relay = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+    relay = OutboxRelay(migrated_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
     relay.run_once()  # connect to the broker before timing anything
     thread = threading.Thread(target=relay.run_forever, args=(stop_event, 60_000))
     thread.start()
     try:
         time.sleep(0.5)  # the relay has read an empty outbox and waits
-        append_events(sqlite_engine, kafka_topics, {"table-1": 2})
+        store = EventStore(topics=kafka_topics)
+        with transaction(create_session_factory(migrated_engine)) as session:
+            store.append(session, "table-1", 0, table_events(2))  # its savepoint is released here
+            time.sleep(0.5)  # the outer commit comes later; only it may wake the relay
         started = time.monotonic()
-        while unsent_count(sqlite_engine) and time.monotonic() - started < 10:
+        while unsent_count(migrated_engine) and time.monotonic() - started < 10:
             time.sleep(0.02)
-        assert unsent_count(sqlite_engine) == 0
+        assert unsent_count(migrated_engine) == 0
         assert time.monotonic() - started < 10  # well before the 60 s poll
     finally:
         stop_event.set()

@@ -256,24 +256,29 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                     self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
                     continue
                 update = messages.TableUpdate()
-                loaded_from = after
-                while after < state.version:
+                read_up_to = after
+                while read_up_to < state.version:
                     batch = self._engine.events_after(
-                        self._read_transaction, request.table_id, after, WATCH_BATCH_EVENTS
+                        self._read_transaction,
+                        request.table_id,
+                        read_up_to,
+                        WATCH_BATCH_EVENTS,
+                        at_least_up_to=state.version,
                     )
                     if not batch:
                         break
                     for envelope in batch:
                         if envelope.sequence > state.version:
                             break  # newer than the view: the next update carries it
-                        after = envelope.sequence
+                        read_up_to = envelope.sequence
                         visible = redacted_envelope(envelope, seat)
                         if visible is not None:
                             update.events.append(visible)
-                if not first and after == loaded_from:
-                    # The store has not shown the new events yet: look again after a change.
-                    self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
+                if read_up_to < state.version:
+                    # Never a view ahead of its events: look again once the store shows them.
+                    self._engine.changes.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
                     continue
+                after = read_up_to
                 update.view.CopyFrom(
                     table_view_message(state, seat, self._engine.deadline_of(self._read_transaction, state))
                 )

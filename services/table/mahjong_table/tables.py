@@ -55,8 +55,10 @@ class TableChanges:
         return condition
 
     def notify(self, table_id: str, version: int, *, ended: bool = False) -> None:
+        """Record `version` as committed (never lowering what is known: two commits of one table
+        may be published out of order) and wake the table's watchers."""
         with self._lock:
-            self._versions[table_id] = version
+            self._versions[table_id] = max(version, self._versions.get(table_id, 0))
             self._condition(table_id).notify_all()
             if ended:  # the woken watchers still see the version; later waits make a new condition
                 del self._conditions[table_id]
@@ -105,7 +107,9 @@ class StateCache:
 class RecentEvents:
     """The last events this process committed per table (bounded per table, least recently used
     tables out), so Watch streams read new events from memory instead of querying the store once
-    per watcher per change. Only filled after a commit, in stream order; a gap resets a table."""
+    per watcher per change. Only filled after a commit; a batch older than the tail (two commits
+    published out of order) is ignored, and a gap starts the table over, so the tail is always a
+    gapless run of committed events."""
 
     def __init__(
         self, per_table: int = RECENT_EVENTS_PER_TABLE, tables: int = RECENT_EVENTS_TABLES_MAX
@@ -123,6 +127,8 @@ class RecentEvents:
             return
         with self._lock:
             recent = self._events.get(table_id)
+            if recent and envelopes[-1].sequence <= recent[-1].sequence:
+                return  # published after a later commit of the table: already superseded
             if recent is None or not recent or recent[-1].sequence + 1 != envelopes[0].sequence:
                 recent = collections.deque(maxlen=self._per_table)
                 self._events[table_id] = recent
@@ -189,9 +195,14 @@ class TableEngine:
         table_id: str,
         after_sequence: int,
         limit: int,
+        *,
+        at_least_up_to: int = 0,
     ) -> list[envelope_pb2.Envelope]:
-        """Committed events after `after_sequence`, from memory when it has them all."""
-        recent = self.recent.after(table_id, after_sequence, self.changes.version(table_id), limit)
+        """Committed events after `after_sequence`, from memory when it holds all of them up to
+        the latest published version (or `at_least_up_to`, e.g. a state the caller already read,
+        which the cache may know before its events are published)."""
+        up_to = max(self.changes.version(table_id), at_least_up_to)
+        recent = self.recent.after(table_id, after_sequence, up_to, limit)
         if recent is not None:
             return recent
         with session_scope() as session:
@@ -261,12 +272,12 @@ class TableEngine:
                     # retry reads the store.
                     state = self.load_state(session, table_id, for_reading=attempt == 0)
                     events = decide(state, command_for_seat(state))
-                    envelopes, new_state = self._append(session, state, events, causation_id="")
+                    envelopes, new_state, deadline = self._append(session, state, events, causation_id="")
                     assert new_state is not None
                     answer = answer_of(new_state, envelopes) if answer_of is not None else b""
                     if idempotency is not None:
                         remember_answer(session, table_id, *idempotency, answer)
-                self._published(new_state, envelopes)
+                self._published(new_state, envelopes, deadline)
                 return new_state, envelopes, answer
             except WrongExpectedVersionError:
                 continue
@@ -278,11 +289,11 @@ class TableEngine:
         state: TableState | None,
         events: Sequence[TableEvent],
         causation_id: str,
-    ) -> tuple[list[envelope_pb2.Envelope], TableState | None]:
+    ) -> tuple[list[envelope_pb2.Envelope], TableState | None, datetime.datetime | None]:
         """Append `events` after `state` (None: a new table) with the outbox and the status row;
-        the envelopes (sequences set) and the state after them."""
+        the envelopes (sequences set), the state after them and its deadline."""
         if not events:
-            return [], state
+            return [], state, None
         table_id = state.table_id if state is not None else _table_id_of(events)
         version = state.version if state is not None else 0
         envelopes = [
@@ -300,10 +311,12 @@ class TableEngine:
             envelope.sequence = sequence
         new_state = fold(events, state)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
-        self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
-        return envelopes, new_state
+        deadline = self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+        return envelopes, new_state, deadline
 
-    def _write_status(self, session: Session, state: TableState, last_event_at: datetime.datetime) -> None:
+    def _write_status(
+        self, session: Session, state: TableState, last_event_at: datetime.datetime
+    ) -> datetime.datetime | None:
         timeout = datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
         deadline = last_event_at + timeout if waited_on(state) and not state.is_over else None
         values = {
@@ -314,13 +327,22 @@ class TableEngine:
             "last_event_at": last_event_at,
             "deadline_at": deadline,
         }
-        with self._deadlines_lock:
-            self._deadlines[state.table_id] = (state.version, deadline)
         updated = session.execute(_UPDATE_STATUS, {"status_of": state.table_id, **values})
         if not getattr(updated, "rowcount", 0):
             session.execute(_INSERT_STATUS, {"table_id": state.table_id, **values})
+        return deadline
 
-    def _published(self, state: TableState, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
+    def _published(
+        self,
+        state: TableState,
+        envelopes: Sequence[envelope_pb2.Envelope],
+        deadline: datetime.datetime | None,
+    ) -> None:
+        """After the commit: the cache, the deadline, the event tail, then the watchers."""
+        with self._deadlines_lock:
+            known = self._deadlines.get(state.table_id)
+            if known is None or known[0] <= state.version:
+                self._deadlines[state.table_id] = (state.version, deadline)
         self.cache.put(state)
         self.recent.add(state.table_id, envelopes)
         self.changes.notify(state.table_id, state.version, ended=state.is_over)

@@ -68,3 +68,18 @@ def test_a_change_wakes_the_watchers_of_its_table_even_when_it_ends_the_game() -
     watcher.join(5)
     assert woke and woke[0] < 5
     assert changes.version("t") == 4
+
+
+def test_two_commits_published_out_of_order_never_hide_an_event() -> None:
+    """Commits V+1 and V+2 of one table, published V+2 first: the tail must not end at V+1, and the
+    known version must not go back, or a watcher at V+1 would wait forever for V+2."""
+    recent, changes = RecentEvents(), TableChanges()
+    recent.add("t", envelopes(1, 3))
+    changes.notify("t", 3)
+    recent.add("t", envelopes(5, 5))  # the later commit published first: a gap, the tail restarts
+    changes.notify("t", 5)
+    recent.add("t", envelopes(4, 4))  # the earlier commit published late: superseded, ignored
+    changes.notify("t", 4)
+    assert changes.version("t") == 5
+    assert recent.after("t", 3, changes.version("t"), 10) is None  # 4 is not in memory: the store
+    assert sequences(recent.after("t", 4, changes.version("t"), 10)) == [5]

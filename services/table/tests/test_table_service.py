@@ -265,10 +265,13 @@ def test_a_game_played_on_watch_view_feeds_every_event_once_with_a_matching_view
         assert updates[-1].view.phase == "ended"
         # Every event the seat may see arrives once, in order, exactly as Watch redacts it.
         assert [event.sequence for update in updates for event in update.events] == watched[player]
+        previous_view = 0
         for update in updates:
             assert update.view.your_seat == seat
-            if update.events:
-                assert update.view.sequence >= update.events[-1].sequence
+            # An update's events are exactly those after the previous view, up to its own view:
+            # never a view ahead of events still to come.
+            assert all(previous_view < event.sequence <= update.view.sequence for event in update.events)
+            previous_view = update.view.sequence
             for event in update.events:
                 if event.WhichOneof("payload") == "tile_drawn" and event.tile_drawn.seat != seat:
                     assert event.tile_drawn.tile == ""  # no other seat's draw
