@@ -95,3 +95,17 @@ def test_2_3_the_dealer_wins_on_the_deal_every_payment_doubled_and_the_bird_on_t
     deltas = money.deltas()
     assert deltas["p0"] == sum(owed.values()) - A
     assert all(deltas[payer] == -beans - A for payer, beans in owed.items())
+
+
+def test_every_settlement_line_names_the_seats_of_its_players_and_none_for_the_house() -> None:
+    table = robbed_kong_table("fan")
+    money = settle_and_post(table.events, RICH)
+    for line in money.instructions:
+        assert line.HasField("payer_seat") and line.payer_account == f"player:p{line.payer_seat}"
+        for payee in line.payees:
+            if payee.account.startswith("house:"):
+                assert not payee.HasField("seat")
+            else:
+                assert payee.HasField("seat") and payee.account == f"player:p{payee.seat}"
+    win = next(line for line in money.instructions if line.reason == "win")
+    assert (win.payer_seat, [payee.seat for payee in win.payees]) == (1, [2])

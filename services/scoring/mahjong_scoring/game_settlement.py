@@ -248,12 +248,14 @@ def _add_line(
         room_id=opened.room_id,
         reason=main_reason,
         payer_account=_account(opened, instruction.payer),
+        payer_seat=_seat(instruction.payer),
         payees=[
             settlement_events_pb2.Payee(
                 account=_account(opened, payment.payee),
                 points=payment_points,
                 beans=payment.beans,
                 reason="" if payment.reason.value == main_reason else payment.reason.value,
+                seat=_seat(payment.payee),
             )
             for payment, payment_points in zip(instruction.payments, points, strict=True)
         ],
@@ -303,6 +305,11 @@ def _adjust(totals: list[PlayerTotal], party: Party, points: int, beans: int) ->
     if isinstance(party, int):
         total = totals[party]
         totals[party] = replace(total, points=total.points + points, beans=total.beans + beans)
+
+
+def _seat(party: Party) -> int | None:
+    """A player's seat; None (the field left absent) for a house account."""
+    return party if isinstance(party, int) else None
 
 
 def _account(opened: GameOpened, party: Party) -> str:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mahjong.v1 import common_pb2 as mahjong_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"mahjong/v1/settlement_events.proto\x12\nmahjong.v1\x1a\x17mahjong/v1/common.proto\"G\n\x05Payee\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0e\n\x06points\x18\x02 \x01(\x03\x12\r\n\x05\x62\x65\x61ns\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x8a\x02\n\x14SettlementInstructed\x12\x16\n\x0einstruction_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x0f\n\x07room_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x15\n\rpayer_account\x18\x05 \x01(\t\x12!\n\x06payees\x18\x06 \x03(\x0b\x32\x11.mahjong.v1.Payee\x12\x17\n\x0fsource_event_id\x18\x07 \x01(\t\x12\x1d\n\x04\x66\x61ns\x18\x08 \x03(\x0b\x32\x0f.mahjong.v1.Fan\x12\x12\n\nmultiplier\x18\t \x01(\x03\x12\x13\n\x0b\x63oefficient\x18\n \x01(\x03\x12\x0c\n\x04line\x18\x0b \x01(\x05\"d\n\x10PlayerSettlement\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0c\n\x04seat\x18\x02 \x01(\x05\x12\x0e\n\x06points\x18\x03 \x01(\x03\x12\r\n\x05\x62\x65\x61ns\x18\x04 \x01(\x03\x12\x12\n\nrake_beans\x18\x05 \x01(\x03\"z\n\x0bGameSettled\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07room_id\x18\x02 \x01(\t\x12-\n\x07players\x18\x03 \x03(\x0b\x32\x1c.mahjong.v1.PlayerSettlement\x12\x19\n\x11instruction_count\x18\x04 \x01(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"mahjong/v1/settlement_events.proto\x12\nmahjong.v1\x1a\x17mahjong/v1/common.proto\"c\n\x05Payee\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0e\n\x06points\x18\x02 \x01(\x03\x12\r\n\x05\x62\x65\x61ns\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x11\n\x04seat\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x07\n\x05_seat\"\xb2\x02\n\x14SettlementInstructed\x12\x16\n\x0einstruction_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x0f\n\x07room_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x15\n\rpayer_account\x18\x05 \x01(\t\x12!\n\x06payees\x18\x06 \x03(\x0b\x32\x11.mahjong.v1.Payee\x12\x17\n\x0fsource_event_id\x18\x07 \x01(\t\x12\x1d\n\x04\x66\x61ns\x18\x08 \x03(\x0b\x32\x0f.mahjong.v1.Fan\x12\x12\n\nmultiplier\x18\t \x01(\x03\x12\x13\n\x0b\x63oefficient\x18\n \x01(\x03\x12\x0c\n\x04line\x18\x0b \x01(\x05\x12\x17\n\npayer_seat\x18\x0c \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_payer_seat\"d\n\x10PlayerSettlement\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0c\n\x04seat\x18\x02 \x01(\x05\x12\x0e\n\x06points\x18\x03 \x01(\x03\x12\r\n\x05\x62\x65\x61ns\x18\x04 \x01(\x03\x12\x12\n\nrake_beans\x18\x05 \x01(\x03\"z\n\x0bGameSettled\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07room_id\x18\x02 \x01(\t\x12-\n\x07players\x18\x03 \x03(\x0b\x32\x1c.mahjong.v1.PlayerSettlement\x12\x19\n\x11instruction_count\x18\x04 \x01(\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,11 +33,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mahjong.v1.settlement_event
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PAYEE']._serialized_start=75
-  _globals['_PAYEE']._serialized_end=146
-  _globals['_SETTLEMENTINSTRUCTED']._serialized_start=149
-  _globals['_SETTLEMENTINSTRUCTED']._serialized_end=415
-  _globals['_PLAYERSETTLEMENT']._serialized_start=417
-  _globals['_PLAYERSETTLEMENT']._serialized_end=517
-  _globals['_GAMESETTLED']._serialized_start=519
-  _globals['_GAMESETTLED']._serialized_end=641
+  _globals['_PAYEE']._serialized_end=174
+  _globals['_SETTLEMENTINSTRUCTED']._serialized_start=177
+  _globals['_SETTLEMENTINSTRUCTED']._serialized_end=483
+  _globals['_PLAYERSETTLEMENT']._serialized_start=485
+  _globals['_PLAYERSETTLEMENT']._serialized_end=585
+  _globals['_GAMESETTLED']._serialized_start=587
+  _globals['_GAMESETTLED']._serialized_end=709
 # @@protoc_insertion_point(module_scope)

@@ -29,6 +29,7 @@ class Payee(_message.Message):
     POINTS_FIELD_NUMBER: _builtins.int
     BEANS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SEAT_FIELD_NUMBER: _builtins.int
     account: _builtins.str
     points: _builtins.int
     beans: _builtins.int
@@ -36,6 +37,8 @@ class Payee(_message.Message):
     """This line's reason when it differs from the instruction's (an escape pays the penalty and the
     compensations in one instruction); empty = the instruction's reason.
     """
+    seat: _builtins.int
+    """The payee's seat at the table; absent for a house account."""
     def __init__(
         self,
         *,
@@ -43,12 +46,15 @@ class Payee(_message.Message):
         points: _builtins.int = ...,
         beans: _builtins.int = ...,
         reason: _builtins.str = ...,
+        seat: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_seat", b"_seat", "seat", b"seat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "beans", b"beans", "points", b"points", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seat", b"_seat", "account", b"account", "beans", b"beans", "points", b"points", "reason", b"reason", "seat", b"seat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__seat: _TypeAlias = _typing.Literal["seat"]  # noqa: Y015
+    _WhichOneofArgType__seat: _TypeAlias = _typing.Literal["_seat", b"_seat"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__seat) -> _WhichOneofReturnType__seat | None: ...
 
 Global___Payee: _TypeAlias = Payee  # noqa: Y015
 
@@ -71,6 +77,7 @@ class SettlementInstructed(_message.Message):
     MULTIPLIER_FIELD_NUMBER: _builtins.int
     COEFFICIENT_FIELD_NUMBER: _builtins.int
     LINE_FIELD_NUMBER: _builtins.int
+    PAYER_SEAT_FIELD_NUMBER: _builtins.int
     instruction_id: _builtins.str
     """Derived from the source event, so it is an idempotency key."""
     table_id: _builtins.str
@@ -86,6 +93,8 @@ class SettlementInstructed(_message.Message):
     coefficient: _builtins.int
     line: _builtins.int
     """Position of this instruction within the game, for ordering in statements."""
+    payer_seat: _builtins.int
+    """The payer's seat at the table (the payer is always a player)."""
     @_builtins.property
     def payees(self) -> _containers.RepeatedCompositeFieldContainer[Global___Payee]: ...
     @_builtins.property
@@ -106,12 +115,15 @@ class SettlementInstructed(_message.Message):
         multiplier: _builtins.int = ...,
         coefficient: _builtins.int = ...,
         line: _builtins.int = ...,
+        payer_seat: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat", "payer_seat", b"payer_seat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient", b"coefficient", "fans", b"fans", "instruction_id", b"instruction_id", "line", b"line", "multiplier", b"multiplier", "payees", b"payees", "payer_account", b"payer_account", "reason", b"reason", "room_id", b"room_id", "source_event_id", b"source_event_id", "table_id", b"table_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat", "coefficient", b"coefficient", "fans", b"fans", "instruction_id", b"instruction_id", "line", b"line", "multiplier", b"multiplier", "payees", b"payees", "payer_account", b"payer_account", "payer_seat", b"payer_seat", "reason", b"reason", "room_id", b"room_id", "source_event_id", b"source_event_id", "table_id", b"table_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__payer_seat: _TypeAlias = _typing.Literal["payer_seat"]  # noqa: Y015
+    _WhichOneofArgType__payer_seat: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__payer_seat) -> _WhichOneofReturnType__payer_seat | None: ...
 
 Global___SettlementInstructed: _TypeAlias = SettlementInstructed  # noqa: Y015
 
