@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 WORKER_RESTART_PAUSE_SECONDS = 2.0
 WORKER_STOP_TIMEOUT_SECONDS = 15.0
+WORKER_STALL_SECONDS = 45.0
+"""A worker that reports its progress (`stalled_seconds`) and made none for this long is abandoned
+and replaced: a Kafka client that stopped polling has long left its group (session 10 s)."""
+WORKER_WATCH_INTERVAL_SECONDS = 1.0
 
 
 class Worker(Protocol):
@@ -80,7 +84,15 @@ def migrate(definition: ServiceDefinition, database_url: str) -> None:
 
 
 class SupervisedWorker:
-    """Runs a worker in a thread; when it crashes, logs, closes it, pauses and starts a fresh one."""
+    """Runs a worker in a thread; when it crashes, logs, closes it, pauses and starts a fresh one.
+
+    A worker with a `stalled_seconds()` method (the tracked consumers) is also watched: stuck for
+    WORKER_STALL_SECONDS (a kafka-python client that stopped polling after a group join was seen
+    on a loaded machine), it is told to stop and left to finish on its own, and a fresh one
+    starts. Exactly-once does not depend on the old one being gone: positions and processed ids
+    are stored with every projection change, so two consumers of one group never apply an event
+    twice.
+    """
 
     def __init__(self, name: str, create: Callable[[], Worker], stop_event: threading.Event) -> None:
         self.name = name
@@ -96,19 +108,59 @@ class SupervisedWorker:
 
     def _run(self) -> None:
         while not self._stop_event.is_set():
-            worker: Worker | None = None
-            try:
-                worker = self._create()
-                worker.run_forever(self._stop_event)
-            except Exception:
-                logger.exception("worker %s crashed; restarting", self.name)
+            run = _WorkerRun(self.name, self._create)
+            run.start()
+            while not run.done.wait(WORKER_WATCH_INTERVAL_SECONDS):
+                if self._stop_event.is_set():
+                    run.stop.set()  # and wait for it to finish (the service's stop bounds the wait)
+                elif run.stalled_seconds() > WORKER_STALL_SECONDS:
+                    logger.error(
+                        "worker %s made no progress for %.0f s; starting a fresh one",
+                        self.name,
+                        run.stalled_seconds(),
+                    )
+                    run.stop.set()
+                    break
+            if run.crashed:
                 self._stop_event.wait(WORKER_RESTART_PAUSE_SECONDS)
-            finally:
-                if worker is not None:
-                    try:
-                        worker.close()
-                    except Exception:
-                        logger.exception("closing worker %s failed", self.name)
+
+
+class _WorkerRun:
+    """One worker instance in its own daemon thread, with its own stop event."""
+
+    def __init__(self, name: str, create: Callable[[], Worker]) -> None:
+        self.name = name
+        self._create = create
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.crashed = False
+        self._worker: Worker | None = None
+        self._thread = threading.Thread(target=self._body, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stalled_seconds(self) -> float:
+        """How long the worker has made no progress; 0 for a worker that does not say."""
+        stalled = getattr(self._worker, "stalled_seconds", None)
+        return float(stalled()) if callable(stalled) else 0.0
+
+    def _body(self) -> None:
+        worker: Worker | None = None
+        try:
+            worker = self._create()
+            self._worker = worker
+            worker.run_forever(self.stop)
+        except Exception:
+            logger.exception("worker %s crashed; restarting", self.name)
+            self.crashed = True
+        finally:
+            if worker is not None:
+                try:
+                    worker.close()
+                except Exception:
+                    logger.exception("closing worker %s failed", self.name)
+            self.done.set()
 
 
 @dataclasses.dataclass

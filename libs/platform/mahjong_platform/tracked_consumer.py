@@ -155,6 +155,7 @@ class TrackedConsumer:
         )
         self._wait_until_topics_are_known(topics, topic_metadata_timeout_ms)
         self._consumer.subscribe(list(topics), listener=_SeekToStoredPositions(self))
+        self._last_progress = time.monotonic()
 
     def _wait_until_topics_are_known(self, topics: Sequence[str], timeout_ms: int) -> None:
         """Block until the client's metadata lists every topic's partitions.
@@ -193,7 +194,12 @@ class TrackedConsumer:
             except Exception:
                 logger.exception("rewinding to the stored positions failed: close this consumer")
             raise
+        self._last_progress = time.monotonic()
         return handled_count
+
+    def stalled_seconds(self) -> float:
+        """Seconds since a poll last returned (the service's supervisor restarts a stuck consumer)."""
+        return time.monotonic() - self._last_progress
 
     def run_forever(
         self, stop_event: threading.Event, poll_timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT
