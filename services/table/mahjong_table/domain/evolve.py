@@ -49,7 +49,11 @@ from mahjong_table.domain.state import (
     TableState,
     WindowKind,
     WindowStage,
+    add_count,
+    added_kong_to_pong,
+    pong_to_added_kong,
     replaced,
+    with_player,
 )
 
 EXCHANGE_OFFSETS = {DIRECTION_CLOCKWISE: -1, DIRECTION_COUNTER_CLOCKWISE: 1, DIRECTION_OPPOSITE: 2}
@@ -61,24 +65,11 @@ def exchange_receiver(from_seat: int, direction: str) -> int:
     return (from_seat + EXCHANGE_OFFSETS[direction]) % SEAT_COUNT
 
 
-def _add(counts: tuple[int, ...], tile: int, amount: int) -> tuple[int, ...]:
-    updated = list(counts)
-    updated[tile] += amount
-    assert 0 <= updated[tile] <= 4, f"tile {tile} count {updated[tile]} out of 0..4"
-    return tuple(updated)
-
-
-def _with_player(state: TableState, seat: int, player: PlayerState) -> tuple[PlayerState, ...]:
-    players = list(state.players)
-    players[seat] = player
-    return tuple(players)
-
-
 def _pop_discard(state: TableState, seat: int, tile: int) -> tuple[PlayerState, ...]:
     """Take the last discard of `seat` (claimed or robbed back) off the discard pile."""
     player = state.players[seat]
     assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
-    return _with_player(state, seat, replaced(player, discards=player.discards[:-1]))
+    return with_player(state.players, seat, replaced(player, discards=player.discards[:-1]))
 
 
 def _opened(state: TableState | None, event: TableOpened) -> TableState:
@@ -116,7 +107,9 @@ def _exchange_picked(state: TableState, event: ExchangePicked) -> TableState:
     player = state.players[event.seat]
     assert player.exchange_pick is None
     pick = tuple(parse_code(code) for code in event.tiles)
-    return replaced(state, players=_with_player(state, event.seat, replaced(player, exchange_pick=pick)))
+    return replaced(
+        state, players=with_player(state.players, event.seat, replaced(player, exchange_pick=pick))
+    )
 
 
 def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
@@ -124,8 +117,8 @@ def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
     for transfer in event.transfers:
         for code in transfer.tiles:
             tile = parse_code(code)
-            hands[transfer.from_seat] = _add(hands[transfer.from_seat], tile, -1)
-            hands[transfer.to_seat] = _add(hands[transfer.to_seat], tile, 1)
+            hands[transfer.from_seat] = add_count(hands[transfer.from_seat], tile, -1)
+            hands[transfer.to_seat] = add_count(hands[transfer.to_seat], tile, 1)
     players = tuple(replaced(player, concealed=hands[seat]) for seat, player in enumerate(state.players))
     return replaced(state, players=players, phase=Phase.MISSING_SUIT)
 
@@ -134,7 +127,7 @@ def _missing_suit_chosen(state: TableState, event: MissingSuitChosen) -> TableSt
     player = state.players[event.seat]
     assert player.missing_suit is None
     chosen = replaced(player, missing_suit=SUIT_CODES.index(event.suit))
-    return replaced(state, players=_with_player(state, event.seat, chosen))
+    return replaced(state, players=with_player(state.players, event.seat, chosen))
 
 
 def _missing_suits_declared(state: TableState, event: MissingSuitsDeclared) -> TableState:
@@ -156,13 +149,13 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
     player = state.players[event.seat]
     drawn = replaced(
         player,
-        concealed=_add(player.concealed, tile, 1),
+        concealed=add_count(player.concealed, tile, 1),
         draw_count=player.draw_count + 1,
         skip_win_multiplier=0,  # RULES.md 1.4: the skip-win lock lasts until the player's own next draw
     )
     return replaced(
         state,
-        players=_with_player(state, event.seat, drawn),
+        players=with_player(state.players, event.seat, drawn),
         wall_head=head,
         wall_tail=tail,
         phase=Phase.TURN,
@@ -178,11 +171,11 @@ def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
     tile = parse_code(event.tile)
     player = state.players[event.seat]
     discarded = replaced(
-        player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile)
+        player, concealed=add_count(player.concealed, tile, -1), discards=(*player.discards, tile)
     )
     after = replaced(
         state,
-        players=_with_player(state, event.seat, discarded),
+        players=with_player(state.players, event.seat, discarded),
         phase=Phase.CLAIM,
         drawn_tile=None,
         discard_count=state.discard_count + 1,
@@ -200,7 +193,7 @@ def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
         locked = replaced(
             player, skip_win_multiplier=max(player.skip_win_multiplier, event.passed_win_multiplier)
         )
-        players = _with_player(state, event.seat, locked)
+        players = with_player(state.players, event.seat, locked)
     after = replaced(state, players=players, window=replaced(window, pending=window.pending - {event.seat}))
     return _after_answer(after)
 
@@ -220,12 +213,12 @@ def _pong_claimed(state: TableState, event: PongClaimed) -> TableState:
     player = players[event.seat]
     ponged = replaced(
         player,
-        concealed=_add(player.concealed, tile, -2),
+        concealed=add_count(player.concealed, tile, -2),
         melds=(*player.melds, MeldState("pong", tile, "", event.from_seat)),
     )
     return replaced(
         state,
-        players=_with_player(replaced(state, players=players), event.seat, ponged),
+        players=with_player(players, event.seat, ponged),
         phase=Phase.TURN,
         turn_seat=event.seat,
         drawn_tile=None,
@@ -243,7 +236,7 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
         player = players[event.seat]
         konged = replaced(
             player,
-            concealed=_add(player.concealed, tile, -3),
+            concealed=add_count(player.concealed, tile, -3),
             melds=(*player.melds, MeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
         )
         state = replaced(state, players=players)
@@ -251,23 +244,17 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
         player = state.players[event.seat]
         konged = replaced(
             player,
-            concealed=_add(player.concealed, tile, -4),
+            concealed=add_count(player.concealed, tile, -4),
             melds=(*player.melds, MeldState("kong", tile, EXPOSURE_CONCEALED)),
         )
     else:
         assert event.exposure == EXPOSURE_ADDED
         player = state.players[event.seat]
-        # The added kong keeps the seat whose discard made the pong, so a robbed kong can revert.
-        melds = tuple(
-            MeldState("kong", meld.tile, EXPOSURE_ADDED, meld.from_seat)
-            if meld.kind == "pong" and meld.tile == tile
-            else meld
-            for meld in player.melds
-        )
-        konged = replaced(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+        melds = pong_to_added_kong(player.melds, tile)
+        konged = replaced(player, concealed=add_count(player.concealed, tile, -1), melds=melds)
     after = replaced(
         state,
-        players=_with_player(state, event.seat, konged),
+        players=with_player(state.players, event.seat, konged),
         phase=Phase.TURN,
         turn_seat=event.seat,
         drawn_tile=None,
@@ -285,22 +272,18 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
 def _kong_robbed(state: TableState, event: KongRobbed) -> TableState:
     tile = parse_code(event.tile)
     player = state.players[event.kong_seat]
-    melds = tuple(
-        MeldState("pong", meld.tile, "", meld.from_seat)
-        if meld.kind == "kong" and meld.tile == tile
-        else meld
-        for meld in player.melds
-    )
     # The kong is void: the pong stays and the robbed tile lies in the declarer's discards.
-    robbed = replaced(player, melds=melds, discards=(*player.discards, tile))
-    return replaced(state, players=_with_player(state, event.kong_seat, robbed))
+    robbed = replaced(player, melds=added_kong_to_pong(player.melds, tile), discards=(*player.discards, tile))
+    return replaced(state, players=with_player(state.players, event.kong_seat, robbed))
 
 
 def _player_won(state: TableState, event: PlayerWon) -> TableState:
     player = state.players[event.seat]
     assert player.in_game, "a seat that won or left cannot win"
     won = replaced(player, won=True, win_order=event.win_order)
-    after = replaced(state, players=_with_player(state, event.seat, won), win_count=state.win_count + 1)
+    after = replaced(
+        state, players=with_player(state.players, event.seat, won), win_count=state.win_count + 1
+    )
     if event.win_by == WIN_BY_SELF_DRAW:
         return replaced(after, drawn_tile=None)
     window = state.window
@@ -314,7 +297,7 @@ def _player_won(state: TableState, event: PlayerWon) -> TableState:
 def _player_left(state: TableState, event: PlayerLeft) -> TableState:
     player = state.players[event.seat]
     assert not player.left
-    after = replaced(state, players=_with_player(state, event.seat, replaced(player, left=True)))
+    after = replaced(state, players=with_player(state.players, event.seat, replaced(player, left=True)))
     window = after.window
     if window is not None and event.seat in window.pending:
         after = _after_answer(replaced(after, window=replaced(window, pending=window.pending - {event.seat})))

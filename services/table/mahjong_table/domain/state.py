@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
-from mahjong_table.domain.events import NO_SEAT
+from mahjong_table.domain.events import EXPOSURE_ADDED, NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
 
 SEAT_COUNT = 4
@@ -198,3 +198,57 @@ def replaced(value: _Frozen, **changes: object) -> _Frozen:
     for name in slots:
         object.__setattr__(copy, name, changes[name] if name in changes else getattr(value, name))
     return copy
+
+
+# --- shared by both families' folds (`domain/evolve.py`, `formula/evolve.py`) -------------------
+
+
+class _MeldLike(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def tile(self) -> int: ...
+    @property
+    def exposure(self) -> str: ...
+
+
+_Player = TypeVar("_Player")
+_Meld = TypeVar("_Meld", bound=_MeldLike)
+
+
+def add_count(counts: tuple[int, ...], tile: int, amount: int) -> tuple[int, ...]:
+    """`counts` with `amount` more of `tile` (a fold asserts what the events guarantee: 0..4)."""
+    updated = list(counts)
+    updated[tile] += amount
+    assert 0 <= updated[tile] <= 4, f"tile {tile} count {updated[tile]} out of 0..4"
+    return tuple(updated)
+
+
+def with_player(players: tuple[_Player, ...], seat: int, player: _Player) -> tuple[_Player, ...]:
+    """`players` with `seat`'s entry replaced."""
+    updated = list(players)
+    updated[seat] = player
+    return tuple(updated)
+
+
+def pong_to_added_kong(melds: tuple[_Meld, ...], tile: int) -> tuple[_Meld, ...]:
+    """The pong of `tile` becomes an added kong (RULES.md 1.5, 2.1); it keeps the seat whose
+    discard made the pong, so a robbed kong can revert."""
+    return tuple(
+        replaced(meld, kind="kong", exposure=EXPOSURE_ADDED)
+        if meld.kind == "pong" and meld.tile == tile
+        else meld
+        for meld in melds
+    )
+
+
+def added_kong_to_pong(melds: tuple[_Meld, ...], tile: int) -> tuple[_Meld, ...]:
+    """A robbed added kong of `tile` is void: it is the pong it was (RULES.md 1.5, 2.2)."""
+    reverted = tuple(
+        replaced(meld, kind="pong", exposure="")
+        if meld.kind == "kong" and meld.exposure == EXPOSURE_ADDED and meld.tile == tile
+        else meld
+        for meld in melds
+    )
+    assert reverted != melds, "KongRobbed without the added kong"
+    return reverted

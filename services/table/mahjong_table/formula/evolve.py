@@ -37,7 +37,15 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.state import SEAT_COUNT, Phase, replaced
+from mahjong_table.domain.state import (
+    SEAT_COUNT,
+    Phase,
+    add_count,
+    added_kong_to_pong,
+    pong_to_added_kong,
+    replaced,
+    with_player,
+)
 from mahjong_table.formula import hands
 from mahjong_table.formula.state import (
     ASK_CHOW,
@@ -54,23 +62,12 @@ from mahjong_table.formula.state import (
 DEALT_TILE_COUNT = 14 + 3 * 13
 
 
-def _add(counts: tuple[int, ...], tile: int, amount: int) -> tuple[int, ...]:
-    updated = list(counts)
-    updated[tile] += amount
-    assert 0 <= updated[tile] <= 4, f"tile {tile} count {updated[tile]} out of 0..4"
-    return tuple(updated)
-
-
-def _with_player(state: FormulaTableState, seat: int, player: FormulaPlayer) -> tuple[FormulaPlayer, ...]:
-    players = list(state.players)
-    players[seat] = player
-    return tuple(players)
-
-
 def _pop_discard(state: FormulaTableState, seat: int, tile: int) -> FormulaTableState:
     player = state.players[seat]
     assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
-    return replaced(state, players=_with_player(state, seat, replaced(player, discards=player.discards[:-1])))
+    return replaced(
+        state, players=with_player(state.players, seat, replaced(player, discards=player.discards[:-1]))
+    )
 
 
 def _opened(state: FormulaTableState | None, event: TableOpened) -> FormulaTableState:
@@ -106,7 +103,7 @@ def _dealt(state: FormulaTableState, event: HandsDealt) -> FormulaTableState:
     for hand in event.hands:
         counts = players[hand.seat].concealed
         for code in hand.tiles:
-            counts = _add(counts, parse_tile(code), 1)
+            counts = add_count(counts, parse_tile(code), 1)
         players[hand.seat] = replaced(players[hand.seat], concealed=counts)
     head = state.wall_tail - event.wall_remaining
     # RULES.md 2.1: after the deal the indicator is turned up (flowers turned before it are set aside).
@@ -123,9 +120,9 @@ def _flower_replaced(state: FormulaTableState, event: FlowerReplaced) -> Formula
     assert is_flower(flower)
     player = state.players[event.seat]
     updated = replaced(
-        player, concealed=_add(player.concealed, flower, -1), flowers=(*player.flowers, flower)
+        player, concealed=add_count(player.concealed, flower, -1), flowers=(*player.flowers, flower)
     )
-    return replaced(state, players=_with_player(state, event.seat, updated))
+    return replaced(state, players=with_player(state.players, event.seat, updated))
 
 
 def _tile_drawn(state: FormulaTableState, event: TileDrawn) -> FormulaTableState:
@@ -140,7 +137,9 @@ def _tile_drawn(state: FormulaTableState, event: TileDrawn) -> FormulaTableState
     player = state.players[event.seat]
     drawn = replaced(
         state,
-        players=_with_player(state, event.seat, replaced(player, concealed=_add(player.concealed, tile, 1))),
+        players=with_player(
+            state.players, event.seat, replaced(player, concealed=add_count(player.concealed, tile, 1))
+        ),
         wall_head=head,
         wall_tail=tail,
     )
@@ -197,11 +196,11 @@ def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTa
     tile = parse_tile(event.tile)
     player = state.players[event.seat]
     discarded = replaced(
-        player, concealed=_add(player.concealed, tile, -1), discards=(*player.discards, tile)
+        player, concealed=add_count(player.concealed, tile, -1), discards=(*player.discards, tile)
     )
     after = replaced(
         state,
-        players=_with_player(state, event.seat, discarded),
+        players=with_player(state.players, event.seat, discarded),
         phase=Phase.CLAIM,
         drawn_tile=None,
         turn_after_kong=False,
@@ -221,7 +220,7 @@ def _meld_turn(
 ) -> FormulaTableState:
     return replaced(
         state,
-        players=_with_player(state, seat, player),
+        players=with_player(state.players, seat, player),
         phase=Phase.TURN,
         turn_seat=seat,
         drawn_tile=None,
@@ -237,7 +236,7 @@ def _pong_claimed(state: FormulaTableState, event: PongClaimed) -> FormulaTableS
     player = state.players[event.seat]
     ponged = replaced(
         player,
-        concealed=_add(player.concealed, tile, -2),
+        concealed=add_count(player.concealed, tile, -2),
         melds=(*player.melds, FormulaMeldState("pong", tile, "", event.from_seat)),
     )
     return _meld_turn(state, event.seat, ponged, kong=False)
@@ -251,7 +250,7 @@ def _chow_claimed(state: FormulaTableState, event: ChowClaimed) -> FormulaTableS
     concealed = player.concealed
     for tile in (start, start + 1, start + 2):
         if tile != claimed:
-            concealed = _add(concealed, tile, -1)
+            concealed = add_count(concealed, tile, -1)
     chowed = replaced(
         player,
         concealed=concealed,
@@ -267,26 +266,21 @@ def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTabl
         player = state.players[event.seat]
         konged = replaced(
             player,
-            concealed=_add(player.concealed, tile, -3),
+            concealed=add_count(player.concealed, tile, -3),
             melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
         )
     elif event.exposure == EXPOSURE_CONCEALED:
         player = state.players[event.seat]
         konged = replaced(
             player,
-            concealed=_add(player.concealed, tile, -4),
+            concealed=add_count(player.concealed, tile, -4),
             melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_CONCEALED)),
         )
     else:
         assert event.exposure == EXPOSURE_ADDED
         player = state.players[event.seat]
-        melds = tuple(
-            FormulaMeldState("kong", meld.tile, EXPOSURE_ADDED, meld.from_seat)
-            if meld.kind == "pong" and meld.tile == tile
-            else meld
-            for meld in player.melds
-        )
-        konged = replaced(player, concealed=_add(player.concealed, tile, -1), melds=melds)
+        melds = pong_to_added_kong(player.melds, tile)
+        konged = replaced(player, concealed=add_count(player.concealed, tile, -1), melds=melds)
         after = _meld_turn(state, event.seat, konged, kong=True)
         # 抢杠和 (RULES.md 2.2): the added tile is open to robbing before the replacement draw.
         return replaced(after, phase=Phase.CLAIM, window=open_rob_window(after, tile, event.seat))
@@ -301,15 +295,8 @@ def _kong_robbed(state: FormulaTableState, event: KongRobbed) -> FormulaTableSta
     assert window is not None and window.rob_kong, "KongRobbed outside a rob window"
     assert (window.tile, window.from_seat) == (tile, event.kong_seat), "KongRobbed of another kong"
     player = state.players[event.kong_seat]
-    melds = tuple(
-        FormulaMeldState("pong", meld.tile, "", meld.from_seat)
-        if meld.kind == "kong" and meld.exposure == EXPOSURE_ADDED and meld.tile == tile
-        else meld
-        for meld in player.melds
-    )
-    assert melds != player.melds, "KongRobbed without the added kong"
-    robbed = replaced(player, melds=melds, discards=(*player.discards, tile))
-    return replaced(state, players=_with_player(state, event.kong_seat, robbed))
+    robbed = replaced(player, melds=added_kong_to_pong(player.melds, tile), discards=(*player.discards, tile))
+    return replaced(state, players=with_player(state.players, event.kong_seat, robbed))
 
 
 def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState:
@@ -319,10 +306,10 @@ def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState
     if event.from_seat != NO_SEAT:
         # The winning discard joins the winner's hand for the reveal (tiles stay accounted for).
         state = _pop_discard(state, event.from_seat, parse_tile(event.win_tile))
-        won = replaced(won, concealed=_add(won.concealed, parse_tile(event.win_tile), 1))
+        won = replaced(won, concealed=add_count(won.concealed, parse_tile(event.win_tile), 1))
     return replaced(
         state,
-        players=_with_player(state, event.seat, won),
+        players=with_player(state.players, event.seat, won),
         win_count=1,
         winner_seat=event.seat,
         window=None,
@@ -337,7 +324,7 @@ def _bird_revealed(state: FormulaTableState, event: BirdRevealed) -> FormulaTabl
 def _player_left(state: FormulaTableState, event: PlayerLeft) -> FormulaTableState:
     player = state.players[event.seat]
     assert not player.left
-    after = replaced(state, players=_with_player(state, event.seat, replaced(player, left=True)))
+    after = replaced(state, players=with_player(state.players, event.seat, replaced(player, left=True)))
     window = after.window
     if window is not None:
         after = replaced(
