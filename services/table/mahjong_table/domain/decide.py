@@ -102,15 +102,23 @@ EXCHANGE_TILE_COUNT = 3
 # ----------------------------------------------------------------------------------- opening
 
 
+def opening_dice(seed: int) -> tuple[random.Random, int, int, int]:
+    """The generator seeded with `seed` for a table's opening, after it chose who rolls and the two
+    dice (RULES.md 1.1; both families); the caller may draw more from it (Sichuan: the exchange
+    direction)."""
+    generator = random.Random(f"table-opening:{seed}")
+    roller = generator.randrange(SEAT_COUNT)
+    die_1, die_2 = generator.randint(1, 6), generator.randint(1, 6)
+    return generator, roller, die_1, die_2
+
+
 def open_table(
     table_id: str, room_id: str, rules: RoomRules, seats: Sequence[str | SeatAssignment], seed: int
 ) -> list[TableEvent]:
     """Open a game: the wall from `seed` via the rules library, dice, dealer and exchange
     direction from a generator seeded with `seed` (the randomness is an input), then the deal
     (RULES.md 1.1, 1.2). Returns `TableOpened` (recording the whole wall) and `HandsDealt`."""
-    generator = random.Random(f"table-opening:{seed}")
-    dice_roller_seat = generator.randrange(SEAT_COUNT)
-    die_1, die_2 = generator.randint(1, 6), generator.randint(1, 6)
+    generator, dice_roller_seat, die_1, die_2 = opening_dice(seed)
     direction = generator.choice(EXCHANGE_DIRECTIONS)  # uniform over the three (RULES.md 1.2)
     return open_table_with_wall(
         table_id,

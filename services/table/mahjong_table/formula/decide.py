@@ -5,7 +5,6 @@ follow-up steps (补花, the next draw, the bird, the end) are decided on the st
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from mahjong_rules.formula.fans import WinBy
@@ -31,6 +30,7 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
+from mahjong_table.domain.decide import opening_dice
 from mahjong_table.domain.emitter import Emitter
 from mahjong_table.domain.errors import (
     GameOverError,
@@ -105,9 +105,7 @@ def open_formula_table(
 ) -> list[TableEvent]:
     """Open a formula hand: the 144-tile wall from `seed`, dice and dealer from a generator seeded
     with `seed` (as Sichuan, RULES.md 1.1), then the deal and 补花 (`open_formula_table_with_wall`)"""
-    generator = random.Random(f"table-opening:{seed}")
-    roller = generator.randrange(SEAT_COUNT)
-    die_1, die_2 = generator.randint(1, 6), generator.randint(1, 6)
+    _generator, roller, die_1, die_2 = opening_dice(seed)
     return open_formula_table_with_wall(
         table_id,
         room_id,
