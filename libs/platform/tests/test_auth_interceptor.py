@@ -95,7 +95,7 @@ def channel(server: RunningServer) -> Iterator[grpc.Channel]:
 def call_get_balance(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...] = ()) -> grpc.RpcError:
     stub = ledger_service_pb2_grpc.LedgerServiceStub(channel)
     with pytest.raises(grpc.RpcError) as raised:
-        stub.GetBalance(ledger_service_pb2.GetBalanceRequest(), metadata=metadata, timeout=5)
+        stub.GetBalance(ledger_service_pb2.GetBalanceRequest(), metadata=metadata, timeout=60)
     return raised.value
 
 
@@ -159,7 +159,7 @@ def test_a_player_without_an_operations_role_may_not_deposit(channel: grpc.Chann
     stub = ledger_service_pb2_grpc.LedgerServiceStub(channel)
     token = mint_token(SECRET, "alice", roles=["player"])
     with pytest.raises(grpc.RpcError) as raised:
-        stub.Deposit(ledger_service_pb2.DepositRequest(beans=5), metadata=bearer_metadata(token), timeout=5)
+        stub.Deposit(ledger_service_pb2.DepositRequest(beans=5), metadata=bearer_metadata(token), timeout=60)
     assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert raised.value.details() == (
         "/mahjong.v1.LedgerService/Deposit needs one of the roles finance, ops; "

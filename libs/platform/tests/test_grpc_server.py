@@ -49,6 +49,10 @@ class RulesLibraryError(Exception):
     """Stands in for a typed error of a library that does not import the platform."""
 
 
+HANDLER_CAP_SECONDS = 600.0
+"""The fake ledger's own cap: far above any short client deadline, however slow the machine."""
+
+
 class FakeLedger(ledger_service_pb2_grpc.LedgerServiceServicer):
     """GetBalance raises the error named by the account; Deposit blocks until released."""
 
@@ -65,14 +69,14 @@ class FakeLedger(ledger_service_pb2_grpc.LedgerServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, "chosen by the handler")
         if request.account in self.raise_for_account:
             raise self.raise_for_account[request.account]
-        self.time_budgets_seconds.append(time_budget_seconds(context, cap_seconds=2.0))
+        self.time_budgets_seconds.append(time_budget_seconds(context, cap_seconds=HANDLER_CAP_SECONDS))
         return ledger_service_pb2.GetBalanceResponse(account=request.account, balance_beans=1)
 
     def Deposit(
         self, request: ledger_service_pb2.DepositRequest, context: grpc.ServicerContext
     ) -> ledger_service_pb2.DepositResponse:
         self.deposit_started.set()
-        assert self.release_deposit.wait(10)
+        assert self.release_deposit.wait(60)
         return ledger_service_pb2.DepositResponse(balance_beans=request.beans)
 
 
@@ -141,7 +145,7 @@ def test_health_reports_serving_for_the_server_and_each_service(
     channel: grpc.Channel, service_name: str
 ) -> None:
     response = health_pb2_grpc.HealthStub(channel).Check(
-        health_pb2.HealthCheckRequest(service=service_name), timeout=5
+        health_pb2.HealthCheckRequest(service=service_name), timeout=60
     )
     assert response.status == health_pb2.HealthCheckResponse.SERVING
 
@@ -157,14 +161,14 @@ def test_the_health_probe_command_exits_zero_only_when_serving(server: RunningSe
 def test_a_service_can_report_not_serving(server: RunningServer, channel: grpc.Channel) -> None:
     server.set_serving(LEDGER, False)
     response = health_pb2_grpc.HealthStub(channel).Check(
-        health_pb2.HealthCheckRequest(service=LEDGER), timeout=5
+        health_pb2.HealthCheckRequest(service=LEDGER), timeout=60
     )
     assert response.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def test_reflection_lists_the_registered_services(channel: grpc.Channel) -> None:
     responses = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=60
     )
     names = {service.name for response in responses for service in response.list_services_response.service}
     assert {LEDGER, TABLE, "grpc.health.v1.Health"} <= names
@@ -188,7 +192,7 @@ def test_typed_errors_map_to_their_status_code_and_message(
     ledger.raise_for_account["boom"] = error
     with pytest.raises(grpc.RpcError) as raised:
         ledger_service_pb2_grpc.LedgerServiceStub(channel).GetBalance(
-            ledger_service_pb2.GetBalanceRequest(account="boom"), timeout=5
+            ledger_service_pb2.GetBalanceRequest(account="boom"), timeout=60
         )
     assert raised.value.code() == expected_code
     assert raised.value.details() == (error.message if isinstance(error, ServiceError) else str(error))
@@ -200,7 +204,7 @@ def test_an_unexpected_exception_is_internal_and_leaks_nothing(
     ledger.raise_for_account["boom"] = KeyError("SELECT secret FROM accounts")
     with pytest.raises(grpc.RpcError) as raised:
         ledger_service_pb2_grpc.LedgerServiceStub(channel).GetBalance(
-            ledger_service_pb2.GetBalanceRequest(account="boom"), timeout=5
+            ledger_service_pb2.GetBalanceRequest(account="boom"), timeout=60
         )
     assert raised.value.code() == grpc.StatusCode.INTERNAL
     assert "SELECT" not in raised.value.details()
@@ -213,7 +217,7 @@ def test_an_unexpected_exception_is_internal_and_leaks_nothing(
 def test_a_status_the_handler_chose_with_abort_is_kept(channel: grpc.Channel) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         ledger_service_pb2_grpc.LedgerServiceStub(channel).GetBalance(
-            ledger_service_pb2.GetBalanceRequest(account="abort-with-not-found"), timeout=5
+            ledger_service_pb2.GetBalanceRequest(account="abort-with-not-found"), timeout=60
         )
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
     assert raised.value.details() == "chosen by the handler"
@@ -221,7 +225,7 @@ def test_a_status_the_handler_chose_with_abort_is_kept(channel: grpc.Channel) ->
 
 def test_an_error_in_the_middle_of_a_stream_ends_it_with_the_mapped_status(channel: grpc.Channel) -> None:
     stream = table_service_pb2_grpc.TableServiceStub(channel).Watch(
-        table_service_pb2.WatchRequest(table_id="table-3"), timeout=5
+        table_service_pb2.WatchRequest(table_id="table-3"), timeout=60
     )
     received = []
     with pytest.raises(grpc.RpcError) as raised:
@@ -236,12 +240,15 @@ def test_handlers_see_the_client_deadline_capped_by_their_own(
     ledger: FakeLedger, channel: grpc.Channel
 ) -> None:
     stub = ledger_service_pb2_grpc.LedgerServiceStub(channel)
-    stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=1.0)
+    # The client's deadline travels as a rounded-up timeout header and is re-anchored on the
+    # server's clock, so the handler may see a hair more than the client asked for (1.0086 s was
+    # seen for 1.0 s on a loaded machine); assert only which side of the cap the budget falls on.
     stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=60.0)
+    stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=6000.0)
     stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"))
     short, long, unbounded = ledger.time_budgets_seconds
-    assert 0 < short <= 1.0
-    assert long == unbounded == 2.0
+    assert 0 < short < HANDLER_CAP_SECONDS
+    assert long == unbounded == HANDLER_CAP_SECONDS
 
 
 class FakeContext:
@@ -308,19 +315,19 @@ def test_graceful_shutdown_finishes_calls_in_flight_and_refuses_new_ones(
     stub = ledger_service_pb2_grpc.LedgerServiceStub(channel)
     health_updates = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=LEDGER))
     assert next(health_updates).status == health_pb2.HealthCheckResponse.SERVING
-    in_flight = stub.Deposit.future(ledger_service_pb2.DepositRequest(beans=7), timeout=10)
-    assert ledger.deposit_started.wait(5)
+    in_flight = stub.Deposit.future(ledger_service_pb2.DepositRequest(beans=7), timeout=60)
+    assert ledger.deposit_started.wait(60)
 
-    stopped = server.begin_shutdown(grace_seconds=10)
+    stopped = server.begin_shutdown(grace_seconds=60)
 
     assert next(health_updates).status == health_pb2.HealthCheckResponse.NOT_SERVING
     health_updates.cancel()  # an open watch would otherwise hold the server for the whole grace
     with pytest.raises(grpc.RpcError) as refused:
-        stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=5)
+        stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=60)
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     ledger.release_deposit.set()
-    assert in_flight.result(timeout=5).balance_beans == 7
-    assert stopped.wait(5)
+    assert in_flight.result(timeout=60).balance_beans == 7
+    assert stopped.wait(60)
 
 
 def test_sigterm_begins_a_graceful_shutdown(server: RunningServer) -> None:
@@ -328,7 +335,7 @@ def test_sigterm_begins_a_graceful_shutdown(server: RunningServer) -> None:
     try:
         server.stop_on_signals([signal.SIGTERM])
         os.kill(os.getpid(), signal.SIGTERM)
-        assert server.wait_for_termination(timeout_seconds=5)
+        assert server.wait_for_termination(timeout_seconds=60)
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
     with socket.socket() as probe:

@@ -280,7 +280,7 @@ def test_a_game_played_on_watch_view_feeds_every_event_once_with_a_matching_view
 def test_watch_view_starts_with_the_view_now_and_resumes_after_a_sequence(table_server: TableServer) -> None:
     table_id = table_server.open_table(PLAYERS)
     stub = table_server.stub_for("east")
-    first = next(iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=10)))
+    first = next(iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=60)))
     assert first.view == table_server.view("east", table_id)
     assert [event.sequence for event in first.events] == list(range(1, first.view.sequence + 1))
     resumed = next(
@@ -297,7 +297,7 @@ def test_watch_view_is_for_seated_players(table_server: TableServer) -> None:
     table_id = table_server.open_table(PLAYERS)
     for stub in (table_server.stub_for("stranger"), table_server.stub_for("operator", ("ops",))):
         with pytest.raises(grpc.RpcError) as refused:
-            next(iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=10)))
+            next(iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=60)))
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     with pytest.raises(grpc.RpcError) as invalid:
         next(
