@@ -18,7 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -100,30 +101,139 @@ def _kafka(bootstrap_servers: tuple[str, ...], data_directory: Path) -> Iterator
         broker.stop()
 
 
-@contextlib.contextmanager
-def _services(logs: Path) -> Iterator[list[str]]:
-    names = installed_services()
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        for name in names:
-            log_file = (logs / f"{name}.log").open("ab")
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", f"mahjong_{name}"],
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=os.environ.copy(),
-                )
-            )
-        yield names
-    finally:
+RESTART_FIRST_PAUSE_SECONDS = 0.5
+RESTART_MAX_PAUSE_SECONDS = 30.0
+STABLE_AFTER_SECONDS = 60.0  # a process up this long has its backoff reset
+WATCH_INTERVAL_SECONDS = 0.2
+STOP_GRACE_SECONDS = 30.0
+
+
+class ServiceProcesses:
+    """Every service as its own process, supervised: one that exits (crash, OOM kill, SIGKILL) is
+    started again after a pause that doubles on each quick death (0.5 s up to 30 s, reset once it
+    has stayed up a minute), and each restart is printed. ``stop`` ends them all (SIGTERM, then
+    SIGKILL after the grace) and restarts nothing afterwards.
+
+    ``prepare(name)`` (optional) returns what to run before the next start of that service in the
+    child (used by ``mjctl chaos`` to start one with a file size limit), or None. ``command(name)``
+    is the command line (default: ``python -m mahjong_<name>``).
+    """
+
+    def __init__(
+        self,
+        names: list[str],
+        logs: Path,
+        echo: Callable[[str], None] = print,
+        prepare: Callable[[str], Callable[[], None] | None] | None = None,
+        command: Callable[[str], list[str]] | None = None,
+    ) -> None:
+        self.names = list(names)
+        self.restarts: Counter[str] = Counter()
+        self._logs = logs
+        self._echo = echo
+        self._prepare = prepare
+        self._command = command or (lambda name: [sys.executable, "-m", f"mahjong_{name}"])
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._started_at: dict[str, float] = {}
+        self._pause: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="service-supervisor", daemon=True)
+
+    def start(self) -> None:
+        """Start every service and the watcher that restarts them."""
+        for name in self.names:
+            self._spawn(name)
+        self._watcher.start()
+
+    def pid(self, name: str) -> int | None:
+        """The running process of ``name`` (None while it is down)."""
+        with self._lock:
+            process = self._processes.get(name)
+            return None if process is None or process.poll() is not None else process.pid
+
+    def stop(self) -> None:
+        """SIGTERM every service, SIGKILL the ones still up after the grace; restart nothing."""
+        self._stopping.set()
+        if self._watcher.is_alive():
+            self._watcher.join()
+        with self._lock:
+            processes = list(self._processes.values())
         for process in processes:
-            process.send_signal(signal.SIGTERM)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
         for process in processes:
             try:
-                process.wait(30)
+                process.wait(STOP_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
+
+    def _spawn(self, name: str) -> None:
+        preexec = None if self._prepare is None else self._prepare(name)
+        with (self._logs / f"{name}.log").open("ab") as log_file:
+            process = subprocess.Popen(
+                self._command(name),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=os.environ.copy(),
+                preexec_fn=preexec,
+            )
+        with self._lock:
+            self._processes[name] = process
+            self._started_at[name] = time.monotonic()
+
+    def _watch(self) -> None:
+        restart_due: dict[str, float] = {}
+        while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
+            for name in self.names:
+                with self._lock:
+                    process = self._processes[name]
+                if name in restart_due:
+                    if time.monotonic() >= restart_due[name]:
+                        del restart_due[name]
+                        self.restarts[name] += 1
+                        self._spawn(name)
+                        self._echo(f"supervisor: {name} restarted (restart {self.restarts[name]})")
+                    continue
+                if process.poll() is None:
+                    continue
+                restart_due[name] = time.monotonic() + self._next_pause(name)
+                self._echo(
+                    f"supervisor: {name} (pid {process.pid}) {describe_exit(process.returncode)}; "
+                    f"restarting in {restart_due[name] - time.monotonic():.1f} s"
+                )
+
+    def _next_pause(self, name: str) -> float:
+        """Double the pause for a process that died soon after its start; reset it after a stable run."""
+        up_seconds = time.monotonic() - self._started_at[name]
+        previous = self._pause.get(name)
+        if previous is None or up_seconds >= STABLE_AFTER_SECONDS:
+            pause = RESTART_FIRST_PAUSE_SECONDS
+        else:
+            pause = min(previous * 2, RESTART_MAX_PAUSE_SECONDS)
+        self._pause[name] = pause
+        return pause
+
+
+def describe_exit(returncode: int) -> str:
+    """ "exited with status 1" or "was killed by SIGKILL"."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+@contextlib.contextmanager
+def _services(logs: Path) -> Iterator[list[str]]:
+    processes = ServiceProcesses(installed_services(), logs)
+    processes.start()
+    try:
+        yield processes.names
+    finally:
+        processes.stop()
 
 
 def _wait_healthy(settings: Settings, names: list[str]) -> None:
