@@ -147,3 +147,11 @@ def test_docker_compose_accepts_the_file() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_stack_requires_a_jwt_secret_from_the_host(compose_text: str, compose: dict[str, Any]) -> None:
+    """Compose stops with the message unless the host sets MAHJONG_JWT_SECRET (no public default)."""
+    for service in SERVICE_NAMES:
+        value = compose["services"][service]["environment"]["MAHJONG_JWT_SECRET"]
+        assert str(value).startswith("${MAHJONG_JWT_SECRET:?"), f"{service}: {value}"
+    assert "MAHJONG_ENV" not in compose_text, "the stack runs as production"

@@ -1,13 +1,19 @@
-"""End to end for a formula (公式) room (issue 6) on the real broker and PostgreSQL: four new
-players find a `formula-fan` table through matchmaking, play it through the table engine, scoring
-settles it with the formula rules (bird, dealer doubling, fan_term, rake) and the ledger posts it:
-the game's postings sum to zero and the ledger reconciles."""
+"""End to end for a formula (公式) room (issue 6) on the real broker and PostgreSQL: a non-member of
+the Happy Points program is refused the members-only room (RULES.md 3); four new members find a
+`formula-fan` table through matchmaking, play it through the table engine, scoring settles it with
+the formula rules (bird, dealer doubling, fan_term, rake) and the ledger posts it: the game's
+postings sum to zero and the ledger reconciles."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
-from mahjong.v1 import ledger_service_pb2, ledger_service_pb2_grpc
+from mahjong.v1 import (
+    ledger_service_pb2,
+    ledger_service_pb2_grpc,
+    matchmaking_service_pb2,
+    matchmaking_service_pb2_grpc,
+)
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import Settings
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
@@ -27,7 +33,15 @@ def test_four_bots_play_a_formula_room_and_the_books_reconcile(
     ports = services
 
     def channel_for(service: str, player_id: str) -> grpc.Channel:
-        return open_channel(f"127.0.0.1:{ports[service]}", mint_token(SECRET, player_id))
+        return open_channel(f"127.0.0.1:{ports[service]}", mint_token(SECRET, player_id, member=True))
+
+    outsider = matchmaking_service_pb2_grpc.MatchmakingServiceStub(
+        open_channel(f"127.0.0.1:{ports['matchmaking']}", mint_token(SECRET, "outsider"))
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        outsider.Enqueue(matchmaking_service_pb2.EnqueueRequest(room_id="formula-fan", idempotency_key="k"))
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "Happy Points" in refused.value.details()
 
     report = run_bots("formula-fan", 4, 1, channel_for, log=lambda _line: None)
     assert len(report.table_ids) == 1

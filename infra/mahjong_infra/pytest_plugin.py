@@ -17,6 +17,7 @@ Fixtures:
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import time
 import uuid
@@ -39,6 +40,14 @@ class _UsedServers:
 
 
 _USED_SERVERS_KEY = pytest.StashKey[_UsedServers]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests run as on a developer's machine: services started by a test (and the subprocesses it
+    runs) may use the public development JWT secret (`check_secret_for_serving`)."""
+    os.environ.setdefault("MAHJONG_ENV", "development")
+
+
 MAX_PREFIX_NAME_LENGTH = 60
 
 

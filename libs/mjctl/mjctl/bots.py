@@ -316,7 +316,8 @@ def _run(arguments: argparse.Namespace) -> int:
     settings = load_settings()
 
     def channel_for(service: str, player_id: str) -> grpc.Channel:
-        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600)
+        # Bots are Happy Points members, so they may play the members-only Formula rooms too.
+        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600, member=True)
         return open_channel(settings.grpc_target(service), token)  # type: ignore[arg-type]
 
     probe = None

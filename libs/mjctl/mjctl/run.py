@@ -57,8 +57,11 @@ def installed_services() -> list[str]:
 
 
 def _run(arguments: argparse.Namespace) -> int:
-    from mahjong_platform.config import load_settings
+    from mahjong_platform.config import DEVELOPMENT, ENVIRONMENT_VARIABLE, load_settings
 
+    # A developer's machine: the services may start on the public development JWT secret (set
+    # MAHJONG_ENV=production, or a real MAHJONG_JWT_SECRET, to run as in production).
+    os.environ.setdefault(ENVIRONMENT_VARIABLE, DEVELOPMENT)
     settings = load_settings()
     data_directory = Path(settings.data_directory)
     logs = data_directory / "logs"
@@ -259,7 +262,9 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     secret = settings.jwt_secret
 
     def channel_for(service: str, player_id: str) -> grpc.Channel:
-        return open_channel(settings.grpc_target(service_name(service)), mint_token(secret, player_id))
+        # Demo bots are Happy Points members: the Formula demo room is members-only (RULES.md 3).
+        token = mint_token(secret, player_id, member=True)
+        return open_channel(settings.grpc_target(service_name(service)), token)
 
     finance = open_channel(settings.grpc_target("ledger"), mint_token(secret, "demo-finance", ["finance"]))
     probe = SettlementLagProbe(finance) if "ledger" in installed_services() else None

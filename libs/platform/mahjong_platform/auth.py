@@ -1,14 +1,26 @@
 """Who is calling: bearer JWTs (HS256, shared secret), per-method roles, and the caller's identity.
 
 Players and tools call with ``authorization: Bearer <JWT>``. The token is signed with HS256 and the
-secret from configuration (``MAHJONG_JWT_SECRET``) and carries three claims, all required:
-``sub`` (the player id), ``roles`` (a list of role names, possibly empty) and ``exp`` (expiry,
-seconds since the epoch). `AuthInterceptor` checks every call except the standard health and
-reflection services:
+secret from configuration (``MAHJONG_JWT_SECRET``) and carries these claims:
+
+- ``sub`` (required): the player id, 1-64 characters of letters, digits and ``._@-`` starting with a
+  letter or digit (`PLAYER_ID_PATTERN`, the ledger's account naming);
+- ``roles`` (required): a list of role names, possibly empty (``ops``, ``finance``);
+- ``iat`` and ``exp`` (required): issued-at and expiry, seconds since the epoch; a token may live
+  at most `MAXIMUM_TOKEN_TTL_SECONDS` (30 days) from ``iat`` to ``exp``, and ``iat`` may not lie in
+  the future (beyond the clock leeway);
+- ``member`` (optional, default false): the player belongs to the Happy Points loyalty program
+  (欢乐积分计划), which members-only rooms require (RULES.md 3).
+
+`AuthInterceptor` checks every call except the standard health and reflection services (deny by
+default):
 
 - no token, a header that is not ``Bearer <token>``, a token that is not a JWT, a bad signature, an
-  expired token or a missing claim → UNAUTHENTICATED, with a message saying which;
-- a method listed in ``method_roles`` whose roles the caller has none of → PERMISSION_DENIED.
+  expired or over-long-lived token, a missing or malformed claim → UNAUTHENTICATED, with a message
+  saying which (a bad ``sub`` is a permanent error: the client must get another token);
+- a method that is not in the service's role table, or whose roles the caller has none of →
+  PERMISSION_DENIED. `ANY_CALLER` in a method's roles admits every verified caller; the handler
+  then applies the per-seat and per-account rules.
 
 The handler then reads the verified caller with `current_identity`. Seat- and table-level checks
 ("a player may act only for their own seat") belong to the services, which know the tables.
@@ -18,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,8 +47,15 @@ ROLE_FINANCE: Final = "finance"
 OPERATIONS_ROLES: Final = frozenset({ROLE_OPS, ROLE_FINANCE})
 """Either role may call operations such as Deposit and Reconcile (ARCHITECTURE.md)."""
 
+ANY_CALLER: Final = "*"
+"""In a role table: every verified caller may call the method (the handler checks seats, accounts)."""
+EVERY_CALLER: Final = frozenset({ANY_CALLER})
+OPS_ONLY: Final = frozenset({ROLE_OPS})
+
 JWT_ALGORITHM: Final = "HS256"
-REQUIRED_CLAIMS: Final = ("sub", "roles", "exp")
+REQUIRED_CLAIMS: Final = ("sub", "roles", "iat", "exp")
+MEMBER_CLAIM: Final = "member"
+PLAYER_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 AUTHORIZATION_METADATA_KEY: Final = "authorization"
 DEFAULT_TOKEN_TTL_SECONDS: Final = 3600
 MAXIMUM_TOKEN_TTL_SECONDS: Final = 30 * 24 * 3600
@@ -48,10 +68,12 @@ MAXIMUM_ROLES: Final = 32
 
 @dataclass(frozen=True)
 class Identity:
-    """A verified caller: the player id from ``sub`` and the roles from ``roles``."""
+    """A verified caller: the player id from ``sub``, the roles from ``roles``, and whether the
+    player is a member of the Happy Points program (``member``)."""
 
     player_id: str
     roles: frozenset[str]
+    member: bool = False
 
     def has_any_role(self, roles: Iterable[str]) -> bool:
         """True when the caller holds at least one of ``roles``."""
@@ -91,12 +113,14 @@ def mint_token(
     roles: Iterable[str] = (),
     ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS,
     issued_at_epoch_seconds: int | None = None,
+    *,
+    member: bool = False,
 ) -> str:
     """Sign an HS256 token for ``player_id`` with ``roles``, valid for ``ttl_seconds``.
 
     For development, tests and ``mjctl token``; production tokens come from the mobile backend, which
     signs the same claims with the same secret. ``issued_at_epoch_seconds`` (default: now) lets a test
-    mint a token that is already expired.
+    mint a token that is already expired. ``member``: the player is in the Happy Points program.
     """
     assert player_id, "a token needs a player id"
     assert ttl_seconds <= MAXIMUM_TOKEN_TTL_SECONDS, f"ttl_seconds above {MAXIMUM_TOKEN_TTL_SECONDS}"
@@ -107,6 +131,8 @@ def mint_token(
         "iat": issued_at,
         "exp": issued_at + ttl_seconds,
     }
+    if member:
+        claims[MEMBER_CLAIM] = True
     return jwt.encode(claims, secret, algorithm=JWT_ALGORITHM)
 
 
@@ -138,14 +164,35 @@ def verify_token(secret: str, token: str, leeway_seconds: int = DEFAULT_LEEWAY_S
         raise UnauthenticatedError("bearer token is not a well-formed JWT") from None
     except jwt.InvalidTokenError as error:
         raise UnauthenticatedError(f"bearer token is invalid: {error}") from None
+    _check_lifetime(claims, leeway_seconds)
     return _identity_from_claims(claims)
+
+
+def _check_lifetime(claims: Mapping[str, Any], leeway_seconds: int) -> None:
+    """A token lives at most MAXIMUM_TOKEN_TTL_SECONDS and is not issued in the future."""
+    issued_at, expires_at = claims["iat"], claims["exp"]
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in (issued_at, expires_at)):
+        raise UnauthenticatedError("bearer token claims 'iat' and 'exp' must be whole seconds")
+    if issued_at > time.time() + leeway_seconds:
+        raise UnauthenticatedError("bearer token claim 'iat' lies in the future; check the issuer's clock")
+    if expires_at - issued_at > MAXIMUM_TOKEN_TTL_SECONDS:
+        raise UnauthenticatedError(
+            f"bearer token lives longer than {MAXIMUM_TOKEN_TTL_SECONDS} seconds from 'iat' to 'exp'; "
+            "get a token with a shorter lifetime"
+        )
 
 
 def _identity_from_claims(claims: Mapping[str, Any]) -> Identity:
     player_id = claims["sub"]
     roles = claims["roles"]
-    if not isinstance(player_id, str) or not player_id:
-        raise UnauthenticatedError("bearer token claim 'sub' must be a non-empty player id")
+    member = claims.get(MEMBER_CLAIM, False)
+    if not isinstance(player_id, str) or PLAYER_ID_PATTERN.fullmatch(player_id) is None:
+        raise UnauthenticatedError(
+            "bearer token claim 'sub' must be a player id: 1-64 letters, digits or '._@-', "
+            "starting with a letter or digit"
+        )
+    if not isinstance(member, bool):
+        raise UnauthenticatedError(f"bearer token claim {MEMBER_CLAIM!r} must be true or false")
     if (
         not isinstance(roles, list)
         or len(roles) > MAXIMUM_ROLES
@@ -154,7 +201,7 @@ def _identity_from_claims(claims: Mapping[str, Any]) -> Identity:
         raise UnauthenticatedError(
             f"bearer token claim 'roles' must be a list of at most {MAXIMUM_ROLES} role names"
         )
-    return Identity(player_id=player_id, roles=frozenset(roles))
+    return Identity(player_id=player_id, roles=frozenset(roles), member=member)
 
 
 def bearer_token_from_metadata(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
@@ -178,8 +225,16 @@ def bearer_token_from_metadata(metadata: Sequence[tuple[str, str | bytes]] | Non
 
 
 def check_roles(method: str, identity: Identity, required_roles: Collection[str]) -> None:
-    """Raise `PermissionDeniedError` unless ``identity`` holds one of ``required_roles`` (if any)."""
-    if required_roles and not identity.has_any_role(required_roles):
+    """Raise `PermissionDeniedError` unless ``identity`` holds one of ``required_roles``.
+
+    `ANY_CALLER` among ``required_roles`` admits everyone; an empty collection admits nobody (deny
+    by default: a method must be listed with the roles that may call it).
+    """
+    if ANY_CALLER in required_roles:
+        return
+    if not required_roles:
+        raise PermissionDeniedError(f"{method} is not open to any caller (not in the service's role table)")
+    if not identity.has_any_role(required_roles):
         held = ", ".join(sorted(identity.roles)) or "none"
         raise PermissionDeniedError(
             f"{method} needs one of the roles {', '.join(sorted(required_roles))}; "
@@ -187,11 +242,54 @@ def check_roles(method: str, identity: Identity, required_roles: Collection[str]
         )
 
 
+RoleTable = Mapping[str, frozenset[str]]
+"""Full method name (``/mahjong.v1.LedgerService/Deposit``) → the roles that may call it."""
+
+
+def role_table(service_descriptor: Any, roles_by_method: Mapping[str, Collection[str]]) -> RoleTable:
+    """The role table of one service, keyed by full method name, from its short method names.
+
+    Every method of ``service_descriptor`` (a protobuf ServiceDescriptor) must be listed and no
+    other name may be: a new rpc added to the proto without a decision about who may call it stops
+    the service from starting (deny by default, ARCHITECTURE.md "Information hiding").
+    """
+    methods = {method.name for method in service_descriptor.methods}
+    missing = methods - set(roles_by_method)
+    unknown = set(roles_by_method) - methods
+    assert not missing, f"{service_descriptor.full_name}: methods without roles: {sorted(missing)}"
+    assert not unknown, f"{service_descriptor.full_name}: roles for unknown methods: {sorted(unknown)}"
+    for name, roles in roles_by_method.items():
+        assert roles, f"{service_descriptor.full_name}/{name}: an empty role set admits nobody; omit it"
+    return {
+        f"/{service_descriptor.full_name}/{name}": frozenset(roles) for name, roles in roles_by_method.items()
+    }
+
+
+def authorize(
+    method: str,
+    metadata: Sequence[tuple[str, str | bytes]] | None,
+    secret: str,
+    method_roles: RoleTable,
+    leeway_seconds: int = DEFAULT_LEEWAY_SECONDS,
+) -> Identity:
+    """Who calls ``method`` with ``metadata``, if they may: the check every server harness runs.
+
+    Raises `UnauthenticatedError` (no or bad token) or `PermissionDeniedError` (a method missing from
+    ``method_roles``, or a caller without one of its roles). Shared by the thread-pool and asyncio
+    interceptors so both enforce the same rules.
+    """
+    token = bearer_token_from_metadata(metadata)
+    identity = verify_token(secret, token, leeway_seconds)
+    check_roles(method, identity, method_roles.get(method, frozenset()))
+    return identity
+
+
 class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Server interceptor that authenticates every call and enforces per-method roles.
 
     ``method_roles`` maps a full method name (``/mahjong.v1.LedgerService/Deposit``) to the roles of
-    which the caller needs at least one; a method not listed needs only a valid token. The standard
+    which the caller needs at least one (`ANY_CALLER`: a valid token suffices); a method not listed
+    is refused with PERMISSION_DENIED (build the table with `role_table`). The standard
     health and reflection services are public (load balancers and grpcurl call them without tokens);
     ``public_methods`` adds more full method names. Works for unary and streaming methods.
     """
@@ -221,14 +319,17 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         method: str = handler_call_details.method
         if handler is None or is_infrastructure_method(method) or method in self._public_methods:
             return handler
-        required_roles = self._method_roles.get(method, frozenset())
 
         def authorized_context(context: grpc.ServicerContext) -> contextvars.Context:
             # Verification runs in the worker thread, where context.abort() is allowed.
             try:
-                token = bearer_token_from_metadata(context.invocation_metadata())
-                identity = verify_token(self._secret, token, self._leeway_seconds)
-                check_roles(method, identity, required_roles)
+                identity = authorize(
+                    method,
+                    context.invocation_metadata(),
+                    self._secret,
+                    self._method_roles,
+                    self._leeway_seconds,
+                )
             except (UnauthenticatedError, PermissionDeniedError) as error:
                 context.abort(error.status_code, error.message)
                 raise AssertionError("context.abort returned") from error

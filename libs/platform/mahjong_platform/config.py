@@ -24,9 +24,12 @@ from typing import Final, Literal, get_args
 
 ServiceName = Literal["matchmaking", "table", "scoring", "ledger"]
 LogFormat = Literal["json", "text"]
+Environment = Literal["production", "development"]
 
 SERVICE_NAMES: Final[tuple[ServiceName, ...]] = get_args(ServiceName)
 LOG_FORMATS: Final[tuple[LogFormat, ...]] = get_args(LogFormat)
+ENVIRONMENTS: Final[tuple[Environment, ...]] = get_args(Environment)
+DEVELOPMENT: Final[Environment] = "development"
 LOG_LEVELS: Final[tuple[str, ...]] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Deliberately named so that nobody mistakes it for a real secret when it shows up in a deploy.
@@ -61,6 +64,7 @@ LOG_FORMAT_VARIABLE: Final = "MAHJONG_LOG_FORMAT"
 GRPC_MAX_WORKERS_VARIABLE: Final = "MAHJONG_GRPC_MAX_WORKERS"
 GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE: Final = "MAHJONG_GRPC_SHUTDOWN_GRACE_SECONDS"
 RETENTION_HOURS_VARIABLE: Final = "MAHJONG_RETENTION_HOURS"
+ENVIRONMENT_VARIABLE: Final = "MAHJONG_ENV"
 
 
 def database_url_variable(service: ServiceName) -> str:
@@ -94,6 +98,7 @@ KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
         GRPC_MAX_WORKERS_VARIABLE,
         GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE,
         RETENTION_HOURS_VARIABLE,
+        ENVIRONMENT_VARIABLE,
     }
     | {database_url_variable(service) for service in SERVICE_NAMES}
     | {grpc_address_variable(service) for service in SERVICE_NAMES}
@@ -136,6 +141,10 @@ class Settings:
     log_format: LogFormat
     retention_hours: int = DEFAULT_RETENTION_HOURS
     """How long processed event ids and sent outbox rows are kept (0: forever); see `retention`."""
+    environment: Environment = "production"
+    """``MAHJONG_ENV``: only ``development`` lets a service start on the public JWT secret."""
+    jwt_secret_was_set: bool = True
+    """False when ``MAHJONG_JWT_SECRET`` was unset or empty (the development default stands in)."""
 
     def __repr__(self) -> str:
         fields = []
@@ -172,7 +181,9 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
     Raises `ConfigurationError` naming the first variable whose value is invalid.
     """
     data_directory = _parse_data_directory(_read(environ, DATA_DIRECTORY_VARIABLE, DEFAULT_DATA_DIRECTORY))
+    environment = _parse_environment(_read(environ, ENVIRONMENT_VARIABLE, "production"))
     jwt_secret = _read(environ, JWT_SECRET_VARIABLE, DEVELOPMENT_JWT_SECRET)
+    jwt_secret_was_set = bool(environ.get(JWT_SECRET_VARIABLE, "").strip())
     _validate_jwt_secret(jwt_secret)
     jwt_secret_is_development_default = jwt_secret == DEVELOPMENT_JWT_SECRET
     if jwt_secret_is_development_default:
@@ -222,6 +233,35 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         log_level=_parse_log_level(_read(environ, LOG_LEVEL_VARIABLE, "INFO")),
         log_format=_parse_log_format(_read(environ, LOG_FORMAT_VARIABLE, "text")),
         retention_hours=_parse_retention_hours(environ),
+        environment=environment,
+        jwt_secret_was_set=jwt_secret_was_set,
+    )
+
+
+def check_secret_for_serving(settings: Settings) -> None:
+    """Refuse to serve on a missing or public JWT secret unless ``MAHJONG_ENV=development``.
+
+    A service that signs and checks tokens with the public development string lets anyone mint a
+    ``finance`` token; production must set its own secret (at least 32 bytes, checked on load).
+    Called by every service process before it serves; ``mjctl run`` and the tests set
+    ``MAHJONG_ENV=development``.
+    """
+    if settings.environment == DEVELOPMENT:
+        return
+    if not settings.jwt_secret_was_set or settings.jwt_secret_is_development_default:
+        raise ConfigurationError(
+            f"{JWT_SECRET_VARIABLE} is unset or is the public development secret: set it to a random "
+            f"value of at least {MINIMUM_JWT_SECRET_BYTES} bytes (for example `openssl rand -hex 32`), "
+            f"or set {ENVIRONMENT_VARIABLE}=development on a developer's machine"
+        )
+
+
+def _parse_environment(value: str) -> Environment:
+    for environment in ENVIRONMENTS:
+        if value.lower() == environment:
+            return environment
+    raise ConfigurationError(
+        f"{ENVIRONMENT_VARIABLE} must be one of {', '.join(ENVIRONMENTS)}, got {value!r}"
     )
 
 

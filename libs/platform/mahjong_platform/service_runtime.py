@@ -21,7 +21,7 @@ import grpc
 from sqlalchemy import Engine
 
 from mahjong_platform.auth import AuthInterceptor
-from mahjong_platform.config import ServiceName, Settings
+from mahjong_platform.config import ServiceName, Settings, check_secret_for_serving
 from mahjong_platform.database import create_engine_for
 from mahjong_platform.errors import ErrorMapping
 from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
@@ -189,7 +189,11 @@ class RunningService:
 def start_service(
     definition: ServiceDefinition, settings: Settings, *, address: str | None = None
 ) -> RunningService:
-    """Migrate, ensure topics, start the workers and the gRPC server; return once it serves."""
+    """Migrate, ensure topics, start the workers and the gRPC server; return once it serves.
+
+    Raises `ConfigurationError` first when the JWT secret is unfit for serving (see
+    `check_secret_for_serving`)."""
+    check_secret_for_serving(settings)
     database_url = settings.database_url(definition.name)
     migrate(definition, database_url)
     topics = Topics.with_prefix(settings.topic_prefix)

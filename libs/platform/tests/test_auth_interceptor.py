@@ -15,6 +15,8 @@ from mahjong.v1 import (
     table_service_pb2_grpc,
 )
 from mahjong_platform.auth import (
+    EVERY_CALLER,
+    MAXIMUM_TOKEN_TTL_SECONDS,
     OPERATIONS_ROLES,
     AuthInterceptor,
     Identity,
@@ -31,6 +33,9 @@ from mahjong_platform.grpc_server import RunningServer, register_service, serve
 SECRET = "test-secret-that-is-long-enough-for-hs256-keys"
 OTHER_SECRET = "another-secret-that-is-long-enough-for-hs256-keys"
 DEPOSIT = "/mahjong.v1.LedgerService/Deposit"
+GET_BALANCE = "/mahjong.v1.LedgerService/GetBalance"
+WATCH = "/mahjong.v1.TableService/Watch"
+ROLES = {DEPOSIT: OPERATIONS_ROLES, GET_BALANCE: EVERY_CALLER, WATCH: EVERY_CALLER}
 
 
 class FakeLedger(ledger_service_pb2_grpc.LedgerServiceServicer):
@@ -80,7 +85,7 @@ def server() -> Iterator[RunningServer]:
         ],
         "127.0.0.1:0",
         settings,
-        interceptors=[AuthInterceptor(SECRET, method_roles={DEPOSIT: OPERATIONS_ROLES})],
+        interceptors=[AuthInterceptor(SECRET, method_roles=ROLES)],
     )
     yield running
     running.stop(grace_seconds=0)
@@ -225,3 +230,52 @@ def test_current_identity_outside_an_authenticated_call_is_refused() -> None:
         assert current_identity().player_id == "dave"
     with pytest.raises(UnauthenticatedError):
         current_identity()
+
+
+def test_a_method_missing_from_the_role_table_is_refused_whoever_calls(channel: grpc.Channel) -> None:
+    stub = ledger_service_pb2_grpc.LedgerServiceStub(channel)
+    for roles in ((), ("ops",), ("finance",)):
+        token = mint_token(SECRET, "alice", roles=roles)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ListEntries(
+                ledger_service_pb2.ListEntriesRequest(), metadata=bearer_metadata(token), timeout=5
+            )
+        assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "not in the service's role table" in raised.value.details()
+
+
+def test_a_token_without_issued_at_is_unauthenticated(channel: grpc.Channel) -> None:
+    import jwt
+
+    token = jwt.encode({"sub": "alice", "roles": [], "exp": int(time.time()) + 60}, SECRET, algorithm="HS256")
+    error = call_get_balance(channel, bearer_metadata(token))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "'iat'" in error.details()
+
+
+def test_a_token_living_longer_than_the_maximum_is_unauthenticated(channel: grpc.Channel) -> None:
+    import jwt
+
+    now = int(time.time())
+    claims = {"sub": "alice", "roles": ["ops"], "iat": now, "exp": now + MAXIMUM_TOKEN_TTL_SECONDS + 60}
+    error = call_get_balance(channel, bearer_metadata(jwt.encode(claims, SECRET, algorithm="HS256")))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "lives longer than" in error.details()
+
+
+@pytest.mark.parametrize("subject", ["", " alice", "a" * 65, "player:alice", "../etc", "élan", 42])
+def test_a_token_whose_subject_is_no_player_id_is_unauthenticated(
+    channel: grpc.Channel, subject: object
+) -> None:
+    import jwt
+
+    now = int(time.time())
+    claims = {"sub": subject, "roles": [], "iat": now, "exp": now + 60}
+    error = call_get_balance(channel, bearer_metadata(jwt.encode(claims, SECRET, algorithm="HS256")))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "sub" in error.details().lower()
+
+
+def test_the_member_claim_reaches_the_identity_and_defaults_to_false() -> None:
+    assert verify_token(SECRET, mint_token(SECRET, "erin", member=True)).member
+    assert not verify_token(SECRET, mint_token(SECRET, "erin")).member

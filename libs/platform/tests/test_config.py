@@ -12,6 +12,7 @@ from mahjong_platform.config import (
     KNOWN_VARIABLES,
     SERVICE_NAMES,
     ConfigurationError,
+    check_secret_for_serving,
     database_url_variable,
     grpc_address_variable,
     grpc_target_variable,
@@ -167,3 +168,33 @@ def test_secrets_never_appear_in_the_settings_representation() -> None:
     assert "hunter2" not in representation
     assert "postgresql+psycopg://mahjong:<redacted>@db/mahjong_ledger" in representation
     assert "topic_partitions=6" in representation
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [{}, {"MAHJONG_JWT_SECRET": ""}, {"MAHJONG_JWT_SECRET": DEVELOPMENT_JWT_SECRET}],
+    ids=["unset", "empty", "the public default"],
+)
+def test_a_service_refuses_to_serve_on_a_missing_or_public_secret_outside_development(
+    environment: dict[str, str],
+) -> None:
+    with pytest.raises(ConfigurationError, match="MAHJONG_JWT_SECRET"):
+        check_secret_for_serving(load_settings(environment))
+    with pytest.raises(ConfigurationError, match="MAHJONG_JWT_SECRET"):
+        check_secret_for_serving(load_settings({**environment, "MAHJONG_ENV": "production"}))
+    check_secret_for_serving(load_settings({**environment, "MAHJONG_ENV": "development"}))
+
+
+def test_a_real_secret_serves_in_every_environment() -> None:
+    for environment in ("production", "development"):
+        check_secret_for_serving(load_settings({"MAHJONG_JWT_SECRET": SECRET, "MAHJONG_ENV": environment}))
+
+
+def test_a_short_secret_is_refused_even_in_development() -> None:
+    with pytest.raises(ConfigurationError, match="at least 32 bytes"):
+        load_settings({"MAHJONG_JWT_SECRET": "too-short", "MAHJONG_ENV": "development"})
+
+
+def test_an_unknown_environment_name_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="MAHJONG_ENV"):
+        load_settings({"MAHJONG_ENV": "staging"})

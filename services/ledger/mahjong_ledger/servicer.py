@@ -27,7 +27,14 @@ from typing import Final, TypeVar
 
 import grpc
 from mahjong.v1 import ledger_events_pb2, ledger_service_pb2, ledger_service_pb2_grpc
-from mahjong_platform.auth import OPERATIONS_ROLES, Identity, check_roles, current_identity
+from mahjong_platform.auth import (
+    EVERY_CALLER,
+    OPERATIONS_ROLES,
+    Identity,
+    check_roles,
+    current_identity,
+    role_table,
+)
 from mahjong_platform.database import SessionFactory, transaction
 from mahjong_platform.errors import (
     ErrorMapping,
@@ -61,11 +68,18 @@ from mahjong_ledger.settings import LedgerSettings
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME: Final = "mahjong.v1.LedgerService"
-METHOD_ROLES: Final = {
-    f"/{SERVICE_NAME}/Deposit": OPERATIONS_ROLES,
-    f"/{SERVICE_NAME}/Reconcile": OPERATIONS_ROLES,
-}
-"""For `AuthInterceptor`: methods that need the ops or finance role."""
+METHOD_ROLES: Final = role_table(
+    ledger_service_pb2.DESCRIPTOR.services_by_name["LedgerService"],
+    {
+        "GetBalance": EVERY_CALLER,
+        "ListEntries": EVERY_CALLER,
+        "GetGameStatement": EVERY_CALLER,
+        "Deposit": OPERATIONS_ROLES,
+        "Reconcile": OPERATIONS_ROLES,
+    },
+)
+"""For `AuthInterceptor` (deny by default): every method and the roles that may call it; the
+handlers check accounts and games."""
 
 ERROR_MAPPING: Final[ErrorMapping] = {
     InvalidAccountError: grpc.StatusCode.INVALID_ARGUMENT,

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.ledger_client import LedgerBalances
 from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
-from mahjong_matchmaking.servicer import MatchmakingServicer
+from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
@@ -46,6 +46,7 @@ DEFINITION = ServiceDefinition(
     name="matchmaking",
     migrations="mahjong_matchmaking:alembic",
     registrations=registrations,
+    method_roles=METHOD_ROLES,
     consumers=consumers,
 )
 

@@ -40,6 +40,7 @@ class RoomRules:
     entry_floor_beans: int
     turn_timeout_ms: int = 15_000
     reconnect_grace_ms: int = 60_000  # RULES.md 1.10
+    members_only: bool = False  # RULES.md 3; the catalog defaults it to true for Formula rooms
     dealer_rotation: str = "dice"  # RULES.md 1.1
     exchange_three: bool = True  # RULES.md 1.2
     skip_win_lock: bool = True  # RULES.md 1.4
@@ -69,10 +70,17 @@ class Room:
     display_name: str
     rules: RoomRules
 
-    def to_proto(self) -> rooms_pb2.Room:
+    def to_proto(self, caller_may_enter: bool = False) -> rooms_pb2.Room:
         return rooms_pb2.Room(
-            room_id=self.room_id, display_name=self.display_name, rules=self.rules.to_proto()
+            room_id=self.room_id,
+            display_name=self.display_name,
+            rules=self.rules.to_proto(),
+            caller_may_enter=caller_may_enter,
         )
+
+    def admits(self, member: bool) -> bool:
+        """Whether a player (a Happy Points member or not) may enter: members-only rooms need one."""
+        return member or not self.rules.members_only
 
 
 def load_catalog(path: Path = DEFAULT_CATALOG_PATH) -> dict[str, Room]:
@@ -110,6 +118,8 @@ def _parse_room(entry: dict[str, Any], where: str) -> Room:
             raise CatalogError(f"{where}: {name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
     if entry.get("variant") not in VARIANTS:
         raise CatalogError(f"{where}: variant must be one of {', '.join(VARIANTS)}")
+    # RULES.md 3: the Formula series is open to Happy Points members only unless the room says not.
+    entry.setdefault("members_only", entry["variant"] == "formula")
     try:
         rules = RoomRules(**entry)
     except TypeError as error:

@@ -12,7 +12,7 @@ from mahjong_platform.errors import ServiceError
 from mahjong_platform.grpc_client import open_channel
 
 BALANCE_TIMEOUT_SECONDS = 5.0
-SERVICE_IDENTITY = "service:matchmaking"
+SERVICE_IDENTITY = "service.matchmaking"
 TOKEN_TTL_SECONDS = 300
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import grpc
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import matchmaking_service_pb2_grpc
-from mahjong_platform.auth import current_identity
+from mahjong_platform.auth import EVERY_CALLER, current_identity, role_table
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.errors import (
@@ -25,6 +25,11 @@ from mahjong_matchmaking.models import TICKET_QUEUED
 
 # The room families the table engine plays (issue 6: Formula joined Sichuan Bloody).
 PLAYABLE_VARIANTS = ("sichuan_bloody", "formula")
+METHOD_ROLES = role_table(
+    messages.DESCRIPTOR.services_by_name["MatchmakingService"],
+    {"ListRooms": EVERY_CALLER, "Enqueue": EVERY_CALLER, "Cancel": EVERY_CALLER, "WatchTicket": EVERY_CALLER},
+)
+"""Who may call what (deny by default): any player; tickets are checked against their owner."""
 WATCH_POLL_SECONDS = 0.25
 WATCH_MAX_SECONDS = 3600.0
 
@@ -68,12 +73,21 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
     def ListRooms(
         self, request: messages.ListRoomsRequest, context: grpc.ServicerContext
     ) -> messages.ListRoomsResponse:
-        return messages.ListRoomsResponse(rooms=[room.to_proto() for room in self._rooms.values()])
+        member = current_identity().member
+        return messages.ListRoomsResponse(
+            rooms=[
+                room.to_proto(
+                    caller_may_enter=room.admits(member) and room.rules.variant in PLAYABLE_VARIANTS
+                )
+                for room in self._rooms.values()
+            ]
+        )
 
     def Enqueue(
         self, request: messages.EnqueueRequest, context: grpc.ServicerContext
     ) -> messages.EnqueueResponse:
-        player_id = current_identity().player_id
+        identity = current_identity()
+        player_id = identity.player_id
         tickets.check_idempotency_key(request.idempotency_key)
         room = self._rooms.get(request.room_id)
         if room is None:
@@ -84,6 +98,11 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             raise FailedPreconditionError(
                 f"room {room.room_id!r} is a {room.rules.variant} room; the table engine plays only "
                 f"{', '.join(PLAYABLE_VARIANTS)} rooms so far"
+            )
+        if not room.admits(identity.member):
+            raise PermissionDeniedError(
+                f"room {room.room_id!r} is open only to members of the Happy Points program "
+                f"(欢乐积分计划); join the program, or choose a room ListRooms marks caller_may_enter"
             )
         with read_transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)

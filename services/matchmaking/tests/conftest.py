@@ -9,7 +9,7 @@ import pytest
 from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
 from mahjong_matchmaking.__main__ import DEFINITION
 from mahjong_matchmaking.catalog import load_catalog
-from mahjong_matchmaking.servicer import MatchmakingServicer
+from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer
 from mahjong_platform.auth import AuthInterceptor, mint_token
 from mahjong_platform.config import load_settings
 from mahjong_platform.database import SessionFactory, create_engine_for, create_session_factory, sqlite_url
@@ -31,8 +31,8 @@ class Matchmaking:
         self.balances = balances
         self._channels: list[object] = []
 
-    def stub_for(self, player_id: str | None, roles: tuple[str, ...] = ()) -> Stub:
-        token = None if player_id is None else mint_token(SECRET, player_id, roles)
+    def stub_for(self, player_id: str | None, roles: tuple[str, ...] = (), *, member: bool = False) -> Stub:
+        token = None if player_id is None else mint_token(SECRET, player_id, roles, member=member)
         channel = open_channel(f"127.0.0.1:{self.port}", token)
         self._channels.append(channel)
         return Stub(channel)
@@ -56,7 +56,9 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
         matchmaking_service_pb2_grpc.add_MatchmakingServiceServicer_to_server,
         servicer,
     )
-    running = serve([registration], "127.0.0.1:0", settings, interceptors=[AuthInterceptor(SECRET)])
+    running = serve(
+        [registration], "127.0.0.1:0", settings, interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)]
+    )
     yield Matchmaking(running.port, create_session_factory(engine), balances)
     running.stop(0)
     engine.dispose()

@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import table_events_pb2
+from mahjong_matchmaking.models import tickets as tickets_table
 from mahjong_matchmaking.projection import seat_release_handler
 from mahjong_platform.database import transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
@@ -165,7 +166,54 @@ def test_others_cannot_watch_or_cancel_your_ticket(
 
 
 def test_a_formula_room_takes_tickets_now_that_the_engine_plays_it(matchmaking: Matchmaking) -> None:
-    ticket = matchmaking.stub_for("alice").Enqueue(
+    ticket = matchmaking.stub_for("alice", member=True).Enqueue(
         messages.EnqueueRequest(room_id="formula-fan", idempotency_key="k")
     )
     assert ticket.ticket_id
+
+
+def test_a_non_member_is_refused_a_members_only_room_naming_the_program_and_nothing_is_written_rules_3(
+    matchmaking: Matchmaking,
+) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        matchmaking.stub_for("bob").Enqueue(
+            messages.EnqueueRequest(room_id="formula-fan", idempotency_key="k")
+        )
+    assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "Happy Points" in raised.value.details() and "欢乐积分计划" in raised.value.details()
+    with transaction(matchmaking.session_factory) as session:
+        assert (
+            session.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(tickets_table)).scalar()
+            == 0
+        )
+    # The same key works once the player is a member: the refusal stored no answer.
+    ticket = matchmaking.stub_for("bob", member=True).Enqueue(
+        messages.EnqueueRequest(room_id="formula-fan", idempotency_key="k")
+    )
+    assert ticket.ticket_id
+    # Sichuan rooms are open to everyone.
+    assert (
+        matchmaking.stub_for("carol")
+        .Enqueue(messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k"))
+        .ticket_id
+    )
+
+
+def test_list_rooms_marks_the_rooms_the_caller_may_enter_rules_3(matchmaking: Matchmaking) -> None:
+    def enterable(member: bool) -> dict[str, bool]:
+        rooms = matchmaking.stub_for("dave", member=member).ListRooms(messages.ListRoomsRequest()).rooms
+        return {room.room_id: room.caller_may_enter for room in rooms}
+
+    outsider, member = enterable(False), enterable(True)
+    assert all(member.values())
+    assert {room for room, may in outsider.items() if not may} == {
+        "formula-fan",
+        "formula-fan-plus-8",
+        "formula-flat-10",
+    }
+    rooms = matchmaking.stub_for("dave").ListRooms(messages.ListRoomsRequest()).rooms
+    assert {room.room_id: room.rules.members_only for room in rooms if room.rules.members_only} == {
+        "formula-fan": True,
+        "formula-fan-plus-8": True,
+        "formula-flat-10": True,
+    }

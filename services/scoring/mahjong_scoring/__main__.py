@@ -17,7 +17,7 @@ from mahjong_platform.topics import Topics
 from sqlalchemy import Engine
 
 from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
-from mahjong_scoring.servicer import registration
+from mahjong_scoring.servicer import METHOD_ROLES, registration
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
@@ -35,6 +35,7 @@ DEFINITION = ServiceDefinition(
     name="scoring",
     migrations="mahjong_scoring:alembic",
     registrations=registrations,
+    method_roles=METHOD_ROLES,
     consumers=consumers,
 )
 

@@ -10,7 +10,8 @@ winning hand, with its fan, meets_min, fans and what the wildcards stand for.
 
 GetGameSettlement reads the projection: every `SettlementInstructed` line of the game in order
 (reason, payees with per-line reasons, fans and multiplier), the per-seat totals, and whether the
-game is settled (GameSettled emitted).
+game is settled (GameSettled emitted). Like the ledger's game statement, only the game's players and
+ops/finance may read it (`METHOD_ROLES` admits every caller; the handler checks the seat).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 import grpc
 import sqlalchemy
 from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc, settlement_events_pb2
+from mahjong_platform.auth import EVERY_CALLER, OPERATIONS_ROLES, Identity, current_identity, role_table
 from mahjong_platform.database import SessionFactory, transaction
-from mahjong_platform.errors import InvalidArgumentError, NotFoundError
+from mahjong_platform.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from mahjong_platform.grpc_server import ServiceRegistration, register_service
 from mahjong_rules import (
     SUITS,
@@ -46,6 +48,11 @@ from mahjong_rules.formula.waits import formula_waits
 from mahjong_scoring.models import scoring_games, scoring_lines, scoring_players
 
 SERVICE_NAME = "ScoringService"
+METHOD_ROLES = role_table(
+    scoring_service_pb2.DESCRIPTOR.services_by_name[SERVICE_NAME],
+    {"EvaluateHand": EVERY_CALLER, "ListWaits": EVERY_CALLER, "GetGameSettlement": EVERY_CALLER},
+)
+"""Who may call what (deny by default): GetGameSettlement checks the game's players in the handler."""
 MELDS_MAX = 4
 TABLE_ID_MAX_LENGTH = 200
 _WIN_BYS = {
@@ -84,7 +91,7 @@ class ScoringServicer(scoring_service_pb2_grpc.ScoringServiceServicer):
         self, request: scoring_service_pb2.GetGameSettlementRequest, context: grpc.ServicerContext
     ) -> scoring_service_pb2.GetGameSettlementResponse:
         """Every settlement line of a game, its totals, and whether it is settled."""
-        return game_settlement(self._session_factory, request.table_id)
+        return game_settlement(self._session_factory, request.table_id, current_identity())
 
 
 def registration(session_factory: SessionFactory) -> ServiceRegistration:
@@ -265,9 +272,12 @@ def _scored_fan_messages(fans: Sequence[ScoredFan]) -> list[common_pb2.Fan]:
 
 
 def game_settlement(
-    session_factory: SessionFactory, table_id: str
+    session_factory: SessionFactory, table_id: str, reader: Identity | None = None
 ) -> scoring_service_pb2.GetGameSettlementResponse:
-    """GetGameSettlement without gRPC: the game's lines in order, its totals, and settled."""
+    """GetGameSettlement without gRPC: the game's lines in order, its totals, and settled.
+
+    ``reader`` (None: a trusted in-process caller) must be ops/finance or one of the game's players.
+    """
     if not 0 < len(table_id) <= TABLE_ID_MAX_LENGTH:
         raise InvalidArgumentError(f"table_id must be 1..{TABLE_ID_MAX_LENGTH} characters")
     with transaction(session_factory) as session:
@@ -288,6 +298,16 @@ def game_settlement(
             .where(scoring_players.c.table_id == table_id)
             .order_by(scoring_players.c.seat)
         ).all()
+    players = {row.account for row in player_rows}
+    if (
+        reader is not None
+        and not reader.has_any_role(OPERATIONS_ROLES)
+        and f"player:{reader.player_id}" not in players
+    ):
+        raise PermissionDeniedError(
+            f"player {reader.player_id!r} did not play at table {table_id!r}; "
+            "only its players and ops/finance may read its settlement"
+        )
     return scoring_service_pb2.GetGameSettlementResponse(
         table_id=table_id,
         lines=[

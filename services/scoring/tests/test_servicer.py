@@ -2,32 +2,55 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
 from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc
+from mahjong_platform.auth import AuthInterceptor, mint_token
 from mahjong_platform.config import load_settings
 from mahjong_platform.database import SessionFactory, transaction
 from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_client import open_channel
 from mahjong_platform.grpc_server import serve
 from mahjong_platform.tracked_consumer import MessagePosition
 from mahjong_scoring.projection import SettlementProjection
-from mahjong_scoring.servicer import registration
+from mahjong_scoring.servicer import METHOD_ROLES, registration
 from mahjong_scoring.testing import TableScript, room_rules
 
 SICHUAN = common_pb2.VARIANT_SICHUAN_BLOODY
 
 
+SECRET = "scoring-service-test-secret-0123456789abcdef"
+StubFor = Callable[..., scoring_service_pb2_grpc.ScoringServiceStub]
+
+
 @pytest.fixture
-def stub(session_factory: SessionFactory) -> Iterator[scoring_service_pb2_grpc.ScoringServiceStub]:
-    running = serve([registration(session_factory)], "127.0.0.1:0", load_settings({}))
-    channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
+def stub_for(session_factory: SessionFactory) -> Iterator[StubFor]:
+    """A stub calling as ``player_id`` with ``roles`` on a server with the scoring role table."""
+    running = serve(
+        [registration(session_factory)],
+        "127.0.0.1:0",
+        load_settings({"MAHJONG_JWT_SECRET": SECRET}),
+        interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)],
+    )
+    channels: list[grpc.Channel] = []
+
+    def stub_for(player_id: str, roles: tuple[str, ...] = ()) -> scoring_service_pb2_grpc.ScoringServiceStub:
+        channels.append(open_channel(f"127.0.0.1:{running.port}", mint_token(SECRET, player_id, roles)))
+        return scoring_service_pb2_grpc.ScoringServiceStub(channels[-1])
+
     try:
-        yield scoring_service_pb2_grpc.ScoringServiceStub(channel)
+        yield stub_for
     finally:
-        channel.close()
+        for channel in channels:
+            channel.close()
         running.stop(0)
+
+
+@pytest.fixture
+def stub(stub_for: StubFor) -> scoring_service_pb2_grpc.ScoringServiceStub:
+    return stub_for("p1")
 
 
 def test_evaluate_hand_scores_like_mjctl_evaluate(stub: scoring_service_pb2_grpc.ScoringServiceStub) -> None:
@@ -255,3 +278,23 @@ def test_get_game_settlement_returns_every_line_with_reason_and_fans_and_the_tot
     with pytest.raises(grpc.RpcError) as error:
         stub.GetGameSettlement(scoring_service_pb2.GetGameSettlementRequest(table_id="no-such-table"))
     assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_get_game_settlement_is_for_the_games_players_and_ops_or_finance_only(
+    stub_for: StubFor, session_factory: SessionFactory
+) -> None:
+    script = TableScript(rules=room_rules(coefficient=10, rake_beans=5)).open(
+        ["11234567888m99p5s", "123456789p2255s", "11335779s24699m", "123m1122456p789s"], "smpm"
+    )
+    projection = SettlementProjection(EventStore())
+    for envelope in script.events:
+        with transaction(session_factory) as session:
+            projection(session, envelope, MessagePosition("mahjong.table.v1", 0, 0))
+    request = scoring_service_pb2.GetGameSettlementRequest(table_id="table-1")
+    with pytest.raises(grpc.RpcError) as error:
+        stub_for("stranger").GetGameSettlement(request)
+    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "did not play at table" in error.value.details()
+    assert stub_for("p3").GetGameSettlement(request).table_id == "table-1"
+    assert stub_for("auditor", ("finance",)).GetGameSettlement(request).table_id == "table-1"
+    assert stub_for("operator", ("ops",)).GetGameSettlement(request).table_id == "table-1"

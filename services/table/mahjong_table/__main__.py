@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.projection import table_opening_handler
-from mahjong_table.servicer import TABLE_ERROR_MAPPING, Presence, TableServicer
+from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
 
 
@@ -65,6 +65,7 @@ def definition(settings: Settings) -> ServiceDefinition:
         registrations=process.registrations,
         consumers=process.consumers,
         extra_workers=process.workers,
+        method_roles=METHOD_ROLES,
         error_mapping=TABLE_ERROR_MAPPING,
     )
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 import grpc
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
-from mahjong_platform.auth import OPERATIONS_ROLES, current_identity
+from mahjong_platform.auth import EVERY_CALLER, OPS_ONLY, current_identity, role_table
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
 from mahjong_rules import RulesError, format_tiles, parse_tiles
@@ -29,6 +29,13 @@ from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.tables import TableEngine
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import redact, view_for
+
+METHOD_ROLES = role_table(
+    messages.DESCRIPTOR.services_by_name["TableService"],
+    {"Act": EVERY_CALLER, "Watch": EVERY_CALLER, "GetView": EVERY_CALLER, "WatchView": EVERY_CALLER},
+)
+"""Who may call what (deny by default): every caller, then the handlers check the seat; only ``ops``
+watches with full information (``finance`` sees money, not hands)."""
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 128
 WATCH_POLL_SECONDS = 0.5
@@ -175,7 +182,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         seat = seat_of(state, identity.player_id)
         if seat != NO_SEAT:
             return state, seat
-        if identity.has_any_role(OPERATIONS_ROLES):
+        if identity.has_any_role(OPS_ONLY):
             return state, None
         raise PermissionDeniedError(f"player {identity.player_id!r} has no seat at table {table_id}")
 

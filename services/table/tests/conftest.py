@@ -17,7 +17,7 @@ from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
 from mahjong_platform.grpc_server import register_service, serve
 from mahjong_platform.migrations import upgrade
-from mahjong_table.servicer import TABLE_ERROR_MAPPING, Presence, TableServicer
+from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
 
 SECRET = "table-service-test-secret-0123456789abcdef"
@@ -90,7 +90,7 @@ def table_server(tmp_path: pathlib.Path) -> Iterator[TableServer]:
         [registration],
         "127.0.0.1:0",
         load_settings({"MAHJONG_JWT_SECRET": SECRET}),
-        interceptors=[AuthInterceptor(SECRET)],
+        interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)],
         extra_error_mapping=TABLE_ERROR_MAPPING,
     )
     yield TableServer(running.port, engine, session_factory)

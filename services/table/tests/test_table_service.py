@@ -93,6 +93,14 @@ def test_ops_watch_with_full_information(table_server: TableServer) -> None:
     assert len(opened.table_opened.wall) == 108
 
 
+def test_finance_may_not_watch_live_hands_only_ops_may(table_server: TableServer) -> None:
+    table_id = table_server.open_table(PLAYERS)
+    stream = table_server.stub_for("auditor", ("finance",)).Watch(messages.WatchRequest(table_id=table_id))
+    with pytest.raises(grpc.RpcError) as raised:
+        next(iter(stream))
+    assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
 def test_watch_resumes_after_a_sequence(table_server: TableServer) -> None:
     table_id = table_server.open_table(PLAYERS)
     stub = table_server.stub_for("east")

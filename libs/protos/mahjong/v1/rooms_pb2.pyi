@@ -31,6 +31,7 @@ class RoomRules(_message.Message):
     ENTRY_FLOOR_BEANS_FIELD_NUMBER: _builtins.int
     TURN_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     RECONNECT_GRACE_MS_FIELD_NUMBER: _builtins.int
+    MEMBERS_ONLY_FIELD_NUMBER: _builtins.int
     DEALER_ROTATION_FIELD_NUMBER: _builtins.int
     EXCHANGE_THREE_FIELD_NUMBER: _builtins.int
     SKIP_WIN_LOCK_FIELD_NUMBER: _builtins.int
@@ -56,6 +57,10 @@ class RoomRules(_message.Message):
     """Entry floor (场次下限) in beans."""
     turn_timeout_ms: _builtins.int
     reconnect_grace_ms: _builtins.int
+    members_only: _builtins.bool
+    """Only members of the Happy Points loyalty program (欢乐积分计划) may enter (RULES.md 3; the token's
+    `member` claim). Default true for Formula rooms, false for Sichuan rooms.
+    """
     dealer_rotation: _builtins.str
     """--- Sichuan Bloody (RULES.md 1) ---
     "dice" or "first_winner".
@@ -87,6 +92,7 @@ class RoomRules(_message.Message):
         entry_floor_beans: _builtins.int = ...,
         turn_timeout_ms: _builtins.int = ...,
         reconnect_grace_ms: _builtins.int = ...,
+        members_only: _builtins.bool = ...,
         dealer_rotation: _builtins.str = ...,
         exchange_three: _builtins.bool = ...,
         skip_win_lock: _builtins.bool = ...,
@@ -105,7 +111,7 @@ class RoomRules(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap_points", b"cap_points", "coefficient", b"coefficient", "dealer_rotation", b"dealer_rotation", "entry_floor_beans", b"entry_floor_beans", "escape_cap_points", b"escape_cap_points", "escape_compensation_floor", b"escape_compensation_floor", "escape_compensation_points", b"escape_compensation_points", "escape_correction", b"escape_correction", "escape_penalty_floor", b"escape_penalty_floor", "escape_penalty_points", b"escape_penalty_points", "exchange_three", b"exchange_three", "fan_term", b"fan_term", "flower_pig_points", b"flower_pig_points", "min_fan", b"min_fan", "no_wildcard_fan", b"no_wildcard_fan", "rake_beans", b"rake_beans", "reconnect_grace_ms", b"reconnect_grace_ms", "self_draw_bonus", b"self_draw_bonus", "skip_win_lock", b"skip_win_lock", "turn_timeout_ms", b"turn_timeout_ms", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap_points", b"cap_points", "coefficient", b"coefficient", "dealer_rotation", b"dealer_rotation", "entry_floor_beans", b"entry_floor_beans", "escape_cap_points", b"escape_cap_points", "escape_compensation_floor", b"escape_compensation_floor", "escape_compensation_points", b"escape_compensation_points", "escape_correction", b"escape_correction", "escape_penalty_floor", b"escape_penalty_floor", "escape_penalty_points", b"escape_penalty_points", "exchange_three", b"exchange_three", "fan_term", b"fan_term", "flower_pig_points", b"flower_pig_points", "members_only", b"members_only", "min_fan", b"min_fan", "no_wildcard_fan", b"no_wildcard_fan", "rake_beans", b"rake_beans", "reconnect_grace_ms", b"reconnect_grace_ms", "self_draw_bonus", b"self_draw_bonus", "skip_win_lock", b"skip_win_lock", "turn_timeout_ms", b"turn_timeout_ms", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -118,8 +124,13 @@ class Room(_message.Message):
     ROOM_ID_FIELD_NUMBER: _builtins.int
     DISPLAY_NAME_FIELD_NUMBER: _builtins.int
     RULES_FIELD_NUMBER: _builtins.int
+    CALLER_MAY_ENTER_FIELD_NUMBER: _builtins.int
     room_id: _builtins.str
     display_name: _builtins.str
+    caller_may_enter: _builtins.bool
+    """In a ListRooms answer: whether the calling player may enter this room now (a members-only room
+    and a caller whose token carries no `member` claim: false). Not part of the catalog.
+    """
     @_builtins.property
     def rules(self) -> Global___RoomRules: ...
     def __init__(
@@ -128,10 +139,11 @@ class Room(_message.Message):
         room_id: _builtins.str = ...,
         display_name: _builtins.str = ...,
         rules: Global___RoomRules | None = ...,
+        caller_may_enter: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "room_id", b"room_id", "rules", b"rules"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller_may_enter", b"caller_may_enter", "display_name", b"display_name", "room_id", b"room_id", "rules", b"rules"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
