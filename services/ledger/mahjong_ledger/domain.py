@@ -56,7 +56,7 @@ DEPOSIT_BEANS_MAX: Final = 10**12
 
 DEPOSIT_REASON: Final = "deposit"
 STARTING_GRANT_REASON: Final = "starting_grant"
-STARTING_GRANT_KEY_PREFIX: Final = "grant:"
+STARTING_GRANT_KEY_PREFIX: Final = "grant:"  # reserved: `mahjong_platform.idempotency`
 SETTLEMENT_REASONS: Final = frozenset(reason.value for reason in Reason)
 
 # Transfer ids are derived from the order key, so a rebuild from offset 0 reproduces every row.

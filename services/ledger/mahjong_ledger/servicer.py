@@ -43,6 +43,7 @@ from mahjong_platform.errors import (
     PermissionDeniedError,
 )
 from mahjong_platform.event_store import WrongExpectedVersionError
+from mahjong_platform.idempotency import check_not_reserved
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -152,6 +153,9 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
         """Move beans from ``world`` to an account; a retry with the same key returns the first answer."""
         identity = current_identity()
         check_roles(f"/{SERVICE_NAME}/Deposit", identity, OPERATIONS_ROLES)
+        # `grant:<player>` is the starting grant's own key: taken by a deposit, it would lock the
+        # player out of their grant (the one idempotency rule reserves the services' prefixes).
+        check_not_reserved(request.idempotency_key)
         order = DepositOrder(
             account=request.account,
             beans=request.beans,

@@ -183,6 +183,14 @@ def test_a_key_reused_for_a_different_deposit_is_failed_precondition(stub: Stub)
     assert "already used for a different request" in details
 
 
+def test_a_deposit_may_not_take_a_starting_grant_key_so_the_player_still_gets_the_grant(stub: Stub) -> None:
+    code, details = status_of(lambda: deposit(stub, "player:zoe", 1, "grant:zoe"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "reserved" in details
+    balance = stub.GetBalance(ledger_service_pb2.GetBalanceRequest(), metadata=as_player("zoe"))
+    assert balance.balance_beans > 1
+
+
 # --- ListEntries --------------------------------------------------------------------------------
 
 

@@ -54,5 +54,7 @@ idempotent_answers = Table(
     Column("method", String(64), nullable=False),
     Column("idempotency_key", String(128), nullable=False),
     Column("answer", LargeBinary, nullable=False),
+    # `mahjong_platform.idempotency.request_digest` of the first request; NULL on older rows.
+    Column("request_digest", String(64), nullable=True),
     PrimaryKeyConstraint("player_id", "method", "idempotency_key"),
 )

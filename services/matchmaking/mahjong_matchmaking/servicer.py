@@ -18,6 +18,7 @@ from mahjong_platform.errors import (
     PermissionDeniedError,
 )
 from mahjong_platform.event_store import EventStore
+from mahjong_platform.idempotency import request_digest
 
 from mahjong_matchmaking import tickets
 from mahjong_matchmaking.catalog import Room
@@ -104,14 +105,15 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                 f"room {room.room_id!r} is open only to members of the Happy Points program "
                 f"(欢乐积分计划); join the program, or choose a room ListRooms marks caller_may_enter"
             )
+        digest = request_digest(request)
         with read_transaction(self._session_factory) as session:
-            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)
+            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key, digest)
         if earlier is not None:
             return messages.EnqueueResponse.FromString(earlier)
         # Asked before the write transaction, so no database lock is held across a network call.
         balance_beans = None if self._balance_of is None else self._balance_of(player_id)
         with transaction(self._session_factory) as session:
-            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key)
+            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key, digest)
             if earlier is not None:
                 return messages.EnqueueResponse.FromString(earlier)
             ticket, _events = tickets.enqueue(
@@ -119,7 +121,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             )
             answer = messages.EnqueueResponse(ticket_id=ticket.ticket_id)
             tickets.remember_answer(
-                session, player_id, "Enqueue", request.idempotency_key, answer.SerializeToString()
+                session, player_id, "Enqueue", request.idempotency_key, digest, answer.SerializeToString()
             )
         self.changes.notify()
         return answer
@@ -131,10 +133,18 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         tickets.check_idempotency_key(request.idempotency_key)
         if not request.ticket_id:
             raise InvalidArgumentError("ticket_id is required")
+        digest = request_digest(request)
         with transaction(self._session_factory) as session:
+            earlier = tickets.first_answer(session, player_id, "Cancel", request.idempotency_key, digest)
+            if earlier is not None:
+                return messages.CancelResponse.FromString(earlier)
             tickets.cancel(session, self._store, request.ticket_id, player_id, self._clock)
+            answer = messages.CancelResponse()
+            tickets.remember_answer(
+                session, player_id, "Cancel", request.idempotency_key, digest, answer.SerializeToString()
+            )
         self.changes.notify()
-        return messages.CancelResponse()
+        return answer
 
     def WatchTicket(
         self, request: messages.WatchTicketRequest, context: grpc.ServicerContext

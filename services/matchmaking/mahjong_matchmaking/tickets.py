@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
+from mahjong_platform import idempotency
 from mahjong_platform.envelopes import new_envelope
-from mahjong_platform.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from mahjong_platform.errors import FailedPreconditionError, NotFoundError
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -61,26 +62,31 @@ class Ticket:
 
 
 def check_idempotency_key(key: str) -> None:
-    if not key or len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
-        raise InvalidArgumentError(f"idempotency_key must be 1..{IDEMPOTENCY_KEY_MAX_LENGTH} characters")
+    """INVALID_ARGUMENT for an empty, over-long or reserved key (`mahjong_platform.idempotency`)."""
+    idempotency.check_idempotency_key(key, IDEMPOTENCY_KEY_MAX_LENGTH)
 
 
-def first_answer(session: Session, player_id: str, method: str, key: str) -> bytes | None:
-    """The stored answer of an earlier call with this idempotency key, if any."""
+def first_answer(session: Session, player_id: str, method: str, key: str, digest: str) -> bytes | None:
+    """The stored answer of an earlier call with this idempotency key, if any; FAILED_PRECONDITION
+    when that call asked something else (`mahjong_platform.idempotency`)."""
     row = session.execute(
-        sqlalchemy.select(idempotent_answers.c.answer).where(
+        sqlalchemy.select(idempotent_answers.c.answer, idempotent_answers.c.request_digest).where(
             idempotent_answers.c.player_id == player_id,
             idempotent_answers.c.method == method,
             idempotent_answers.c.idempotency_key == key,
         )
     ).first()
-    return None if row is None else bytes(row.answer)
+    if row is None:
+        return None
+    return idempotency.replay_answer(method, row.request_digest, digest, bytes(row.answer))
 
 
-def remember_answer(session: Session, player_id: str, method: str, key: str, answer: bytes) -> None:
+def remember_answer(
+    session: Session, player_id: str, method: str, key: str, digest: str, answer: bytes
+) -> None:
     session.execute(
         idempotent_answers.insert().values(
-            player_id=player_id, method=method, idempotency_key=key, answer=answer
+            player_id=player_id, method=method, idempotency_key=key, request_digest=digest, answer=answer
         )
     )
 

@@ -199,6 +199,25 @@ def test_a_non_member_is_refused_a_members_only_room_naming_the_program_and_noth
     )
 
 
+def test_one_idempotency_rule_same_request_first_answer_other_request_refused(
+    matchmaking: Matchmaking,
+) -> None:
+    stub = matchmaking.stub_for("erin")
+    first = stub.Enqueue(messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k"))
+    assert stub.Enqueue(messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k")) == first
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Enqueue(messages.EnqueueRequest(room_id="sichuan-cap64", idempotency_key="k"))
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    cancel = messages.CancelRequest(ticket_id=first.ticket_id, idempotency_key="c")
+    assert stub.Cancel(cancel) == stub.Cancel(cancel)
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Cancel(messages.CancelRequest(ticket_id="another", idempotency_key="c"))
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Enqueue(messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="grant:erin"))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_list_rooms_marks_the_rooms_the_caller_may_enter_rules_3(matchmaking: Matchmaking) -> None:
     def enterable(member: bool) -> dict[str, bool]:
         rooms = matchmaking.stub_for("dave", member=member).ListRooms(messages.ListRoomsRequest()).rooms

@@ -37,5 +37,7 @@ table_answers = Table(
     Column("player_id", String(128), nullable=False),
     Column("idempotency_key", String(128), nullable=False),
     Column("answer", LargeBinary, nullable=False),
+    # `mahjong_platform.idempotency.request_digest` of the first request; NULL on older rows.
+    Column("request_digest", String(64), nullable=True),
     PrimaryKeyConstraint("table_id", "player_id", "idempotency_key"),
 )

@@ -19,6 +19,7 @@ from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.auth import EVERY_CALLER, OPS_ONLY, current_identity, role_table
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
+from mahjong_platform.idempotency import check_idempotency_key, request_digest
 from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
 
@@ -187,8 +188,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         raise PermissionDeniedError(f"player {identity.player_id!r} has no seat at table {table_id}")
 
     def Act(self, request: messages.ActRequest, context: grpc.ServicerContext) -> messages.ActResponse:
-        if not 0 < len(request.idempotency_key) <= IDEMPOTENCY_KEY_MAX_LENGTH:
-            raise InvalidArgumentError(f"idempotency_key must be 1..{IDEMPOTENCY_KEY_MAX_LENGTH} characters")
+        check_idempotency_key(request.idempotency_key, IDEMPOTENCY_KEY_MAX_LENGTH)
         _state, seat = self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("only a seated player can act at a table")
@@ -212,7 +212,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             request.table_id,
             command_for,
             answer_of,
-            idempotency=(current_identity().player_id, request.idempotency_key),
+            idempotency=(current_identity().player_id, request.idempotency_key, request_digest(request)),
         )
         return messages.ActResponse.FromString(answer)
 

@@ -21,6 +21,7 @@ from mahjong.v1 import envelope_pb2, match_events_pb2
 from mahjong_platform.envelopes import Clock, new_envelope
 from mahjong_platform.errors import ConflictError, NotFoundError
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
+from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
 
 from mahjong_table import codec
@@ -251,12 +252,13 @@ class TableEngine:
         table_id: str,
         command_for_seat: Callable[[TableState], TableCommand],
         answer_of: Callable[[TableState, list[envelope_pb2.Envelope]], bytes] | None = None,
-        idempotency: tuple[str, str] | None = None,
+        idempotency: tuple[str, str, str] | None = None,
     ) -> tuple[TableState, list[envelope_pb2.Envelope], bytes]:
         """Decide `command_for_seat(state)` on the current state and append its events.
 
-        With `idempotency` = (player id, key), the first answer of that key is stored in the same
-        transaction as the events, and a retry returns it without deciding again. Each attempt
+        With `idempotency` = (player id, key, request digest), the first answer of that key is stored
+        in the same transaction as the events, and a retry returns it without deciding again (a
+        retry with another request is FAILED_PRECONDITION, `mahjong_platform.idempotency`). Each attempt
         runs in its own transaction; a version conflict (another writer appended first) retries
         on the fresh state read from the store, at most DECIDE_ATTEMPTS_MAX times.
         """
@@ -378,7 +380,7 @@ def _table_id_of(events: Sequence[TableEvent]) -> str:
 
 
 # Statements built once (building one costs more than running it on SQLite).
-_FIRST_ANSWER = sqlalchemy.select(table_answers.c.answer).where(
+_FIRST_ANSWER = sqlalchemy.select(table_answers.c.answer, table_answers.c.request_digest).where(
     table_answers.c.table_id == sqlalchemy.bindparam("table_id"),
     table_answers.c.player_id == sqlalchemy.bindparam("player_id"),
     table_answers.c.idempotency_key == sqlalchemy.bindparam("idempotency_key"),
@@ -388,17 +390,28 @@ _UPDATE_STATUS = table_status.update().where(table_status.c.table_id == sqlalche
 _INSERT_STATUS = table_status.insert()
 
 
-def first_answer(session: Session, table_id: str, player_id: str, key: str) -> bytes | None:
+def first_answer(session: Session, table_id: str, player_id: str, key: str, digest: str) -> bytes | None:
+    """The first answer of this key, or None; FAILED_PRECONDITION when it answered another request."""
     row = session.execute(
         _FIRST_ANSWER, {"table_id": table_id, "player_id": player_id, "idempotency_key": key}
     ).first()
-    return None if row is None else bytes(row.answer)
+    if row is None:
+        return None
+    return replay_answer("Act", row.request_digest, digest, bytes(row.answer))
 
 
-def remember_answer(session: Session, table_id: str, player_id: str, key: str, answer: bytes) -> None:
+def remember_answer(
+    session: Session, table_id: str, player_id: str, key: str, digest: str, answer: bytes
+) -> None:
     session.execute(
         _REMEMBER_ANSWER,
-        {"table_id": table_id, "player_id": player_id, "idempotency_key": key, "answer": answer},
+        {
+            "table_id": table_id,
+            "player_id": player_id,
+            "idempotency_key": key,
+            "request_digest": digest,
+            "answer": answer,
+        },
     )
 
 

@@ -129,6 +129,34 @@ def test_a_replayed_idempotency_key_returns_the_first_answer_and_appends_nothing
     assert stored_event_count(table_server, table_id) == count
 
 
+def test_a_reused_idempotency_key_with_another_request_is_refused_and_appends_nothing(
+    table_server: TableServer,
+) -> None:
+    table_id = table_server.open_table(PLAYERS)
+    view = table_server.view("east", table_id)
+    request = choose_command(view)
+    assert request is not None
+    stub = table_server.stub_for("east")
+    stub.Act(request)
+    count = stored_event_count(table_server, table_id)
+    other = messages.ActRequest(table_id=table_id, idempotency_key=request.idempotency_key)
+    other.leave.SetInParent()
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Act(other)
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "different request" in raised.value.details()
+    assert stored_event_count(table_server, table_id) == count
+
+
+def test_a_reserved_idempotency_key_prefix_is_invalid(table_server: TableServer) -> None:
+    table_id = table_server.open_table(PLAYERS)
+    request = messages.ActRequest(table_id=table_id, idempotency_key="grant:east")
+    request.leave.SetInParent()
+    with pytest.raises(grpc.RpcError) as raised:
+        table_server.stub_for("east").Act(request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def exchange(tiles: str) -> messages.ActRequest:
     request = messages.ActRequest(idempotency_key="k")
     request.exchange_three.tiles = tiles
