@@ -51,6 +51,12 @@ MAXIMUM_GRPC_MAX_WORKERS: Final = 4096
 DEFAULT_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 10.0
 MAXIMUM_GRPC_SHUTDOWN_GRACE_SECONDS: Final = 300.0
 
+# Per-caller limits (`mahjong_platform.limits`): one caller cannot hold every worker.
+DEFAULT_GRPC_STREAMS_PER_CALLER: Final = 16
+DEFAULT_GRPC_CALLS_PER_CALLER: Final = 32
+DEFAULT_GRPC_STREAM_IDLE_SECONDS: Final = 600
+MAXIMUM_GRPC_STREAM_IDLE_SECONDS: Final = 86_400
+
 DEFAULT_RETENTION_HOURS: Final = 168
 MAXIMUM_RETENTION_HOURS: Final = 87_600
 
@@ -65,6 +71,9 @@ GRPC_MAX_WORKERS_VARIABLE: Final = "MAHJONG_GRPC_MAX_WORKERS"
 GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE: Final = "MAHJONG_GRPC_SHUTDOWN_GRACE_SECONDS"
 RETENTION_HOURS_VARIABLE: Final = "MAHJONG_RETENTION_HOURS"
 ENVIRONMENT_VARIABLE: Final = "MAHJONG_ENV"
+GRPC_STREAMS_PER_CALLER_VARIABLE: Final = "MAHJONG_GRPC_STREAMS_PER_CALLER"
+GRPC_CALLS_PER_CALLER_VARIABLE: Final = "MAHJONG_GRPC_CALLS_PER_CALLER"
+GRPC_STREAM_IDLE_SECONDS_VARIABLE: Final = "MAHJONG_GRPC_STREAM_IDLE_SECONDS"
 
 
 def database_url_variable(service: ServiceName) -> str:
@@ -99,6 +108,9 @@ KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
         GRPC_SHUTDOWN_GRACE_SECONDS_VARIABLE,
         RETENTION_HOURS_VARIABLE,
         ENVIRONMENT_VARIABLE,
+        GRPC_STREAMS_PER_CALLER_VARIABLE,
+        GRPC_CALLS_PER_CALLER_VARIABLE,
+        GRPC_STREAM_IDLE_SECONDS_VARIABLE,
     }
     | {database_url_variable(service) for service in SERVICE_NAMES}
     | {grpc_address_variable(service) for service in SERVICE_NAMES}
@@ -145,6 +157,10 @@ class Settings:
     """``MAHJONG_ENV``: only ``development`` lets a service start on the public JWT secret."""
     jwt_secret_was_set: bool = True
     """False when ``MAHJONG_JWT_SECRET`` was unset or empty (the development default stands in)."""
+    grpc_streams_per_caller: int = DEFAULT_GRPC_STREAMS_PER_CALLER
+    grpc_calls_per_caller: int = DEFAULT_GRPC_CALLS_PER_CALLER
+    grpc_stream_idle_seconds: int = DEFAULT_GRPC_STREAM_IDLE_SECONDS
+    """A stream that sent nothing for this long is cancelled (the client resumes)."""
 
     def __repr__(self) -> str:
         fields = []
@@ -235,6 +251,21 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         retention_hours=_parse_retention_hours(environ),
         environment=environment,
         jwt_secret_was_set=jwt_secret_was_set,
+        grpc_streams_per_caller=_parse_bounded_integer(
+            environ,
+            GRPC_STREAMS_PER_CALLER_VARIABLE,
+            DEFAULT_GRPC_STREAMS_PER_CALLER,
+            MAXIMUM_GRPC_MAX_WORKERS,
+        ),
+        grpc_calls_per_caller=_parse_bounded_integer(
+            environ, GRPC_CALLS_PER_CALLER_VARIABLE, DEFAULT_GRPC_CALLS_PER_CALLER, MAXIMUM_GRPC_MAX_WORKERS
+        ),
+        grpc_stream_idle_seconds=_parse_bounded_integer(
+            environ,
+            GRPC_STREAM_IDLE_SECONDS_VARIABLE,
+            DEFAULT_GRPC_STREAM_IDLE_SECONDS,
+            MAXIMUM_GRPC_STREAM_IDLE_SECONDS,
+        ),
     )
 
 

@@ -66,6 +66,12 @@ class UnauthenticatedError(ServiceError):
     status_code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class ResourceExhaustedError(ServiceError):
+    """The caller holds too many open streams or concurrent calls; retry once some have finished."""
+
+    status_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 ErrorMapping = Mapping[type[BaseException], grpc.StatusCode]
 """Extra exception types (for instance the rules library's) and the status code each maps to."""
 

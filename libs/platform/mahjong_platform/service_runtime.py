@@ -25,6 +25,7 @@ from mahjong_platform.config import ServiceName, Settings, check_secret_for_serv
 from mahjong_platform.database import create_engine_for
 from mahjong_platform.errors import ErrorMapping
 from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
+from mahjong_platform.limits import CallerLimiter, CallerLimitInterceptor
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay
 from mahjong_platform.retention import RetentionWorker
@@ -229,8 +230,14 @@ def start_service(
         workers.append(SupervisedWorker(f"{definition.name}-{name}", create, stop_event))
     for worker in workers:
         worker.start()
+    limiter = caller_limiter(settings)
+    sweeper = threading.Thread(
+        target=limiter.run_sweeper, args=(stop_event,), name=f"{definition.name}-idle-streams", daemon=True
+    )
+    sweeper.start()
     interceptors: list[grpc.ServerInterceptor] = [
-        AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles)
+        AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
+        CallerLimitInterceptor(limiter),
     ]
     server = serve(
         definition.registrations(engine, settings, topics),
@@ -240,6 +247,17 @@ def start_service(
         extra_error_mapping=definition.error_mapping,
     )
     return RunningService(definition, engine, server, workers, stop_event)
+
+
+def caller_limiter(settings: Settings) -> CallerLimiter:
+    """The per-caller limits of ``settings``: streams of all callers together may take three quarters
+    of the workers, so that unary calls always find one."""
+    return CallerLimiter(
+        streams_per_caller=settings.grpc_streams_per_caller,
+        calls_per_caller=settings.grpc_calls_per_caller,
+        total_streams=max(1, settings.grpc_max_workers * 3 // 4),
+        stream_idle_seconds=float(settings.grpc_stream_idle_seconds),
+    )
 
 
 def _consumer_factory(
