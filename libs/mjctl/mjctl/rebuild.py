@@ -32,7 +32,14 @@ are not closer in time than the live consumer's lag.
 
 Compared columns: everything except ``ledger_postings.posting_id`` (a global autoincrement whose
 values follow the interleaving of unrelated accounts; postings are keyed by transfer and account
-instead).
+instead), and ``ledger_postings.balance_after_beans`` of the ``house:*`` and ``world`` postings:
+those accounts are fed by every partition at once, so their running balance after one posting
+follows the order in which the live consumer happened to read the partitions (a crash or a
+rebalance changes it), which no event records. Their balances in ``ledger_accounts`` (a sum, the
+same in any order) and every posting's beans are compared, and `mjctl reconcile` checks their
+running balances on the live database. A player's postings come from one table at a time, so
+their running balances are compared. An account's ``opened_at`` is the earliest event time that
+touched it, whatever the order of arrival.
 The projections hold no wall-clock times (scoring: none at all; ledger: every time is an event's
 occurrence time). The platform's tables are not compared: ``stored_events``/``outbox_messages``
 hold the events the rebuilt projection emitted (never published: no relay runs, and the rebuild
@@ -52,7 +59,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
 import sqlalchemy
@@ -60,25 +67,20 @@ from kafka import KafkaConsumer, TopicPartition
 from mahjong.v1 import envelope_pb2
 from mahjong_platform.config import ServiceName, Settings, load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
-from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope, utc_now
+from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
 from mahjong_platform.event_store import EventStore
-from mahjong_platform.schema import consumer_positions, processed_events
+from mahjong_platform.schema import consumer_positions
 from mahjong_platform.topics import Topics
-from mahjong_platform.tracked_consumer import Handler, MessagePosition
-from sqlalchemy.dialects import postgresql, sqlite
+from mahjong_platform.tracked_consumer import BatchApplier, BatchHandler, Delivery, MessagePosition
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.orm import Session
 
 from mjctl.replay import ReplayError, read_partitions_to_end, topic_partitions
 
 RECORDS_MAX: Final = 5_000_000
-BATCH_EVENTS: Final = 200
+BATCH_EVENTS: Final = 500
 PROGRESS_INTERVAL_SECONDS: Final = 0.25
 PROGRESS_BAR_WIDTH: Final = 30
 FAILURES_SHOWN_MAX: Final = 5
-
-ApplyFunction = Callable[[Session, envelope_pb2.Envelope, MessagePosition], None]
 
 
 class RebuildError(Exception):
@@ -92,6 +94,9 @@ class ComparedTable:
     table: sqlalchemy.Table
     key: tuple[str, ...]
     excluded: frozenset[str] = frozenset()
+    # A column compared only on the rows the predicate accepts (its value on the other rows
+    # is shown as "-"), e.g. the running balance of the accounts every partition feeds.
+    compared_only_when: tuple[str, Callable[[dict[str, Any]], bool]] | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -106,7 +111,7 @@ class RebuildTarget:
     consumer_group: str
     migrate: Callable[[str], None]
     input_topics: Callable[[Topics], list[str]]
-    handler: Callable[[Topics], ApplyFunction]
+    handler: Callable[[Topics], BatchHandler]
     tables: tuple[ComparedTable, ...]
 
 
@@ -120,9 +125,8 @@ def scoring_target() -> RebuildTarget:
     from mahjong_scoring.models import PROJECTION_TABLES
     from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
 
-    def handler(topics: Topics) -> ApplyFunction:
-        projection: Handler = SettlementProjection(EventStore(topics))
-        return projection
+    def handler(topics: Topics) -> BatchHandler:
+        return SettlementProjection(EventStore(topics)).apply_batch
 
     return RebuildTarget(
         service="scoring",
@@ -151,44 +155,26 @@ def ledger_target() -> RebuildTarget:
         tables=(
             ComparedTable(ledger_accounts, ("account",)),
             ComparedTable(ledger_transfers, ("transfer_id",)),
-            ComparedTable(ledger_postings, ("transfer_id", "account"), frozenset({"posting_id"})),
+            ComparedTable(
+                ledger_postings,
+                ("transfer_id", "account"),
+                frozenset({"posting_id"}),
+                compared_only_when=("balance_after_beans", _is_player_posting),
+            ),
             ComparedTable(ledger_games, ("table_id",)),
         ),
     )
 
 
-def _ledger_handler(topics: Topics) -> ApplyFunction:
-    from mahjong_ledger.domain import DepositOrder, TransferKind, transfer_id_for
-    from mahjong_ledger.projection import SettlementProjection
+def _ledger_handler(topics: Topics) -> BatchHandler:
+    from mahjong_ledger.projection import LedgerReplay
     from mahjong_ledger.repository import LedgerRepository
 
-    deposit_time = [datetime.datetime.min.replace(tzinfo=datetime.UTC)]
-    # A deposit is posted "now" by the repository's clock; in a rebuild, now is the deposit's time.
-    repository = LedgerRepository(EventStore(topics), clock=lambda: deposit_time[0])
-    settlements = SettlementProjection(repository)
+    return LedgerReplay(LedgerRepository(EventStore(topics)), topics.ledger).handle_batch
 
-    def apply(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
-        if position.topic != topics.ledger:
-            settlements.handle(session, envelope, position)
-            return
-        if envelope.WhichOneof("payload") != "transfer_posted":
-            return
-        posted = envelope.transfer_posted
-        if posted.transfer_id != transfer_id_for(TransferKind.DEPOSIT, posted.instruction_id):
-            return  # A settlement's TransferPosted: the ledger's output, rebuilt from the instruction.
-        credited = [posting.account for posting in posted.postings if posting.beans > 0]
-        assert len(credited) == 1, f"deposit {posted.transfer_id} credits {credited}"
-        order = DepositOrder(
-            account=credited[0],
-            beans=posted.requested_beans,
-            idempotency_key=posted.instruction_id,
-            memo=posted.memo,
-            reason=posted.reason,
-        )
-        deposit_time[0] = envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC)
-        repository.deposit(session, order, correlation_id=envelope.correlation_id)
 
-    return apply
+def _is_player_posting(row: dict[str, Any]) -> bool:
+    return str(row["account"]).startswith("player:")
 
 
 TARGETS: Final[dict[str, Callable[[], RebuildTarget]]] = {"scoring": scoring_target, "ledger": ledger_target}
@@ -454,93 +440,43 @@ def _micros(envelope: envelope_pb2.Envelope | None) -> int:
 
 def replay(
     engine: Engine,
-    apply: ApplyFunction,
+    apply: BatchHandler,
     records: Sequence[TopicRecord],
     consumer_group: str,
     *,
     progress: TextIO | None = None,
 ) -> ReplayStatistics:
-    """Apply the records in order, once per event id, in batches; each event in its own savepoint."""
-    session_factory = create_session_factory(engine)
+    """Apply the records in order, once per event id, through the live consumer's batch path
+    (`BatchApplier`): BATCH_EVENTS per transaction, one event at a time for a batch whose handler
+    failed, the failing event counted (the live consumer dead-lettered it) and nothing published."""
     statistics = ReplayStatistics(records=len(records))
-    processed: set[str] = set()
+    applier = BatchApplier(
+        create_session_factory(engine),
+        consumer_group,
+        apply,
+        lambda delivery, error: statistics.failures.append(_described_failure(delivery, error)),
+    )
     bar = _ProgressBar(progress, len(records))
     started = time.perf_counter()
     for start in range(0, len(records), BATCH_EVENTS):
         batch = records[start : start + BATCH_EVENTS]
-        with transaction(session_factory) as session:
-            for record in batch:
-                _apply_one(session, apply, record, consumer_group, processed, statistics)
-            _store_positions(session, consumer_group, [record.position for record in batch])
+        deliveries = [
+            Delivery(record.envelope, record.position) for record in batch if record.envelope is not None
+        ]
+        statistics.undecodable += len(batch) - len(deliveries)
+        outcome = applier.apply(deliveries, [record.position for record in batch])
+        statistics.applied += outcome.applied
+        statistics.duplicates += outcome.duplicates
         bar.update(start + len(batch), time.perf_counter() - started)
     statistics.seconds = time.perf_counter() - started
     bar.finish(statistics.seconds)
     return statistics
 
 
-def _apply_one(
-    session: Session,
-    apply: ApplyFunction,
-    record: TopicRecord,
-    consumer_group: str,
-    processed: set[str],
-    statistics: ReplayStatistics,
-) -> None:
-    envelope = record.envelope
-    if envelope is None:
-        statistics.undecodable += 1
-        return
-    if envelope.event_id in processed:
-        statistics.duplicates += 1
-        return
-    try:
-        with session.begin_nested():
-            apply(session, envelope, record.position)
-            session.flush()
-            session.execute(
-                processed_events.insert().values(
-                    consumer_group=consumer_group, event_id=envelope.event_id, processed_at=utc_now()
-                )
-            )
-    except (OperationalError, InterfaceError):
-        raise  # The database is unreachable: stop, as the live consumer would.
-    except Exception as error:
-        position = record.position
-        statistics.failures.append(
-            f"{position.topic}[{position.partition}]@{position.offset} event {envelope.event_id}: "
-            f"{type(error).__name__}: {error}"
-        )
-        return
-    processed.add(envelope.event_id)
-    statistics.applied += 1
-
-
-def _store_positions(session: Session, consumer_group: str, positions: Iterable[MessagePosition]) -> None:
-    next_offsets: dict[tuple[str, int], int] = {}
-    for position in positions:
-        key = (position.topic, position.partition)
-        next_offsets[key] = max(next_offsets.get(key, 0), position.offset + 1)
-    if not next_offsets:
-        return
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    now = utc_now()
-    statement = insert(consumer_positions).values(
-        [
-            {
-                "consumer_group": consumer_group,
-                "topic": topic,
-                "partition": partition,
-                "next_offset": offset,
-                "updated_at": now,
-            }
-            for (topic, partition), offset in sorted(next_offsets.items())
-        ]
-    )
-    statement = statement.on_conflict_do_update(
-        index_elements=["consumer_group", "topic", "partition"],
-        set_={"next_offset": statement.excluded.next_offset, "updated_at": statement.excluded.updated_at},
-    )
-    session.execute(statement)
+def _described_failure(delivery: Delivery, error: str) -> str:
+    position = delivery.position
+    where = f"{position.topic}[{position.partition}]@{position.offset}"
+    return f"{where} event {delivery.envelope.event_id}: {error}"
 
 
 class _ProgressBar:
@@ -613,10 +549,21 @@ def table_rows(engine: Engine, compared: ComparedTable) -> dict[Row, Row]:
     with engine.connect() as connection:
         for row in connection.execute(query):
             values = tuple(_normalized(value) for value in row)
+            if compared.compared_only_when is not None:
+                values = _masked(values, columns, *compared.compared_only_when)
             key = tuple(values[index] for index in key_indexes)
             assert key not in rows, f"{compared.table.name}: key {key} is not unique"
             rows[key] = values
     return rows
+
+
+def _masked(
+    values: Row, columns: list[str], column: str, compared_when: Callable[[dict[str, Any]], bool]
+) -> Row:
+    if compared_when(dict(zip(columns, values, strict=True))):
+        return values
+    index = columns.index(column)
+    return (*values[:index], "-", *values[index + 1 :])
 
 
 def _normalized(value: Any) -> Any:

@@ -93,6 +93,58 @@ class EventStore:
             raise  # Not a version conflict: e.g. an event id appended before.
         return expected_version + len(numbered_events)
 
+    def append_batch(
+        self,
+        session: Session,
+        appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
+    ) -> None:
+        """`append` for many streams at once: (stream id, expected version, events) each.
+
+        One query reads every stream's version and one statement inserts every event (and one
+        its outbox messages), so a projection or a group commit that writes to many streams pays
+        per batch, not per stream. All or nothing: a conflict on any stream writes nothing and
+        raises `WrongExpectedVersionError` naming it. A stream appears at most once.
+        """
+        if not appends:
+            return
+        stream_ids = [stream_id for stream_id, _, _ in appends]
+        if len(set(stream_ids)) != len(stream_ids):
+            raise ValueError("a stream appears twice in one append_batch")
+        for stream_id, expected_version, events in appends:
+            _check_stream_id(stream_id)
+            if expected_version < 0:
+                raise ValueError(f"expected version {expected_version} is negative")
+            if not 1 <= len(events) <= APPEND_EVENTS_MAX:
+                raise ValueError(f"append takes 1..{APPEND_EVENTS_MAX} events, got {len(events)}")
+        actual_versions = self.stream_versions(session, stream_ids)
+        for stream_id, expected_version, _ in appends:
+            if actual_versions[stream_id] != expected_version:
+                raise WrongExpectedVersionError(stream_id, expected_version, actual_versions[stream_id])
+        numbered_events = [
+            _numbered(event, stream_id, expected_version + index)
+            for stream_id, expected_version, events in appends
+            for index, event in enumerate(events, start=1)
+        ]
+        try:
+            with session.begin_nested():
+                self._insert(session, numbered_events)
+        except IntegrityError:
+            actual_versions = self.stream_versions(session, stream_ids)
+            for stream_id, expected_version, _ in appends:
+                if actual_versions[stream_id] != expected_version:
+                    raise WrongExpectedVersionError(
+                        stream_id, expected_version, actual_versions[stream_id]
+                    ) from None
+            raise
+
+    def stream_versions(self, session: Session, stream_ids: Sequence[str]) -> dict[str, int]:
+        """Each stream's last sequence number (0 for a stream with no events), in one query."""
+        versions = dict.fromkeys(stream_ids, 0)
+        if versions:
+            for row in session.execute(_STREAM_VERSIONS, {"stream_ids": sorted(versions)}):
+                versions[row.stream_id] = int(row.version)
+        return versions
+
     def load(
         self,
         session: Session,
@@ -166,6 +218,13 @@ _LOAD_EVENTS = (
 )
 _STREAM_VERSION = sqlalchemy.select(sqlalchemy.func.max(stored_events.c.sequence)).where(
     stored_events.c.stream_id == sqlalchemy.bindparam("stream_id")
+)
+_STREAM_VERSIONS = (
+    sqlalchemy.select(
+        stored_events.c.stream_id, sqlalchemy.func.max(stored_events.c.sequence).label("version")
+    )
+    .where(stored_events.c.stream_id.in_(sqlalchemy.bindparam("stream_ids", expanding=True)))
+    .group_by(stored_events.c.stream_id)
 )
 """Statements built once: building and caching a statement costs more than running it on SQLite."""
 

@@ -30,7 +30,7 @@ from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay
 from mahjong_platform.retention import RetentionWorker
 from mahjong_platform.topics import Topics, ensure_topics
-from mahjong_platform.tracked_consumer import Handler, Relevance, TrackedConsumer
+from mahjong_platform.tracked_consumer import BatchHandler, Handler, Relevance, TrackedConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,11 @@ class ConsumerDefinition:
 
     group_id: str
     topics: Callable[[Topics], Sequence[str]]
-    handler: Handler
+    handler: Handler | None
     # The events the handler applies; None = all of them (see `TrackedConsumer`'s `wants`).
     wants: Relevance | None = None
+    # Set-based alternative to `handler`: the whole poll batch in one call (give one of them).
+    batch_handler: BatchHandler | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +273,7 @@ def _consumer_factory(
             list(consumer.topics(topics)),
             consumer.handler,
             topics.dead_letter,
+            batch_handler=consumer.batch_handler,
             wants=consumer.wants,
         )
 

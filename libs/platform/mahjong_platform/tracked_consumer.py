@@ -1,22 +1,29 @@
-"""A Kafka consumer that applies each event exactly once to a database projection.
+"""A Kafka consumer that applies each event exactly once to a database projection, a batch at a time.
 
 Kafka delivers at least once, and the outbox relay may re-send. Exactly-once *effect* comes from
-the database, not from Kafka: for every message, one database transaction
+the database, not from Kafka: for every poll batch, one database transaction
 
-1. skips the event if its id is already in `processed_events` for this consumer group,
-2. otherwise calls the handler (which writes projection rows) and records the event id,
-3. stores the partition's next offset in `consumer_positions`.
+1. skips the events whose ids are already in `processed_events` for this consumer group (one
+   query for the batch) and the repeats of an id within the batch,
+2. calls the batch handler once with the remaining events, in order (it writes projection rows
+   with set-based SQL), and records their ids (one multi-row insert),
+3. stores each partition's next offset in `consumer_positions` (one upsert for the batch).
 
 Kafka's committed offsets are never used (`enable_auto_commit=False`, nothing committed): on start
 and on every partition assignment the consumer seeks to the positions stored in the database, or
 to the beginning of a partition it has never read. A crash anywhere leaves the projection and the
-position consistent, so the message is either fully applied once or re-read and applied once.
+positions consistent, so a batch is either fully applied once or re-read and applied once.
 
-A message that cannot be decoded, or whose handler raises, is a poison message: the transaction
-rolls back, the message is published to the dead letter topic with the error, and only then is
-its position stored (in a new transaction) so consumption continues past it. Publishing first
-means a crash in between re-publishes the dead letter rather than losing the message; a duplicate
-dead letter is harmless, a lost one is silent data loss.
+A message that cannot be decoded, or whose handler raises, is a poison message. An undecodable
+one is dead-lettered before its batch's transaction. When the handler raises, the batch's
+transaction rolls back and the batch is applied again one event per transaction, so only the
+failing event is published to the dead letter topic with the error; only then is its position
+stored (in a new transaction) so consumption continues past it. Publishing first means a crash in
+between re-publishes the dead letter rather than losing the message; a duplicate dead letter is
+harmless, a lost one is silent data loss.
+
+`BatchApplier` is that mechanism without Kafka: `mjctl rebuild` applies its replay through it, and
+any writer that wants one transaction per batch with a one-by-one fallback can share it.
 
 Two instances can briefly handle the same partition (one was evicted from the group but has not
 noticed yet). The (group, event id) primary key of `processed_events` then fails the slower
@@ -42,7 +49,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from mahjong_platform.database import create_session_factory, transaction
+from mahjong_platform.database import SessionFactory, create_session_factory, transaction
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
 from mahjong_platform.outbox import create_idempotent_producer
 from mahjong_platform.schema import CONSUMER_GROUP_MAX_LENGTH, consumer_positions, processed_events
@@ -60,6 +67,8 @@ DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
 # A dead letter carries the error text for a human; a stack-trace-sized message is plenty.
 DEAD_LETTER_ERROR_MAX_CHARACTERS = 4_000
 SUBSCRIBED_TOPICS_MAX = 100
+BATCH_EVENTS_MAX = 10_000
+"""The most events one batch transaction applies (a poll returns at most MAX_POLL_RECORDS_MAX)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +80,14 @@ class MessagePosition:
     offset: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delivery:
+    """One decoded event and where it was read."""
+
+    envelope: envelope_pb2.Envelope
+    position: MessagePosition
+
+
 Handler = Callable[[Session, envelope_pb2.Envelope, MessagePosition], None]
 """Applies one event to the projection using the given session; raising dead-letters the message.
 
@@ -78,18 +95,204 @@ It must only write through the session (no commits, no other side effects), so a
 everything it did.
 """
 
+BatchHandler = Callable[[Session, Sequence[Delivery]], None]
+"""Applies a batch of events, in order, to the projection using the given session (set-based SQL).
+
+The events are new to the consumer group (duplicates already removed). The same rules as for a
+`Handler`: only write through the session. Raising rolls the batch back; the events are then
+applied again one per call, and the one that still raises is dead-lettered.
+"""
+
 Relevance = Callable[[envelope_pb2.Envelope], bool]
 """Whether the projection applies an event at all; one that reads a few event types of a busy topic
 (matchmaking wants only `GameEnded` and `PlayerLeft` of the table topic) skips the rest cheaply."""
 
 BeforeCommitHook = Callable[[MessagePosition], None]
-"""Called after a message is applied and its position written, before the commit; tests raise
-here to simulate a consumer killed between applying a message and storing its offset."""
+"""Called for each applied message after its batch is applied and the positions written, before
+the commit; tests raise here to simulate a consumer killed between applying and storing offsets."""
+
+FailureHook = Callable[[Delivery, str], None]
+"""Told about an event whose handler raised even alone, with the error, before its position is
+stored (the consumer publishes the dead letter here; a rebuild counts it)."""
+
+
+def per_event(handler: Handler) -> BatchHandler:
+    """A batch handler that calls a per-event `Handler` for each event in turn."""
+
+    def apply_batch(session: Session, deliveries: Sequence[Delivery]) -> None:
+        for delivery in deliveries:
+            handler(session, delivery.envelope, delivery.position)
+
+    return apply_batch
+
+
+@dataclasses.dataclass
+class BatchOutcome:
+    """What a batch did: events applied, duplicates skipped, events whose handler failed."""
+
+    applied: int = 0
+    duplicates: int = 0
+    failures: list[tuple[Delivery, str]] = dataclasses.field(default_factory=list)
+
+    def add(self, other: BatchOutcome) -> None:
+        self.applied += other.applied
+        self.duplicates += other.duplicates
+        self.failures.extend(other.failures)
+
+
+class BatchApplier:
+    """Applies batches of events exactly once for one consumer group, with their positions.
+
+    `apply` runs the whole batch in one transaction; if the handler raises, it falls back to one
+    transaction per event and reports the failing ones to `on_failure` (see the module docstring).
+    Used by `TrackedConsumer` and by `mjctl rebuild`, so a rebuild takes the live code path.
+    """
+
+    def __init__(
+        self,
+        session_factory: SessionFactory,
+        group_id: str,
+        handler: BatchHandler,
+        on_failure: FailureHook,
+        *,
+        clock: Clock = utc_now,
+        before_commit: BeforeCommitHook | None = None,
+    ) -> None:
+        if not 0 < len(group_id) <= CONSUMER_GROUP_MAX_LENGTH:
+            raise ValueError(f"group id must be 1..{CONSUMER_GROUP_MAX_LENGTH} characters")
+        self._session_factory = session_factory
+        self._group_id = group_id
+        self._handler = handler
+        self._on_failure = on_failure
+        self._clock = clock
+        self._before_commit = before_commit
+        dialect_name = session_factory.kw["bind"].dialect.name
+        self._upsert_positions = _position_upsert(dialect_name)
+
+    def apply(self, deliveries: Sequence[Delivery], positions: Sequence[MessagePosition]) -> BatchOutcome:
+        """Apply `deliveries` once each and store `positions` (every message read, applied or not).
+
+        `positions` includes those of the deliveries; messages left out of `deliveries` (not
+        wanted, undecodable and already dead-lettered) are only marked as read.
+        """
+        assert len(deliveries) <= BATCH_EVENTS_MAX, len(deliveries)
+        if not deliveries:
+            self._store_positions_alone(positions)
+            return BatchOutcome()
+        try:
+            with transaction(self._session_factory) as session:
+                outcome = self._apply_in(session, deliveries)
+                self._store_positions(session, positions)
+                self._call_before_commit(deliveries)
+            return outcome
+        except _HandlerFailedError:
+            if len(deliveries) == 1 and len(positions) == 1:
+                return self._apply_one_by_one(deliveries)
+            logger.info(
+                "batch failed in the handler: applying it one event at a time",
+                extra={"group_id": self._group_id, "events": len(deliveries)},
+            )
+        outcome = self._apply_one_by_one(deliveries)
+        self._store_positions_alone(positions)
+        return outcome
+
+    def _apply_one_by_one(self, deliveries: Sequence[Delivery]) -> BatchOutcome:
+        outcome = BatchOutcome()
+        for delivery in deliveries:
+            try:
+                with transaction(self._session_factory) as session:
+                    outcome.add(self._apply_in(session, [delivery]))
+                    self._store_positions(session, [delivery.position])
+                    self._call_before_commit([delivery])
+            except _HandlerFailedError as failure:
+                self._on_failure(delivery, failure.description)
+                self._store_positions_alone([delivery.position])
+                outcome.failures.append((delivery, failure.description))
+        return outcome
+
+    def _apply_in(self, session: Session, deliveries: Sequence[Delivery]) -> BatchOutcome:
+        seen = self._already_processed(session, {delivery.envelope.event_id for delivery in deliveries})
+        fresh: list[Delivery] = []
+        for delivery in deliveries:
+            if delivery.envelope.event_id in seen:
+                continue
+            seen.add(delivery.envelope.event_id)
+            fresh.append(delivery)
+        duplicates = len(deliveries) - len(fresh)
+        if duplicates:
+            logger.info(
+                "skipped already processed events",
+                extra={"group_id": self._group_id, "duplicates": duplicates},
+            )
+        if not fresh:
+            return BatchOutcome(duplicates=duplicates)
+        try:
+            self._handler(session, fresh)
+            # Flush inside the try, so a constraint the handler's rows violate counts as its failure.
+            session.flush()
+        except (OperationalError, InterfaceError):
+            raise  # The database is unreachable: an outage, not a poison message.
+        except Exception as error:
+            raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
+        processed_at = self._clock()
+        session.execute(
+            _MARK_PROCESSED,
+            [
+                {
+                    "consumer_group": self._group_id,
+                    "event_id": delivery.envelope.event_id,
+                    "processed_at": processed_at,
+                }
+                for delivery in fresh
+            ],
+        )
+        return BatchOutcome(applied=len(fresh), duplicates=duplicates)
+
+    def _already_processed(self, session: Session, event_ids: set[str]) -> set[str]:
+        rows = session.execute(
+            _ALREADY_PROCESSED, {"consumer_group": self._group_id, "event_ids": sorted(event_ids)}
+        )
+        return {row.event_id for row in rows}
+
+    def _call_before_commit(self, deliveries: Sequence[Delivery]) -> None:
+        if self._before_commit is not None:
+            for delivery in deliveries:
+                self._before_commit(delivery.position)
+
+    def _store_positions_alone(self, positions: Sequence[MessagePosition]) -> None:
+        if positions:
+            with transaction(self._session_factory) as session:
+                self._store_positions(session, positions)
+
+    def _store_positions(self, session: Session, positions: Iterable[MessagePosition]) -> None:
+        next_offsets: dict[tuple[str, int], int] = {}
+        for position in positions:
+            key = (position.topic, position.partition)
+            next_offsets[key] = max(next_offsets.get(key, 0), position.offset + 1)
+        if not next_offsets:
+            return
+        updated_at = self._clock()
+        # In (topic, partition) order: two writers of overlapping partitions lock rows in one order.
+        session.execute(
+            self._upsert_positions,
+            [
+                {
+                    "consumer_group": self._group_id,
+                    "topic": topic,
+                    "partition": partition,
+                    "next_offset": next_offset,
+                    "updated_at": updated_at,
+                }
+                for (topic, partition), next_offset in sorted(next_offsets.items())
+            ],
+        )
 
 
 class TrackedConsumer:
-    """Consumes `topics` as consumer group `group_id`, applying each event once through `handler`.
+    """Consumes `topics` as consumer group `group_id`, applying each event once.
 
+    Give `handler` (one event at a time, all in the poll batch's one transaction) or
+    `batch_handler` (the whole poll batch in one call, for set-based SQL).
     Single-threaded: call `poll_once` or `run_forever` from one thread. Scale out by running
     more instances with the same group id (Kafka spreads the partitions).
     """
@@ -100,9 +303,10 @@ class TrackedConsumer:
         bootstrap_servers: str | list[str],
         group_id: str,
         topics: Sequence[str],
-        handler: Handler,
+        handler: Handler | None,
         dead_letter_topic: str,
         *,
+        batch_handler: BatchHandler | None = None,
         max_poll_records: int = MAX_POLL_RECORDS_DEFAULT,
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT,
@@ -119,20 +323,28 @@ class TrackedConsumer:
             raise ValueError(f"subscribe to 1..{SUBSCRIBED_TOPICS_MAX} topics")
         if dead_letter_topic in topics:
             raise ValueError("a consumer must not consume its own dead letter topic")
+        if (handler is None) == (batch_handler is None):
+            raise ValueError("give exactly one of handler and batch_handler")
         assert 1 <= max_poll_records <= MAX_POLL_RECORDS_MAX, max_poll_records
         assert 0 < heartbeat_interval_ms < session_timeout_ms, (heartbeat_interval_ms, session_timeout_ms)
         assert metadata_max_age_ms > 0, metadata_max_age_ms
         self._engine = engine
         self._session_factory = create_session_factory(engine)
-        self._upsert_position = _position_upsert(engine.dialect.name)
         self._group_id = group_id
-        self._handler = handler
         self._dead_letter_topic = dead_letter_topic
         self._max_poll_records = max_poll_records
         self._dead_letter_publish_timeout_ms = dead_letter_publish_timeout_ms
         self._clock = clock
-        self._before_commit = before_commit
         self._wants = wants
+        self._applier = BatchApplier(
+            self._session_factory,
+            group_id,
+            batch_handler if batch_handler is not None else per_event(handler),  # type: ignore[arg-type]
+            self._dead_letter_failed,
+            clock=clock,
+            before_commit=before_commit,
+        )
+        self._records_by_position: dict[MessagePosition, Any] = {}
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
@@ -175,27 +387,50 @@ class TrackedConsumer:
     def poll_once(self, timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT) -> int:
         """Fetch and handle at most one batch of messages; return how many were handled.
 
-        Handled = applied, skipped as an already processed duplicate, or dead-lettered. If
-        anything else fails (database down, dead letter topic unreachable, the test hook), the
-        consumer rewinds to the stored positions before raising, so a caller that keeps polling
-        re-reads the unfinished messages instead of skipping them.
+        Handled = applied, skipped as an already processed duplicate or unwanted, or
+        dead-lettered. If anything else fails (database down, dead letter topic unreachable, the
+        test hook), the consumer rewinds to the stored positions before raising, so a caller that
+        keeps polling re-reads the unfinished messages instead of skipping them.
         """
         assert 0 <= timeout_ms <= 60_000, timeout_ms
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
-        handled_count = 0
+        records = [record for partition_records in batches.values() for record in partition_records]
         try:
-            for records in batches.values():
-                for record in records:
-                    self._handle(record)
-                    handled_count += 1
+            self._handle_batch(records)
         except BaseException:
             try:
                 self._seek_to_stored_positions(self._consumer.assignment())
             except Exception:
                 logger.exception("rewinding to the stored positions failed: close this consumer")
             raise
+        finally:
+            self._records_by_position.clear()
         self._last_progress = time.monotonic()
-        return handled_count
+        return len(records)
+
+    def _handle_batch(self, records: Sequence[Any]) -> None:
+        deliveries: list[Delivery] = []
+        positions: list[MessagePosition] = []
+        dead_lettered = False
+        for record in records:
+            position = MessagePosition(topic=record.topic, partition=record.partition, offset=record.offset)
+            positions.append(position)
+            try:
+                envelope = parse_envelope(record.value or b"")
+            except EnvelopeDecodeError as error:
+                # Published before the batch stores its position (see the module docstring).
+                self._dead_letter(record, position, f"undecodable envelope: {error}")
+                dead_lettered = True
+                continue
+            if self._wants is not None and not self._wants(envelope):
+                continue
+            self._records_by_position[position] = record
+            deliveries.append(Delivery(envelope, position))
+        if not deliveries and not dead_lettered:
+            # Nothing the projection wants: no transaction. The positions are stored with the next
+            # wanted event of the partition, and after a restart these are read (and ignored) again.
+            return
+        self._applier.apply(deliveries, positions)
 
     def stalled_seconds(self) -> float:
         """Seconds since a poll last returned (the service's supervisor restarts a stuck consumer)."""
@@ -250,62 +485,11 @@ class TrackedConsumer:
             extra={"group_id": self._group_id, "stored": len(stored), "from_beginning": len(never_read)},
         )
 
-    def _handle(self, record: Any) -> None:
-        position = MessagePosition(topic=record.topic, partition=record.partition, offset=record.offset)
-        try:
-            envelope = parse_envelope(record.value or b"")
-        except EnvelopeDecodeError as error:
-            self._dead_letter(record, position, f"undecodable envelope: {error}")
-            return
-        if self._wants is not None and not self._wants(envelope):
-            # No transaction for an event the projection ignores: its position is stored with the
-            # next wanted event of the partition, and after a restart it is read (and ignored) again.
-            return
-        try:
-            with transaction(self._session_factory) as session:
-                self._apply_once(session, envelope, position)
-                self._store_position(session, position)
-                if self._before_commit is not None:
-                    self._before_commit(position)
-        except _HandlerFailedError as failure:
-            self._dead_letter(record, position, failure.description)
-
-    def _apply_once(
-        self, session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition
-    ) -> None:
-        already_processed = session.execute(
-            _ALREADY_PROCESSED, {"consumer_group": self._group_id, "event_id": envelope.event_id}
-        ).first()
-        if already_processed is not None:
-            logger.info(
-                "skipped already processed event",
-                extra={"group_id": self._group_id, "event_id": envelope.event_id},
-            )
-            return
-        try:
-            self._handler(session, envelope, position)
-            # Flush inside the try, so a constraint the handler's rows violate counts as its failure.
-            session.flush()
-        except (OperationalError, InterfaceError):
-            raise  # The database is unreachable: an outage, not a poison message.
-        except Exception as error:
-            raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
-        session.execute(
-            _MARK_PROCESSED,
-            {"consumer_group": self._group_id, "event_id": envelope.event_id, "processed_at": self._clock()},
-        )
-
-    def _store_position(self, session: Session, position: MessagePosition) -> None:
-        values = {
-            "consumer_group": self._group_id,
-            "topic": position.topic,
-            "partition": position.partition,
-            "next_offset": position.offset + 1,
-            "updated_at": self._clock(),
-        }
-        session.execute(self._upsert_position, values)
+    def _dead_letter_failed(self, delivery: Delivery, error: str) -> None:
+        self._dead_letter(self._records_by_position[delivery.position], delivery.position, error)
 
     def _dead_letter(self, record: Any, position: MessagePosition, error: str) -> None:
+        """Publish the dead letter and wait for the broker's ack (the caller stores the position)."""
         failed_at: datetime.datetime = self._clock()
         dead_letter = envelope_pb2.DeadLetter(
             topic=position.topic,
@@ -321,8 +505,6 @@ class TrackedConsumer:
             self._dead_letter_topic, key=record.key, value=dead_letter.SerializeToString()
         )
         future.get(timeout=self._dead_letter_publish_timeout_ms / 1000)
-        with transaction(self._session_factory) as session:
-            self._store_position(session, position)
         logger.warning(
             "dead-lettered message",
             extra={
@@ -335,10 +517,10 @@ class TrackedConsumer:
         )
 
 
-# Statements built once: building and caching one per event costs more than running it.
+# Statements built once: building and caching one per batch costs more than running it.
 _ALREADY_PROCESSED = sqlalchemy.select(processed_events.c.event_id).where(
     processed_events.c.consumer_group == sqlalchemy.bindparam("consumer_group"),
-    processed_events.c.event_id == sqlalchemy.bindparam("event_id"),
+    processed_events.c.event_id.in_(sqlalchemy.bindparam("event_ids", expanding=True)),
 )
 _MARK_PROCESSED = processed_events.insert()
 

@@ -54,7 +54,14 @@ def definition(ledger_settings: LedgerSettings, consumer_group: str = CONSUMER_G
 
     def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
         projection = SettlementProjection(LedgerRepository(EventStore(topics=topics)))
-        return [ConsumerDefinition(consumer_group, lambda topics: [topics.settlement], projection.handle)]
+        return [
+            ConsumerDefinition(
+                consumer_group,
+                lambda topics: [topics.settlement],
+                None,
+                batch_handler=projection.handle_batch,
+            )
+        ]
 
     return ServiceDefinition(
         name="ledger",

@@ -1,8 +1,10 @@
 """The tracked-consumer handler for ``mahjong.settlement.v1``: each instruction posted exactly once.
 
-The platform's `TrackedConsumer` calls `SettlementProjection.handle` inside the transaction that
-also records the event id and the Kafka position, so the postings, the balances, the
-``TransferPosted`` event with its outbox message, and the position commit together. Two layers of
+The platform's `TrackedConsumer` calls `SettlementProjection.handle_batch` with a whole poll batch
+inside the transaction that also records the event ids and the Kafka positions, so the postings,
+the balances, the ``TransferPosted`` events with their outbox messages, and the positions commit
+together. The batch is posted with set-based SQL (`LedgerRepository.post_many`); `handle` is a
+batch of one. Two layers of
 idempotency: the consumer skips an event id it has applied, and the repository skips an
 instruction id it has posted (the scoring service may re-emit an instruction under a new event id
 after a restart; the instruction id is derived from the game fact, so it does not change).
@@ -15,13 +17,21 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Sequence
 
 from mahjong.v1 import envelope_pb2
-from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_platform.tracked_consumer import Delivery, MessagePosition
 from sqlalchemy.orm import Session
 
+from mahjong_ledger.domain import DepositOrder, TransferKind, transfer_id_for
 from mahjong_ledger.messages import settlement_order_from_proto
-from mahjong_ledger.repository import EventContext, LedgerRepository
+from mahjong_ledger.repository import (
+    EventContext,
+    LedgerRepository,
+    PostRequest,
+    deposit_request,
+    settlement_request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,41 +43,102 @@ class SettlementProjection:
         self._repository = repository
 
     def handle(self, session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
-        """Apply one event from the settlement topic (the `Handler` of the tracked consumer)."""
-        payload = envelope.WhichOneof("payload")
-        occurred_at = envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC)
-        if payload == "settlement_instructed":
-            order = settlement_order_from_proto(envelope.settlement_instructed)
-            result = self._repository.post_settlement(
-                session,
-                order,
-                EventContext(
-                    occurred_at=occurred_at,
-                    correlation_id=envelope.correlation_id or envelope.event_id,
-                    causation_id=envelope.event_id,
-                ),
-            )
+        """Apply one event from the settlement topic (a batch of one)."""
+        self.handle_batch(session, [Delivery(envelope, position)])
+
+    def handle_batch(self, session: Session, deliveries: Sequence[Delivery]) -> None:
+        """Apply a batch of settlement-topic events in order (the tracked consumer's `BatchHandler`)."""
+        requests: list[PostRequest] = []
+        games: list[dict[str, object]] = []
+        for delivery in deliveries:
+            envelope = delivery.envelope
+            payload = envelope.WhichOneof("payload")
+            if payload == "settlement_instructed":
+                requests.append(settlement_request_of(envelope))
+            elif payload == "game_settled":
+                games.append(game_settled_row(envelope))
+            else:
+                # Another producer's event on this topic: not the ledger's business, and not an error.
+                logger.debug("ignored event", extra={"payload": payload, "event_id": envelope.event_id})
+        results = self._repository.post_many(session, requests)
+        self._repository.record_games_settled(session, games)
+        posted = sum(result.newly_posted for result in results)
+        if results:
             logger.info(
-                "settlement instruction posted"
-                if result.newly_posted
-                else "settlement instruction already posted",
-                extra={
-                    "instruction_id": order.instruction_id,
-                    "table_id": order.table_id,
-                    "requested_beans": result.record.requested_beans,
-                    "posted_beans": result.record.posted_beans,
-                    "kafka_offset": position.offset,
-                },
+                "settlement instructions posted",
+                extra={"posted": posted, "already_posted": len(results) - posted},
             )
-        elif payload == "game_settled":
-            settled = envelope.game_settled
-            self._repository.record_game_settled(
-                session,
-                settled.table_id or envelope.stream_id,
-                settled.room_id,
-                settled.instruction_count,
-                occurred_at,
-            )
-        else:
-            # Another producer's event on this topic: not the ledger's business, and not an error.
-            logger.debug("ignored event", extra={"payload": payload, "event_id": envelope.event_id})
+
+
+def settlement_request_of(envelope: envelope_pb2.Envelope) -> PostRequest:
+    """The posting request of a ``SettlementInstructed`` envelope (at the event's time)."""
+    order = settlement_order_from_proto(envelope.settlement_instructed)
+    return settlement_request(
+        order,
+        EventContext(
+            occurred_at=envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC),
+            correlation_id=envelope.correlation_id or envelope.event_id,
+            causation_id=envelope.event_id,
+        ),
+    )
+
+
+def game_settled_row(envelope: envelope_pb2.Envelope) -> dict[str, object]:
+    """The ``ledger_games`` row a ``GameSettled`` envelope announces."""
+    settled = envelope.game_settled
+    return {
+        "table_id": settled.table_id or envelope.stream_id,
+        "room_id": settled.room_id,
+        "instruction_count": settled.instruction_count,
+        "settled_at": envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC),
+    }
+
+
+class LedgerReplay:
+    """The batch handler `mjctl rebuild ledger` replays with: the settlement topic as the live
+    consumer applies it, and the deposits (which arrive over gRPC, not from a topic) from their
+    ``TransferPosted`` on the ledger topic, posted again at their original time, in stream order."""
+
+    def __init__(self, repository: LedgerRepository, ledger_topic: str) -> None:
+        self._repository = repository
+        self._ledger_topic = ledger_topic
+
+    def handle_batch(self, session: Session, deliveries: Sequence[Delivery]) -> None:
+        """Post the batch's settlements and deposits in order with set-based SQL."""
+        requests: list[PostRequest] = []
+        games: list[dict[str, object]] = []
+        for delivery in deliveries:
+            envelope = delivery.envelope
+            payload = envelope.WhichOneof("payload")
+            if delivery.position.topic == self._ledger_topic:
+                request = deposit_request_of(envelope) if payload == "transfer_posted" else None
+                if request is not None:
+                    requests.append(request)
+            elif payload == "settlement_instructed":
+                requests.append(settlement_request_of(envelope))
+            elif payload == "game_settled":
+                games.append(game_settled_row(envelope))
+        self._repository.post_many(session, requests)
+        self._repository.record_games_settled(session, games)
+
+
+def deposit_request_of(envelope: envelope_pb2.Envelope) -> PostRequest | None:
+    """The deposit a ``TransferPosted`` records, as a request at the event's time; None for the
+    ``TransferPosted`` of a settlement (the ledger's output, rebuilt from its instruction)."""
+    posted = envelope.transfer_posted
+    if posted.transfer_id != transfer_id_for(TransferKind.DEPOSIT, posted.instruction_id):
+        return None
+    credited = [posting.account for posting in posted.postings if posting.beans > 0]
+    assert len(credited) == 1, f"deposit {posted.transfer_id} credits {credited}"
+    order = DepositOrder(
+        account=credited[0],
+        beans=posted.requested_beans,
+        idempotency_key=posted.instruction_id,
+        memo=posted.memo,
+        reason=posted.reason,
+    )
+    context = EventContext(
+        occurred_at=envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC),
+        correlation_id=envelope.correlation_id,
+    )
+    return deposit_request(order, context)

@@ -4,11 +4,25 @@ Every write runs in the caller's transaction (the tracked consumer's for settlem
 servicer's for deposits), so the transfer row, its postings, the materialized balances, the
 ``TransferPosted`` event and its outbox message commit together or not at all.
 
-Concurrency: the accounts an order touches are first created if missing, then locked in name
-order (``SELECT ... FOR UPDATE`` under PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serializes
-writers), and only then is the order key checked and the split computed from the locked balances.
-Locking in one global order means two transfers never deadlock; checking the key after the lock
-means a concurrent retry of the same key finds the first one's rows and posts nothing.
+Batches: `post_many` posts a list of orders with set-based SQL: one statement opens every account
+the batch touches, one locks them, one finds the keys posted before; the splits are computed in
+memory in order; then one multi-row insert each for the transfers and the postings, one balance
+update per account, and one append of all ``TransferPosted`` events. The single-order methods are
+batches of one, so there is one write path.
+
+Concurrency (replicas of the ledger on one PostgreSQL): the accounts a batch touches are first
+created if missing, then locked in name order (``SELECT ... FOR UPDATE`` under PostgreSQL; SQLite's
+``BEGIN IMMEDIATE`` already serializes writers), and only then are the order keys checked and the
+splits computed from the locked balances. Every writer (consumer batches, deposits) takes its
+locks in that one global order, so two never deadlock; checking the keys after the lock means a
+concurrent retry of the same key finds the first one's rows and posts nothing. Row locks rather
+than serializable retries: a batch is a few hundred statements' worth of work, and a retry would
+redo all of it whenever two replicas touch ``house:rake``, which nearly every batch does; a lock
+makes the second wait a few milliseconds instead.
+
+Determinism (a rebuild gives identical rows): every time stored is an event's occurrence time,
+and an account's ``opened_at`` is the earliest time of any order that touched it, whatever the
+order in which the batches arrived.
 """
 
 from __future__ import annotations
@@ -16,11 +30,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import sqlalchemy
-from mahjong.v1 import ledger_events_pb2
+from mahjong.v1 import envelope_pb2, ledger_events_pb2
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -43,6 +57,7 @@ from mahjong_ledger.domain import (
     settlement_digest,
     settlement_transfer,
     starting_grant_order,
+    transfer_id_for,
 )
 from mahjong_ledger.models import ledger_accounts, ledger_games, ledger_postings, ledger_transfers
 
@@ -122,6 +137,60 @@ class EventContext:
     causation_id: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class PostRequest:
+    """One order to post: its key and digest, the accounts it touches, and how to split it.
+
+    ``decide`` gets the locked balances (as posted so far in the batch) and returns the transfer.
+    Build it with `settlement_request` or `deposit_request`.
+    """
+
+    kind: TransferKind
+    order_key: str
+    digest: str
+    accounts: tuple[str, ...]
+    decide: Callable[[Mapping[str, int]], Transfer]
+    context: EventContext
+    stream_id: str
+    source_event_id: str
+    line: int
+    memo: str
+
+
+def settlement_request(order: SettlementOrder, context: EventContext) -> PostRequest:
+    """The request that posts a settlement instruction (raises for a malformed one)."""
+    check_settlement_order(order)
+    return PostRequest(
+        kind=TransferKind.SETTLEMENT,
+        order_key=order.instruction_id,
+        digest=settlement_digest(order),
+        accounts=(order.payer_account, *(payee.account for payee in order.payees)),
+        decide=lambda balances: settlement_transfer(order, balances[order.payer_account]),
+        context=context,
+        stream_id=order.table_id,
+        source_event_id=context.causation_id,
+        line=order.line,
+        memo="",
+    )
+
+
+def deposit_request(order: DepositOrder, context: EventContext) -> PostRequest:
+    """The request that posts a deposit at ``context.occurred_at`` (raises for a malformed one)."""
+    check_deposit_order(order)
+    return PostRequest(
+        kind=TransferKind.DEPOSIT,
+        order_key=order.idempotency_key,
+        digest=deposit_digest(order),
+        accounts=(order.account, WORLD_ACCOUNT),
+        decide=lambda _balances: deposit_transfer(order),
+        context=context,
+        stream_id=order.account,
+        source_event_id="",
+        line=0,
+        memo=order.memo,
+    )
+
+
 class LedgerRepository:
     """Posts orders and reads the ledger through the caller's session. Stateless: share one."""
 
@@ -137,39 +206,33 @@ class LedgerRepository:
         A second call with the same instruction id and content returns the first result and posts
         nothing; different content raises `IdempotencyConflictError`.
         """
-        check_settlement_order(order)
-        accounts = {order.payer_account, *(payee.account for payee in order.payees)}
-        return self._post(
-            session,
-            TransferKind.SETTLEMENT,
-            order.instruction_id,
-            settlement_digest(order),
-            accounts,
-            lambda balances: settlement_transfer(order, balances[order.payer_account]),
-            context,
-            stream_id=order.table_id,
-            source_event_id=context.causation_id,
-            line=order.line,
-            memo="",
-        )
+        return self.post_many(session, [settlement_request(order, context)])[0]
 
     def deposit(self, session: Session, order: DepositOrder, correlation_id: str = "") -> PostResult:
         """Move beans from ``world`` to the order's account once per idempotency key."""
-        check_deposit_order(order)
         context = EventContext(occurred_at=self._clock(), correlation_id=correlation_id)
-        return self._post(
-            session,
-            TransferKind.DEPOSIT,
-            order.idempotency_key,
-            deposit_digest(order),
-            {order.account, WORLD_ACCOUNT},
-            lambda _balances: deposit_transfer(order),
-            context,
-            stream_id=order.account,
-            source_event_id="",
-            line=0,
-            memo=order.memo,
-        )
+        return self.post_many(session, [deposit_request(order, context)])[0]
+
+    def post_many(self, session: Session, requests: Sequence[PostRequest]) -> list[PostResult]:
+        """Post the requests in order, each once (see the module docstring); one result each.
+
+        A key posted before, or earlier in the same batch, returns the stored transfer with
+        ``newly_posted=False``; the same key with other content raises `IdempotencyConflictError`
+        and nothing of the batch is written (the caller's transaction rolls back).
+        """
+        if not requests:
+            return []
+        accounts = sorted({account for request in requests for account in request.accounts})
+        self._open_accounts(session, requests)
+        balances = self._lock_balances(session, accounts)
+        # Only after the lock: a concurrent call with the same key has committed or not started.
+        posted_before = self._posted_digests(session, requests)
+        plan = _Plan(balances)
+        for request in requests:
+            plan.add(request, posted_before)
+        posting_ids = self._write(session, plan)
+        results = [PostResult(record, newly_posted=True) for record in plan.records(posting_ids)]
+        return self._with_repeats(session, requests, plan, results)
 
     def ensure_starting_grant(self, session: Session, account: str, grant_beans: int) -> PostResult | None:
         """Give a player the starting grant the first time the ledger sees them.
@@ -194,10 +257,26 @@ class LedgerRepository:
         settled_at: datetime.datetime,
     ) -> None:
         """Remember how many instructions the scoring service says a game has (first report wins)."""
-        statement = _insert_for(session)(ledger_games).values(
-            table_id=table_id, room_id=room_id, instruction_count=instruction_count, settled_at=settled_at
+        self.record_games_settled(
+            session,
+            [
+                {
+                    "table_id": table_id,
+                    "room_id": room_id,
+                    "instruction_count": instruction_count,
+                    "settled_at": settled_at,
+                }
+            ],
         )
-        session.execute(statement.on_conflict_do_nothing(index_elements=["table_id"]))
+
+    def record_games_settled(self, session: Session, games: Sequence[Mapping[str, object]]) -> None:
+        """`record_game_settled` for many ``ledger_games`` rows in one statement (first report wins)."""
+        first: dict[object, Mapping[str, object]] = {}
+        for game in games:
+            first.setdefault(game["table_id"], game)
+        if first:
+            statement = _insert_for(session)(ledger_games).on_conflict_do_nothing(index_elements=["table_id"])
+            session.execute(statement, list(first.values()))
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -283,172 +362,110 @@ class LedgerRepository:
 
     # --- internals --------------------------------------------------------------------------------
 
-    def _post(
+    def _write(self, session: Session, plan: _Plan) -> list[int]:
+        """Insert the plan's transfers and postings, update balances, append the events."""
+        if not plan.transfers:
+            return []
+        session.execute(_INSERT_TRANSFER, [transfer_row for transfer_row, _ in plan.transfers])
+        posting_ids: list[int] = []
+        if plan.postings:
+            inserted = session.execute(_INSERT_POSTINGS, plan.postings)
+            posting_ids = [int(posting_id) for posting_id in inserted.scalars()]
+        changed = plan.changed_balances()
+        if changed:
+            session.execute(
+                _UPDATE_BALANCE,
+                [{"target_account": account, "new_balance_beans": beans} for account, beans in changed],
+            )
+        self._append_transfers_posted(session, plan)
+        return posting_ids
+
+    def _with_repeats(
         self,
         session: Session,
-        kind: TransferKind,
-        order_key: str,
-        digest: str,
-        accounts: Collection[str],
-        decide: Callable[[Mapping[str, int]], Transfer],
-        context: EventContext,
-        *,
-        stream_id: str,
-        source_event_id: str,
-        line: int,
-        memo: str,
-    ) -> PostResult:
-        posted_at = _aware(context.occurred_at)
-        self._open_accounts(session, accounts, posted_at)
-        balances = self._lock_balances(session, accounts)
-        # Only after the lock: a concurrent call with the same key has committed or not started.
-        existing = self._existing(session, kind, order_key, digest)
-        if existing is not None:
-            return PostResult(existing, newly_posted=False)
-        transfer = decide(balances)
-        assert transfer.kind == kind and transfer.order_key == order_key, transfer
-        new_balances = apply_postings(balances, transfer)
-        session.execute(
-            ledger_transfers.insert().values(
-                transfer_id=transfer.transfer_id,
-                kind=kind.value,
-                order_key=order_key,
-                table_id=transfer.table_id,
-                room_id=transfer.room_id,
-                reason=transfer.reason,
-                payer_account=transfer.payer_account,
-                requested_beans=transfer.requested_beans,
-                posted_beans=transfer.posted_beans,
-                request_digest=transfer.request_digest,
-                source_event_id=source_event_id,
-                line=line,
-                memo=memo,
-                posted_at=posted_at,
-            )
-        )
-        posting_ids: list[int] = []
-        if transfer.postings:
-            inserted = session.execute(
-                ledger_postings.insert().returning(
-                    ledger_postings.c.posting_id, sort_by_parameter_order=True
-                ),
-                [
-                    {
-                        "transfer_id": transfer.transfer_id,
-                        "account": posting.account,
-                        "beans": posting.beans,
-                        "reason": posting.reason,
-                        "balance_after_beans": new_balances[posting.account],
-                        "posted_at": posted_at,
-                    }
-                    for posting in transfer.postings
-                ],
-            )
-            posting_ids = [int(posting_id) for posting_id in inserted.scalars()]
-            session.execute(
-                ledger_accounts.update()
-                .where(ledger_accounts.c.account == sqlalchemy.bindparam("target_account"))
-                .values(balance_beans=sqlalchemy.bindparam("new_balance_beans")),
-                [
-                    {"target_account": account, "new_balance_beans": balance_beans}
-                    for account, balance_beans in new_balances.items()
-                ],
-            )
-        self._append_transfer_posted(session, transfer, stream_id, context, memo)
-        record = TransferRecord(
-            transfer_id=transfer.transfer_id,
-            kind=kind.value,
-            order_key=order_key,
-            table_id=transfer.table_id,
-            room_id=transfer.room_id,
-            reason=transfer.reason,
-            payer_account=transfer.payer_account,
-            requested_beans=transfer.requested_beans,
-            posted_beans=transfer.posted_beans,
-            request_digest=transfer.request_digest,
-            source_event_id=source_event_id,
-            line=line,
-            memo=memo,
-            posted_at=posted_at,
-            postings=tuple(
-                PostingRecord(
-                    posting_id=posting_id,
-                    account=posting.account,
-                    beans=posting.beans,
-                    reason=posting.reason,
-                    balance_after_beans=new_balances[posting.account],
-                    posted_at=posted_at,
-                )
-                for posting_id, posting in zip(posting_ids, transfer.postings, strict=True)
-            ),
-        )
-        return PostResult(record, newly_posted=True)
+        requests: Sequence[PostRequest],
+        plan: _Plan,
+        new_results: list[PostResult],
+    ) -> list[PostResult]:
+        """One result per request: the new ones in order, and the stored record for repeats."""
+        new_by_key = {(result.record.kind, result.record.order_key): result for result in new_results}
+        repeated_keys = [
+            (request.kind, request.order_key) for request in requests if not plan.is_new(request)
+        ]
+        stored = self._stored_records(session, repeated_keys)
+        results: list[PostResult] = []
+        seen_new: set[tuple[str, str]] = set()
+        for request in requests:
+            key = (request.kind.value, request.order_key)
+            if plan.is_new(request) and key not in seen_new:
+                seen_new.add(key)
+                results.append(new_by_key[key])
+            else:
+                record = stored.get(key) or new_by_key[key].record
+                results.append(PostResult(record, newly_posted=False))
+        return results
 
-    def _existing(
-        self, session: Session, kind: TransferKind, order_key: str, digest: str
-    ) -> TransferRecord | None:
-        query = sqlalchemy.select(ledger_transfers.c.transfer_id, ledger_transfers.c.request_digest).where(
-            ledger_transfers.c.kind == kind.value, ledger_transfers.c.order_key == order_key
+    def _stored_records(
+        self, session: Session, keys: Sequence[tuple[TransferKind, str]]
+    ) -> dict[tuple[str, str], TransferRecord]:
+        if not keys:
+            return {}
+        wanted = {(kind.value, order_key) for kind, order_key in keys}
+        query = sqlalchemy.select(ledger_transfers).where(
+            ledger_transfers.c.order_key.in_(sorted({order_key for _, order_key in wanted}))
         )
-        row = session.execute(query).first()
-        if row is None:
-            return None
-        if row.request_digest != digest:
-            raise IdempotencyConflictError(
-                f"{kind.value} key {order_key!r} was already used for a different request "
-                f"(transfer {row.transfer_id}); use a new key for a new request"
-            )
-        return self.find_transfer(session, kind, order_key)
+        rows = [row for row in session.execute(query).mappings() if (row["kind"], row["order_key"]) in wanted]
+        return {(record.kind, record.order_key): record for record in self._records(session, rows)}
 
-    def _open_accounts(
-        self, session: Session, accounts: Collection[str], opened_at: datetime.datetime
-    ) -> None:
-        statement = _insert_for(session)(ledger_accounts).on_conflict_do_nothing(index_elements=["account"])
+    def _posted_digests(
+        self, session: Session, requests: Sequence[PostRequest]
+    ) -> dict[tuple[str, str], str]:
+        """The request digest stored for each of the requests' keys posted before."""
+        rows = session.execute(
+            _POSTED_DIGESTS, {"order_keys": sorted({request.order_key for request in requests})}
+        )
+        return {(row.kind, row.order_key): row.request_digest for row in rows}
+
+    def _open_accounts(self, session: Session, requests: Sequence[PostRequest]) -> None:
+        """Create missing accounts; an account's ``opened_at`` is the earliest order time seen."""
+        opened_at: dict[str, datetime.datetime] = {}
+        for request in requests:
+            moment = _aware(request.context.occurred_at)
+            for account in request.accounts:
+                if account not in opened_at or moment < opened_at[account]:
+                    opened_at[account] = moment
+        statement = _insert_for(session)(ledger_accounts)
+        statement = statement.on_conflict_do_update(
+            index_elements=["account"],
+            set_={"opened_at": statement.excluded.opened_at},
+            where=statement.excluded.opened_at < ledger_accounts.c.opened_at,
+        )
+        # In name order: the rows are locked in the order they are inserted (see the module docstring).
         session.execute(
             statement,
             [
-                {"account": account, "balance_beans": 0, "opened_at": opened_at}
-                for account in sorted(accounts)
+                {"account": account, "balance_beans": 0, "opened_at": opened_at[account]}
+                for account in sorted(opened_at)
             ],
         )
 
-    def _lock_balances(self, session: Session, accounts: Collection[str]) -> dict[str, int]:
-        query = (
-            sqlalchemy.select(ledger_accounts.c.account, ledger_accounts.c.balance_beans)
-            .where(ledger_accounts.c.account.in_(sorted(accounts)))
-            .order_by(ledger_accounts.c.account)
-            .with_for_update()
-        )
-        balances = {row.account: int(row.balance_beans) for row in session.execute(query)}
+    def _lock_balances(self, session: Session, accounts: Sequence[str]) -> dict[str, int]:
+        balances = {
+            row.account: int(row.balance_beans)
+            for row in session.execute(_LOCK_BALANCES, {"accounts": list(accounts)})
+        }
         assert set(balances) == set(accounts), (balances, accounts)
         return balances
 
-    def _append_transfer_posted(
-        self, session: Session, transfer: Transfer, stream_id: str, context: EventContext, memo: str
-    ) -> None:
-        payload = ledger_events_pb2.TransferPosted(
-            transfer_id=transfer.transfer_id,
-            instruction_id=transfer.order_key,
-            table_id=transfer.table_id,
-            reason=transfer.reason,
-            postings=[
-                ledger_events_pb2.Posting(account=posting.account, beans=posting.beans)
-                for posting in transfer.postings
-            ],
-            requested_beans=transfer.requested_beans,
-            posted_beans=transfer.posted_beans,
-            memo=memo,
+    def _append_transfers_posted(self, session: Session, plan: _Plan) -> None:
+        by_stream: dict[str, list[envelope_pb2.Envelope]] = {}
+        for _, (transfer, request) in plan.transfers:
+            by_stream.setdefault(request.stream_id, []).append(_transfer_posted_envelope(transfer, request))
+        versions = self._event_store.stream_versions(session, list(by_stream))
+        self._event_store.append_batch(
+            session,
+            [(stream_id, versions[stream_id], envelopes) for stream_id, envelopes in by_stream.items()],
         )
-        envelope = new_envelope(
-            payload,
-            clock=lambda: _aware(context.occurred_at),
-            # Derived, so a rebuild or a replayed instruction yields the same event id.
-            event_id=str(uuid.uuid5(_EVENT_ID_NAMESPACE, transfer.transfer_id)),
-            correlation_id=context.correlation_id,
-            causation_id=context.causation_id,
-        )
-        version = self._event_store.stream_version(session, stream_id)
-        self._event_store.append(session, stream_id, version, [envelope])
 
     def _records(self, session: Session, rows: Sequence[sqlalchemy.RowMapping]) -> list[TransferRecord]:
         if not rows:
@@ -491,6 +508,150 @@ class LedgerRepository:
             )
             for row in rows
         ]
+
+
+class _Plan:
+    """A batch worked out in memory: the transfers, their postings and the running balances."""
+
+    def __init__(self, balances: Mapping[str, int]) -> None:
+        self._initial = dict(balances)
+        self._balances = dict(balances)
+        self._digests: dict[tuple[str, str], str] = {}
+        self._new: set[int] = set()
+        self.transfers: list[tuple[dict[str, object], tuple[Transfer, PostRequest]]] = []
+        self.postings: list[dict[str, object]] = []
+
+    def add(self, request: PostRequest, posted_before: Mapping[tuple[str, str], str]) -> None:
+        """Decide the request's transfer on the balances so far, unless its key is posted."""
+        key = (request.kind.value, request.order_key)
+        digest = posted_before.get(key) or self._digests.get(key)
+        if digest is not None:
+            if digest != request.digest:
+                raise IdempotencyConflictError(
+                    f"{request.kind.value} key {request.order_key!r} was already used for a different "
+                    f"request (transfer {transfer_id_for(request.kind, request.order_key)}); "
+                    "use a new key for a new request"
+                )
+            return
+        transfer = request.decide(self._balances)
+        assert transfer.kind == request.kind and transfer.order_key == request.order_key, transfer
+        new_balances = apply_postings(self._balances, transfer)
+        self._balances.update(new_balances)
+        self._digests[key] = request.digest
+        self._new.add(id(request))
+        posted_at = _aware(request.context.occurred_at)
+        self.transfers.append((_transfer_row(transfer, request, posted_at), (transfer, request)))
+        self.postings.extend(
+            {
+                "transfer_id": transfer.transfer_id,
+                "account": posting.account,
+                "beans": posting.beans,
+                "reason": posting.reason,
+                "balance_after_beans": new_balances[posting.account],
+                "posted_at": posted_at,
+            }
+            for posting in transfer.postings
+        )
+
+    def is_new(self, request: PostRequest) -> bool:
+        """Whether this request (not a repeat of a posted key) moved beans in this batch."""
+        return id(request) in self._new
+
+    def changed_balances(self) -> list[tuple[str, int]]:
+        """(account, new balance) for every account the batch changed, in name order."""
+        return sorted(
+            (account, beans) for account, beans in self._balances.items() if beans != self._initial[account]
+        )
+
+    def records(self, posting_ids: Sequence[int]) -> list[TransferRecord]:
+        """The stored transfers, given the posting ids the insert returned (in posting order)."""
+        assert len(posting_ids) == len(self.postings), (len(posting_ids), len(self.postings))
+        records = []
+        next_posting = 0
+        for row, (transfer, _) in self.transfers:
+            postings = []
+            for _posting in transfer.postings:
+                stored = self.postings[next_posting]
+                postings.append(
+                    PostingRecord(
+                        posting_id=posting_ids[next_posting],
+                        account=str(stored["account"]),
+                        beans=int(stored["beans"]),  # type: ignore[call-overload]
+                        reason=str(stored["reason"]),
+                        balance_after_beans=int(stored["balance_after_beans"]),  # type: ignore[call-overload]
+                        posted_at=stored["posted_at"],  # type: ignore[arg-type]
+                    )
+                )
+                next_posting += 1
+            records.append(TransferRecord(**row, postings=tuple(postings)))  # type: ignore[arg-type]
+        return records
+
+
+def _transfer_row(
+    transfer: Transfer, request: PostRequest, posted_at: datetime.datetime
+) -> dict[str, object]:
+    return {
+        "transfer_id": transfer.transfer_id,
+        "kind": transfer.kind.value,
+        "order_key": transfer.order_key,
+        "table_id": transfer.table_id,
+        "room_id": transfer.room_id,
+        "reason": transfer.reason,
+        "payer_account": transfer.payer_account,
+        "requested_beans": transfer.requested_beans,
+        "posted_beans": transfer.posted_beans,
+        "request_digest": transfer.request_digest,
+        "source_event_id": request.source_event_id,
+        "line": request.line,
+        "memo": request.memo,
+        "posted_at": posted_at,
+    }
+
+
+def _transfer_posted_envelope(transfer: Transfer, request: PostRequest) -> envelope_pb2.Envelope:
+    payload = ledger_events_pb2.TransferPosted(
+        transfer_id=transfer.transfer_id,
+        instruction_id=transfer.order_key,
+        table_id=transfer.table_id,
+        reason=transfer.reason,
+        postings=[
+            ledger_events_pb2.Posting(account=posting.account, beans=posting.beans)
+            for posting in transfer.postings
+        ],
+        requested_beans=transfer.requested_beans,
+        posted_beans=transfer.posted_beans,
+        memo=request.memo,
+    )
+    occurred_at = _aware(request.context.occurred_at)
+    return new_envelope(
+        payload,
+        clock=lambda: occurred_at,
+        # Derived, so a rebuild or a replayed instruction yields the same event id.
+        event_id=str(uuid.uuid5(_EVENT_ID_NAMESPACE, transfer.transfer_id)),
+        correlation_id=request.context.correlation_id,
+        causation_id=request.context.causation_id,
+    )
+
+
+# Statements built once: building one per batch costs more than running it on SQLite.
+_INSERT_TRANSFER = ledger_transfers.insert()
+_INSERT_POSTINGS = ledger_postings.insert().returning(
+    ledger_postings.c.posting_id, sort_by_parameter_order=True
+)
+_UPDATE_BALANCE = (
+    ledger_accounts.update()
+    .where(ledger_accounts.c.account == sqlalchemy.bindparam("target_account"))
+    .values(balance_beans=sqlalchemy.bindparam("new_balance_beans"))
+)
+_LOCK_BALANCES = (
+    sqlalchemy.select(ledger_accounts.c.account, ledger_accounts.c.balance_beans)
+    .where(ledger_accounts.c.account.in_(sqlalchemy.bindparam("accounts", expanding=True)))
+    .order_by(ledger_accounts.c.account)
+    .with_for_update()
+)
+_POSTED_DIGESTS = sqlalchemy.select(
+    ledger_transfers.c.kind, ledger_transfers.c.order_key, ledger_transfers.c.request_digest
+).where(ledger_transfers.c.order_key.in_(sqlalchemy.bindparam("order_keys", expanding=True)))
 
 
 def _insert_for(session: Session) -> Callable[..., sqlalchemy.dialects.postgresql.Insert]:

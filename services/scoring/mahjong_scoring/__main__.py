@@ -28,7 +28,11 @@ def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[Se
 def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
     """The settlement projection, consuming the table topic and appending to the scoring event store."""
     projection = SettlementProjection(EventStore(topics))
-    return [ConsumerDefinition(CONSUMER_GROUP, lambda topics: [topics.table], projection)]
+    return [
+        ConsumerDefinition(
+            CONSUMER_GROUP, lambda topics: [topics.table], None, batch_handler=projection.apply_batch
+        )
+    ]
 
 
 DEFINITION = ServiceDefinition(

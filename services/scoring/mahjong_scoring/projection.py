@@ -1,6 +1,6 @@
 """The settlement projection: the tracked consumer's handler for `mahjong.table.v1`.
 
-For each table event, in the consumer's one transaction (with its Kafka position):
+For a batch of table events, in the consumer's one transaction (with their Kafka positions):
 
 1. the event is stored in `scoring_table_events` (the inbox a game's fold is rebuilt from);
 2. the game's pure fold (`game_settlement.settle_table_event`) says which settlement events it
@@ -11,6 +11,12 @@ For each table event, in the consumer's one transaction (with its Kafka position
 
 So an instruction is published if and only if its table event is marked applied: no dual write.
 
+A batch costs a fixed number of statements, whatever its size: one query for the event ids
+received before, one for each game's last sequence, then the folds run in memory, and one
+multi-row insert (or executemany) each for the inbox, the lines, the settlement events, the new
+games and players, and one update per game and per changed seat with the game's state after the
+batch. `apply_table_event` is a batch of one.
+
 The fold of a game in progress is kept in memory between events, keyed by table id and checked
 against the stored `last_sequence` before use: after a rollback (a failed handler, a crash before
 commit) or a restart the memory no longer matches the database and the fold is rebuilt from the
@@ -20,14 +26,16 @@ inbox, so the memory can never make the projection diverge from what was committ
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, settlement_events_pb2
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
-from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_platform.tracked_consumer import Delivery, MessagePosition
 from sqlalchemy.orm import Session
 
 from mahjong_scoring.game_facts import GameFactsError
@@ -60,12 +68,17 @@ class SettlementProjection:
         self._games: collections.OrderedDict[str, tuple[int, GameSettlementState]] = collections.OrderedDict()
 
     def __call__(self, session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
-        """Apply one table event (see the module docstring); other payloads are ignored."""
-        payload_name = envelope.WhichOneof("payload")
-        assert payload_name is not None, "the tracked consumer only passes parsed envelopes"
-        if envelope.DESCRIPTOR.fields_by_name[payload_name].number not in TABLE_PAYLOAD_FIELD_NUMBERS:
-            return
-        apply_table_event(session, self._event_store, envelope, self)
+        """Apply one table event (a batch of one); other payloads are ignored."""
+        self.apply_batch(session, [Delivery(envelope, position)])
+
+    def apply_batch(self, session: Session, deliveries: Sequence[Delivery]) -> None:
+        """Apply a batch of table events in order (the tracked consumer's `BatchHandler`)."""
+        apply_table_events(
+            session,
+            self._event_store,
+            [delivery.envelope for delivery in deliveries if is_table_event(delivery.envelope)],
+            self,
+        )
 
     def cached(self, table_id: str, last_sequence: int) -> GameSettlementState | None:
         """The game's fold in memory, if it is the fold of exactly the stored events."""
@@ -86,6 +99,13 @@ class SettlementProjection:
             self._games.popitem(last=False)
 
 
+def is_table_event(envelope: envelope_pb2.Envelope) -> bool:
+    """Whether the envelope carries a table event (the only ones the projection applies)."""
+    payload_name = envelope.WhichOneof("payload")
+    assert payload_name is not None, "the tracked consumer only passes parsed envelopes"
+    return envelope.DESCRIPTOR.fields_by_name[payload_name].number in TABLE_PAYLOAD_FIELD_NUMBERS
+
+
 def apply_table_event(
     session: Session,
     event_store: EventStore,
@@ -93,58 +113,122 @@ def apply_table_event(
     cache: SettlementProjection | None = None,
 ) -> None:
     """Apply one table event to the projection through `session` (no commit: the caller's job)."""
-    table_id = envelope.stream_id
-    if _already_received(session, envelope.event_id):
-        return  # A re-sent duplicate: the platform dedupes too, this keeps the handler idempotent.
-    last_sequence = _last_sequence(session, table_id)
-    if envelope.sequence <= last_sequence:
-        raise GameFactsError(
-            f"table {table_id}: event {envelope.event_id} has sequence {envelope.sequence}, "
-            f"but sequence {last_sequence} was already applied with another event id"
+    apply_table_events(session, event_store, [envelope], cache)
+
+
+@dataclasses.dataclass
+class _Game:
+    """One game while a batch is applied: where it started and where the batch has taken it."""
+
+    first_sequence: int
+    last_sequence: int
+    state: GameSettlementState
+    totals_changed: bool = False
+    settlement_events: list[envelope_pb2.Envelope] = dataclasses.field(default_factory=list)
+
+
+def apply_table_events(
+    session: Session,
+    event_store: EventStore,
+    envelopes: Sequence[envelope_pb2.Envelope],
+    cache: SettlementProjection | None = None,
+) -> None:
+    """Apply table events in order through `session` with set-based SQL (no commit)."""
+    if not envelopes:
+        return
+    received = _received(session, [envelope.event_id for envelope in envelopes])
+    table_ids = sorted({envelope.stream_id for envelope in envelopes})
+    stored_sequences = _last_sequences(session, table_ids)
+    games: dict[str, _Game] = {}
+    inbox_rows: list[dict[str, object]] = []
+    for envelope in envelopes:
+        if envelope.event_id in received:
+            continue  # A re-sent duplicate: the platform dedupes too, this keeps the handler idempotent.
+        received.add(envelope.event_id)
+        table_id = envelope.stream_id
+        game = games.get(table_id)
+        if game is None:
+            game = games[table_id] = _load_game(session, table_id, stored_sequences[table_id], cache)
+        _fold(game, table_id, envelope)
+        inbox_rows.append(
+            {
+                "table_id": table_id,
+                "sequence": envelope.sequence,
+                "event_id": envelope.event_id,
+                "envelope": serialize_envelope(envelope),
+            }
         )
+    if not inbox_rows:
+        return
+    session.execute(_INSERT_TABLE_EVENT, inbox_rows)
+    _append_settlement_events(session, event_store, games)
+    _store_games(session, games)
+    if cache is not None:
+        for table_id, game in games.items():
+            cache.remember(table_id, game.last_sequence, game.state)
+
+
+def _load_game(
+    session: Session, table_id: str, last_sequence: int, cache: SettlementProjection | None
+) -> _Game:
     state = cache.cached(table_id, last_sequence) if cache is not None else None
     if state is None:
         state = _rebuild(session, table_id)
-    state, output = settle_table_event(state, envelope)
+    return _Game(first_sequence=last_sequence, last_sequence=last_sequence, state=state)
+
+
+def _fold(game: _Game, table_id: str, envelope: envelope_pb2.Envelope) -> None:
+    if envelope.sequence <= game.last_sequence:
+        raise GameFactsError(
+            f"table {table_id}: event {envelope.event_id} has sequence {envelope.sequence}, "
+            f"but sequence {game.last_sequence} was already applied with another event id"
+        )
+    game.state, output = settle_table_event(game.state, envelope)
     for notice in output.notices:
         logger.warning(
             "settlement notice: %s",
             notice.message,
             extra={"table_id": table_id, "source_event_id": notice.source},
         )
-    session.execute(
-        _INSERT_TABLE_EVENT,
-        {
-            "table_id": table_id,
-            "sequence": envelope.sequence,
-            "event_id": envelope.event_id,
-            "envelope": serialize_envelope(envelope),
-        },
-    )
-    if output.envelopes:
-        version = event_store.stream_version(session, table_id)
-        event_store.append(session, table_id, version, output.envelopes)
-        _record(session, output.envelopes)
-    _store_game(
-        session,
-        table_id,
-        envelope.sequence,
-        state,
-        is_new=last_sequence == 0,
-        totals_changed=bool(output.envelopes),
-    )
-    if cache is not None:
-        cache.remember(table_id, envelope.sequence, state)
+    game.last_sequence = envelope.sequence
+    game.settlement_events.extend(output.envelopes)
+    game.totals_changed = game.totals_changed or bool(output.envelopes)
 
 
-# The per-event statements, built once (building one costs more than running it on SQLite).
-_ALREADY_RECEIVED = sqlalchemy.select(scoring_table_events.c.event_id).where(
-    scoring_table_events.c.event_id == sqlalchemy.bindparam("event_id")
+def _append_settlement_events(session: Session, event_store: EventStore, games: dict[str, _Game]) -> None:
+    streams = [table_id for table_id, game in games.items() if game.settlement_events]
+    if not streams:
+        return
+    versions = event_store.stream_versions(session, streams)
+    event_store.append_batch(
+        session, [(table_id, versions[table_id], games[table_id].settlement_events) for table_id in streams]
+    )
+    lines = [
+        _line_row(envelope.settlement_instructed)
+        for table_id in streams
+        for envelope in games[table_id].settlement_events
+        if envelope.WhichOneof("payload") == "settlement_instructed"
+    ]
+    if lines:
+        session.execute(_INSERT_LINE, lines)
+
+
+# The statements, built once (building one costs more than running it on SQLite).
+_RECEIVED = sqlalchemy.select(scoring_table_events.c.event_id).where(
+    scoring_table_events.c.event_id.in_(sqlalchemy.bindparam("event_ids", expanding=True))
 )
-_LAST_SEQUENCE = sqlalchemy.select(sqlalchemy.func.max(scoring_table_events.c.sequence)).where(
-    scoring_table_events.c.table_id == sqlalchemy.bindparam("table_id")
+_LAST_SEQUENCES = (
+    sqlalchemy.select(
+        scoring_table_events.c.table_id,
+        sqlalchemy.func.max(scoring_table_events.c.sequence).label("last_sequence"),
+    )
+    .where(scoring_table_events.c.table_id.in_(sqlalchemy.bindparam("table_ids", expanding=True)))
+    .group_by(scoring_table_events.c.table_id)
 )
 _INSERT_TABLE_EVENT = scoring_table_events.insert()
+_INSERT_LINE = scoring_lines.insert()
+_INSERT_GAME = scoring_games.insert()
+_INSERT_PLAYER = scoring_players.insert()
 _UPDATE_GAME = scoring_games.update().where(scoring_games.c.table_id == sqlalchemy.bindparam("game_of"))
 _UPDATE_PLAYER = scoring_players.update().where(
     scoring_players.c.table_id == sqlalchemy.bindparam("game_of"),
@@ -152,13 +236,16 @@ _UPDATE_PLAYER = scoring_players.update().where(
 )
 
 
-def _already_received(session: Session, event_id: str) -> bool:
-    return session.execute(_ALREADY_RECEIVED, {"event_id": event_id}).first() is not None
+def _received(session: Session, event_ids: Sequence[str]) -> set[str]:
+    rows = session.execute(_RECEIVED, {"event_ids": sorted(set(event_ids))})
+    return {row.event_id for row in rows}
 
 
-def _last_sequence(session: Session, table_id: str) -> int:
-    value = session.execute(_LAST_SEQUENCE, {"table_id": table_id}).scalar_one()
-    return 0 if value is None else int(value)
+def _last_sequences(session: Session, table_ids: Sequence[str]) -> dict[str, int]:
+    sequences = dict.fromkeys(table_ids, 0)
+    for row in session.execute(_LAST_SEQUENCES, {"table_ids": list(table_ids)}):
+        sequences[row.table_id] = int(row.last_sequence)
+    return sequences
 
 
 def _rebuild(session: Session, table_id: str) -> GameSettlementState:
@@ -174,68 +261,57 @@ def _rebuild(session: Session, table_id: str) -> GameSettlementState:
     return state
 
 
-def _record(session: Session, envelopes: tuple[envelope_pb2.Envelope, ...]) -> None:
-    for envelope in envelopes:
-        if envelope.WhichOneof("payload") == "settlement_instructed":
-            _record_line(session, envelope.settlement_instructed)
-
-
-def _record_line(session: Session, instruction: settlement_events_pb2.SettlementInstructed) -> None:
-    session.execute(
-        scoring_lines.insert().values(
-            instruction_id=instruction.instruction_id,
-            table_id=instruction.table_id,
-            line=instruction.line,
-            reason=instruction.reason,
-            payer_account=instruction.payer_account,
-            total_beans=sum(payee.beans for payee in instruction.payees),
-            source_event_id=instruction.source_event_id,
-            instruction=instruction.SerializeToString(deterministic=True),
-        )
-    )
-
-
-def _store_game(
-    session: Session,
-    table_id: str,
-    sequence: int,
-    state: GameSettlementState,
-    *,
-    is_new: bool,
-    totals_changed: bool,
-) -> None:
-    opened = state.opened
-    assert opened is not None, "apply_table_event raised for an event before TableOpened"
-    values = {
-        "room_id": opened.room_id,
-        "coefficient": 0 if opened.options is None else opened.options.coefficient,
-        "settles": opened.options is not None,
-        "last_sequence": sequence,
-        "line_count": state.line_count,
-        "settled": state.settled,
+def _line_row(instruction: settlement_events_pb2.SettlementInstructed) -> dict[str, object]:
+    return {
+        "instruction_id": instruction.instruction_id,
+        "table_id": instruction.table_id,
+        "line": instruction.line,
+        "reason": instruction.reason,
+        "payer_account": instruction.payer_account,
+        "total_beans": sum(payee.beans for payee in instruction.payees),
+        "source_event_id": instruction.source_event_id,
+        "instruction": instruction.SerializeToString(deterministic=True),
     }
-    if is_new:
-        session.execute(scoring_games.insert().values(table_id=table_id, **values))
-        for seat, account in enumerate(opened.accounts):
-            session.execute(
-                scoring_players.insert().values(
-                    table_id=table_id, seat=seat, account=account, points=0, beans=0, rake_beans=0
-                )
+
+
+def _store_games(session: Session, games: dict[str, _Game]) -> None:
+    """Each game's row and seats as the batch left them: inserted when new, else updated."""
+    new_games: list[dict[str, object]] = []
+    new_players: list[dict[str, object]] = []
+    game_updates: list[dict[str, object]] = []
+    player_updates: list[dict[str, object]] = []
+    for table_id, game in games.items():
+        opened = game.state.opened
+        assert opened is not None, "settle_table_event raised for an event before TableOpened"
+        values = {
+            "room_id": opened.room_id,
+            "coefficient": 0 if opened.options is None else opened.options.coefficient,
+            "settles": opened.options is not None,
+            "last_sequence": game.last_sequence,
+            "line_count": game.state.line_count,
+            "settled": game.state.settled,
+        }
+        seats = [
+            {"points": total.points, "beans": total.beans, "rake_beans": total.rake_beans}
+            for total in game.state.totals
+        ]
+        if game.first_sequence == 0:
+            new_games.append({"table_id": table_id, **values})
+            new_players.extend(
+                {"table_id": table_id, "seat": seat, "account": account, **seats[seat]}
+                for seat, account in enumerate(opened.accounts)
             )
-        return
-    session.execute(_UPDATE_GAME, {"game_of": table_id, **values})
-    if not totals_changed:
-        return
-    session.execute(
-        _UPDATE_PLAYER,
-        [
-            {
-                "game_of": table_id,
-                "seat_of": seat,
-                "points": total.points,
-                "beans": total.beans,
-                "rake_beans": total.rake_beans,
-            }
-            for seat, total in enumerate(state.totals)
-        ],
-    )
+            continue
+        game_updates.append({"game_of": table_id, **values})
+        if game.totals_changed:
+            player_updates.extend(
+                {"game_of": table_id, "seat_of": seat, **totals} for seat, totals in enumerate(seats)
+            )
+    for statement, rows in (
+        (_INSERT_GAME, new_games),
+        (_INSERT_PLAYER, new_players),
+        (_UPDATE_GAME, game_updates),
+        (_UPDATE_PLAYER, player_updates),
+    ):
+        if rows:
+            session.execute(statement, rows)

@@ -11,7 +11,7 @@ from mahjong_platform.event_store import EventStore
 from mahjong_platform.outbox import count_unsent_outbox_messages
 from mahjong_platform.schema import stored_events
 from mahjong_platform.topics import Topics
-from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_platform.tracked_consumer import Delivery, MessagePosition
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
 from mahjong_scoring.models import PROJECTION_TABLES, scoring_games, scoring_metadata
 from mahjong_scoring.projection import SettlementProjection
@@ -57,7 +57,9 @@ def projection_rows(session_factory: SessionFactory) -> dict[str, list[tuple[obj
         }
         rows["stored_events"] = [
             (row.stream_id, row.sequence, row.event_id, bytes(row.envelope))
-            for row in session.execute(sqlalchemy.select(stored_events).order_by(stored_events.c.sequence))
+            for row in session.execute(
+                sqlalchemy.select(stored_events).order_by(stored_events.c.stream_id, stored_events.c.sequence)
+            )
         ]
     return rows
 
@@ -139,3 +141,42 @@ def test_the_migrated_database_matches_the_metadata(scoring_engine: Engine) -> N
     for table in scoring_metadata.sorted_tables:
         columns = {column["name"] for column in inspector.get_columns(table.name)}
         assert columns == {column.name for column in table.columns}, table.name
+
+
+def _two_games_interleaved() -> list[envelope_pb2.Envelope]:
+    first = whole_game().events
+    second = TableScript(rules=room_rules(coefficient=100, rake_beans=50), table_id="table-two")
+    second.open(DEAL, "smpm")
+    second.discard(0, "5s")
+    second.wall_exhausted()
+    second.ended("wall_exhausted")
+    events: list[envelope_pb2.Envelope] = []
+    for index in range(max(len(first), len(second.events))):
+        events.extend(first[index : index + 1] + second.events[index : index + 1])
+    return events
+
+
+def _apply_in_batches(
+    session_factory: SessionFactory, events: list[envelope_pb2.Envelope], batch_size: int
+) -> None:
+    projection = SettlementProjection(EventStore())
+    for start in range(0, len(events), batch_size):
+        batch = [Delivery(envelope, POSITION) for envelope in events[start : start + batch_size]]
+        with transaction(session_factory) as session:
+            projection.apply_batch(session, batch)
+
+
+def test_batches_of_any_size_give_the_rows_of_one_event_at_a_time(tmp_path: pathlib.Path) -> None:
+    """Two games interleaved, a re-sent event inside a batch: batches of 1, 3, 10 and all at once."""
+    events = _two_games_interleaved()
+    events.insert(6, events[4])  # A duplicate the relay re-sent, inside what becomes one batch.
+    reference = _fresh_rows(events)
+    assert len(reference["scoring_games"]) == 2 and reference["scoring_lines"]
+    for batch_size in (1, 3, 10, len(events)):
+        engine = migrated_engine(sqlite_url(tmp_path / f"batch-{batch_size}", "scoring"))
+        try:
+            factory = create_session_factory(engine)
+            _apply_in_batches(factory, events, batch_size)
+            assert projection_rows(factory) == reference, batch_size
+        finally:
+            engine.dispose()
