@@ -1,21 +1,27 @@
-"""``mjctl replay --table ID [--json]``: one table's events in order, with full information, for ops.
+"""``mjctl replay --table ID [--json]``: one table's events in order, in words, with full
+information, and what was paid (ops and finance).
 
-Every draw, discard, claim, kong and win (with its fans) of the table, and right after the event
+Every event of the game (the wall, the deal, draws, discards, passes, pongs, chows, kongs, flowers,
+wins with their fans and totals, the bird, escapes, the end) in words, and right after the event
 that caused it each settlement line it triggered (who paid whom, how many beans) and the final
-``GameSettled`` totals.
+``GameSettled`` totals. ``--json``: one protobuf-JSON object per event instead.
 
-Two sources, chosen so that each is complete on its own:
+Sources (each reads O(game), never a whole topic):
 
-- Kafka (default): the table's events from ``mahjong.table.v1`` and its settlement events from
-  ``mahjong.settlement.v1``. Both topics are keyed by the table id, so only the key's partition is
-  read (computed with kafka-python's default partitioner, the one the outbox relay's producer
-  uses), from the beginning to its end offset at the start of the command.
+- default, the public gRPC API: ``TableService.Watch`` with an ops token (full information, read
+  from the table service's event store by table id) and ``ScoringService.GetGameSettlement``. A game
+  still in progress is followed to its end (Ctrl-C stops). The token is minted with the configured
+  ``MAHJONG_JWT_SECRET`` unless ``--token`` gives one.
 - ``--database URL``: the table service's event store (``stored_events`` of the table database)
   and the scoring service's event store (``--scoring-database``, default the configured scoring
-  database), for when the topics' retention has dropped the game.
+  database), for when the services are down.
+- ``--kafka --since DATE [--until DATE]``: the table's key partition of ``mahjong.table.v1`` and
+  ``mahjong.settlement.v1``, from the first offset at ``--since`` (Kafka's time index) to the one
+  at ``--until`` (default: the end now). Without ``--since`` it reads the partition from offset 0,
+  which grows with history.
 
 A re-sent event (same event id) is shown once; table events are ordered by their sequence.
-Reads only: no consumer group, nothing committed, nothing written.
+Reads only: nothing is committed or written. Exit 1 when the table has no events or a source fails.
 """
 
 from __future__ import annotations
@@ -25,75 +31,105 @@ import datetime
 import json
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, Final, TextIO
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
-from google.protobuf import json_format
-from kafka import KafkaConsumer, TopicPartition
-from kafka.partitioner.default import DefaultPartitioner
-from mahjong.v1 import common_pb2, envelope_pb2, settlement_events_pb2, table_events_pb2
-from mahjong_platform.config import load_settings
-from mahjong_platform.database import create_engine_for, create_session_factory, transaction
-from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
-from mahjong_platform.event_store import EventStore
-from mahjong_platform.topics import Topics
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer, TopicPartition
+    from mahjong.v1 import envelope_pb2
 
 TOPIC_METADATA_TIMEOUT_SECONDS: Final = 30.0
 READ_TIMEOUT_SECONDS: Final = 120.0
 # A table has a few hundred events; a partition holds many tables, so bound what one read keeps.
 TABLE_EVENTS_MAX: Final = 100_000
-WIN_BY: Final = {
-    common_pb2.WIN_BY_SELF_DRAW: "self-draw",
-    common_pb2.WIN_BY_DISCARD: "discard",
-    common_pb2.WIN_BY_ROB_KONG: "robbing a kong",
-}
-EXPOSURE: Final = {
-    common_pb2.KONG_EXPOSURE_EXPOSED: "exposed",
-    common_pb2.KONG_EXPOSURE_ADDED: "added",
-    common_pb2.KONG_EXPOSURE_CONCEALED: "concealed",
-}
+RPC_TIMEOUT_SECONDS: Final = 30.0
+OPS_TOKEN_TTL_SECONDS: Final = 600
 
 
 class ReplayError(Exception):
-    """The events cannot be read (unknown topic, broker unreachable, a stream with a gap)."""
+    """The events cannot be read (unknown topic, broker or service unreachable, a stream gap)."""
 
 
 def register(subparsers: Any) -> None:
     """Add ``replay`` to the ``mjctl`` command."""
     parser = subparsers.add_parser(
         "replay",
-        help="one table's events in order, full information, with what was paid (ops)",
+        help="one table's events in words, full information, with what was paid",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--table", required=True, metavar="ID", help="the table id")
     parser.add_argument("--json", action="store_true", help="one JSON object per event (protobuf JSON)")
     parser.add_argument(
+        "--token",
+        metavar="JWT",
+        help="default source: an ops or finance token (default: one minted with MAHJONG_JWT_SECRET)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--database",
         metavar="URL",
-        help="read the table service's event store at this SQLAlchemy URL instead of Kafka",
+        help="read the table service's event store at this SQLAlchemy URL instead of the services",
+    )
+    source.add_argument(
+        "--kafka",
+        action="store_true",
+        help="read the table's key partition of the table and settlement topics instead of the services",
     )
     parser.add_argument(
         "--scoring-database",
         metavar="URL",
         help="with --database: the scoring database for the settlement lines (default: configured)",
     )
+    parser.add_argument(
+        "--since",
+        type=_parse_time,
+        metavar="DATE",
+        help="with --kafka: start at the first offset written at or after this UTC time (ISO 8601)",
+    )
+    parser.add_argument(
+        "--until",
+        type=_parse_time,
+        metavar="DATE",
+        help="with --kafka: stop at the first offset written after this UTC time (default: now)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO date or date-time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
 def run(arguments: argparse.Namespace) -> int:
     """The ``replay`` subcommand: print the table's story; exit 1 when the table has no events."""
+    from mahjong_platform.config import load_settings
+
     settings = load_settings()
+    if (arguments.since or arguments.until) and not arguments.kafka:
+        print("mjctl replay: --since and --until go with --kafka", file=sys.stderr)
+        return 2
     try:
         if arguments.database:
             scoring_url = arguments.scoring_database or settings.database_url("scoring")
             table_events = read_event_store(arguments.database, arguments.table)
             settlement_events = read_event_store(scoring_url, arguments.table)
-        else:
+        elif arguments.kafka:
+            from mahjong_platform.topics import Topics
+
             topics = Topics.with_prefix(settings.topic_prefix)
             bootstrap = list(settings.kafka_bootstrap_servers)
-            table_events = read_stream_from_kafka(bootstrap, topics.table, arguments.table)
-            settlement_events = read_stream_from_kafka(bootstrap, topics.settlement, arguments.table)
+            window = (arguments.since, arguments.until)
+            table_events = read_stream_from_kafka(bootstrap, topics.table, arguments.table, window)
+            settlement_events = read_stream_from_kafka(bootstrap, topics.settlement, arguments.table, window)
+        else:
+            token = arguments.token or _ops_token(settings.jwt_secret)
+            table_target, scoring_target = settings.grpc_target("table"), settings.grpc_target("scoring")
+            table_events = read_from_services(table_target, token, arguments.table)
+            settlement_events = read_settlement_from_services(scoring_target, token, arguments.table)
     except ReplayError as error:
         print(f"mjctl replay: {error}", file=sys.stderr)
         return 1
@@ -112,8 +148,71 @@ def run(arguments: argparse.Namespace) -> int:
 # --- reading ------------------------------------------------------------------------------------
 
 
+def _ops_token(secret: str) -> str:
+    from mahjong_platform.auth import ROLE_OPS, mint_token
+
+    return mint_token(secret, "mjctl-replay", [ROLE_OPS], ttl_seconds=OPS_TOKEN_TTL_SECONDS)
+
+
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata carrying `token` (plaintext channels, like `grpc_client.open_channel`)."""
+    return (("authorization", f"Bearer {token}"),)
+
+
+def read_from_services(target: str, token: str, table_id: str) -> list[envelope_pb2.Envelope]:
+    """The table's events with full information from ``TableService.Watch`` (ops token): the table
+    service reads them from its event store by table id, from the opening to ``GameEnded``."""
+    import grpc
+    from mahjong.v1 import table_service_pb2, table_service_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        stub = table_service_pb2_grpc.TableServiceStub(channel)
+        request = table_service_pb2.WatchRequest(table_id=table_id)
+        try:
+            return list(stub.Watch(request, metadata=_bearer(token)))
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return []
+            raise ReplayError(
+                f"TableService.Watch at {target}: {error.code().name}: {error.details()}"
+            ) from None
+
+
+def read_settlement_from_services(target: str, token: str, table_id: str) -> list[envelope_pb2.Envelope]:
+    """The game's settlement lines and, once settled, its totals, from
+    ``ScoringService.GetGameSettlement``, as the envelopes scoring published them in."""
+    import grpc
+    from mahjong.v1 import envelope_pb2, scoring_service_pb2, scoring_service_pb2_grpc, settlement_events_pb2
+
+    with grpc.insecure_channel(target) as channel:
+        stub = scoring_service_pb2_grpc.ScoringServiceStub(channel)
+        request = scoring_service_pb2.GetGameSettlementRequest(table_id=table_id)
+        try:
+            answer = stub.GetGameSettlement(request, timeout=RPC_TIMEOUT_SECONDS, metadata=_bearer(token))
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return []
+            raise ReplayError(
+                f"ScoringService.GetGameSettlement at {target}: {error.code().name}: {error.details()}"
+            ) from None
+    events = [
+        envelope_pb2.Envelope(event_id=line.instruction_id, stream_id=table_id, settlement_instructed=line)
+        for line in answer.lines
+    ]
+    if answer.settled:
+        room_id = answer.lines[0].room_id if answer.lines else ""
+        settled = settlement_events_pb2.GameSettled(
+            table_id=table_id, room_id=room_id, players=answer.totals, instruction_count=len(answer.lines)
+        )
+        events.append(envelope_pb2.Envelope(stream_id=table_id, game_settled=settled))
+    return events
+
+
 def read_event_store(database_url: str, stream_id: str) -> list[envelope_pb2.Envelope]:
     """The stream's events from a service's event store (``stored_events``), in sequence order."""
+    from mahjong_platform.database import create_engine_for, create_session_factory, transaction
+    from mahjong_platform.event_store import EventStore
+
     engine = create_engine_for(database_url)
     try:
         with transaction(create_session_factory(engine)) as session:
@@ -141,6 +240,8 @@ class _TopicMetadata:
 
 def partition_for_key(topic: str, partitions: set[int], key: bytes) -> int:
     """The partition the platform's producers put `key` in: kafka-python's default partitioner."""
+    from kafka.partitioner.default import DefaultPartitioner
+
     assert partitions, topic
     partition: int = DefaultPartitioner().partition(
         topic, None, key, None, None, _TopicMetadata(topic, partitions)
@@ -160,13 +261,28 @@ def topic_partitions(consumer: KafkaConsumer, topic: str) -> set[int]:
         time.sleep(0.1)
 
 
+Window = tuple[datetime.datetime | None, datetime.datetime | None]
+"""Kafka record times to read between: (from, until); None: the beginning / the end now."""
+
+
 def read_partitions_to_end(
-    consumer: KafkaConsumer, partitions: Sequence[TopicPartition], records_max: int
-) -> Iterable[Any]:
-    """Every record of the partitions, from the beginning to the end offsets of now (a snapshot)."""
+    consumer: KafkaConsumer,
+    partitions: Sequence[TopicPartition],
+    records_max: int,
+    window: Window = (None, None),
+) -> Iterator[Any]:
+    """Every record of the partitions, from the beginning to the end offsets of now (a snapshot),
+    or between the offsets Kafka's time index gives for the window's times."""
     consumer.assign(list(partitions))
-    consumer.seek_to_beginning(*partitions)
+    since, until = window
     end_offsets: dict[TopicPartition, int] = consumer.end_offsets(list(partitions))
+    if since is None:
+        consumer.seek_to_beginning(*partitions)
+    else:
+        for partition, offset in _offsets_at(consumer, partitions, since, end_offsets).items():
+            consumer.seek(partition, offset)
+    if until is not None:
+        end_offsets = _offsets_at(consumer, partitions, until, end_offsets)
     pending = {partition for partition in partitions if end_offsets[partition] > consumer.position(partition)}
     read_count = 0
     deadline = time.monotonic() + READ_TIMEOUT_SECONDS
@@ -188,16 +304,35 @@ def read_partitions_to_end(
                 consumer.pause(partition)
 
 
+def _offsets_at(
+    consumer: KafkaConsumer,
+    partitions: Sequence[TopicPartition],
+    moment: datetime.datetime,
+    end_offsets: dict[TopicPartition, int],
+) -> dict[TopicPartition, int]:
+    """Each partition's first offset with a timestamp at or after `moment` (its end when none)."""
+    milliseconds = int(moment.timestamp() * 1000)
+    found = consumer.offsets_for_times({partition: milliseconds for partition in partitions})
+    return {
+        partition: end_offsets[partition] if found.get(partition) is None else found[partition].offset
+        for partition in partitions
+    }
+
+
 def read_stream_from_kafka(
-    bootstrap_servers: list[str], topic: str, stream_id: str
+    bootstrap_servers: list[str], topic: str, stream_id: str, window: Window = (None, None)
 ) -> list[envelope_pb2.Envelope]:
-    """The stream's events from its key's partition, duplicates (re-sends) dropped, sequence order."""
+    """The stream's events from its key's partition (within `window`), duplicates (re-sends)
+    dropped, in sequence order."""
+    from kafka import KafkaConsumer, TopicPartition
+    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
+
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
     try:
         key = stream_id.encode()
         partition = TopicPartition(topic, partition_for_key(topic, topic_partitions(consumer, topic), key))
         by_event_id: dict[str, envelope_pb2.Envelope] = {}
-        for record in read_partitions_to_end(consumer, [partition], TABLE_EVENTS_MAX * 100):
+        for record in read_partitions_to_end(consumer, [partition], TABLE_EVENTS_MAX * 100, window):
             if record.key != key:
                 continue
             try:
@@ -241,206 +376,28 @@ def interleave(
 
 def write_json(events: Iterable[envelope_pb2.Envelope], output: TextIO) -> None:
     """One compact JSON object per line: the envelope in protobuf's JSON mapping (field names kept)."""
+    from google.protobuf import json_format
+
     for envelope in events:
         document = json_format.MessageToDict(envelope, preserving_proto_field_name=True)
         output.write(json.dumps(document, ensure_ascii=False, sort_keys=True) + "\n")
 
 
-# --- describing ---------------------------------------------------------------------------------
+def describe(events: Iterable[envelope_pb2.Envelope]) -> Iterator[str]:
+    """One line per table event (``#sequence time  words``), settlement lines indented under their
+    cause; every event type in words (`mjctl.events`)."""
+    from mjctl.events import Story, describe_event
 
-
-class _Seats:
-    """Who sits where, as learnt from ``TableOpened``."""
-
-    def __init__(self) -> None:
-        self.players: dict[int, str] = {}
-
-    def name(self, seat: int) -> str:
-        player = self.players.get(seat)
-        return f"seat {seat} ({player})" if player else f"seat {seat}"
-
-
-def describe(events: Iterable[envelope_pb2.Envelope]) -> list[str]:
-    """One line per event (settlement lines indented under their cause), for a human."""
-    seats = _Seats()
-    lines: list[str] = []
+    story = Story()
     for envelope in events:
-        kind = envelope.WhichOneof("payload")
-        if kind in ("settlement_instructed", "game_settled"):
-            lines.extend("        " + line for line in _describe_settlement(envelope))
-            continue
-        text = _describe_table_event(envelope, seats)
-        lines.append(f"#{envelope.sequence:<4} {_time(envelope)}  {text}")
-    return lines
+        text = describe_event(envelope, story)
+        if envelope.WhichOneof("payload") in ("settlement_instructed", "game_settled"):
+            for line in text.splitlines():
+                yield "        " + line
+        else:
+            yield f"#{envelope.sequence:<4} {_time(envelope)}  {text}"
 
 
 def _time(envelope: envelope_pb2.Envelope) -> str:
     moment = envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _tiles(tiles: Iterable[str]) -> str:
-    return " ".join(tiles) or "-"
-
-
-def _melds(melds: Iterable[common_pb2.Meld]) -> str:
-    parts = []
-    for meld in melds:
-        exposure = f" {EXPOSURE[meld.exposure]}" if meld.exposure in EXPOSURE else ""
-        claimed = meld.kind == "pong" or meld.exposure == common_pb2.KONG_EXPOSURE_EXPOSED
-        source = f" from seat {meld.from_seat}" if claimed and meld.from_seat >= 0 else ""
-        parts.append(f"{meld.kind}{exposure} {meld.tile}{source}")
-    return ", ".join(parts)
-
-
-def _flag(condition: bool, text: str) -> str:
-    return f" [{text}]" if condition else ""
-
-
-def _describe_table_event(envelope: envelope_pb2.Envelope, seats: _Seats) -> str:
-    kind = envelope.WhichOneof("payload")
-    if kind == "table_opened":
-        return _describe_opened(envelope.table_opened, seats)
-    if kind == "hands_dealt":
-        dealt = envelope.hands_dealt
-        hands = "; ".join(f"{seats.name(hand.seat)} {_tiles(hand.tiles)}" for hand in dealt.hands)
-        return f"hands dealt: {hands}; wall {dealt.wall_remaining} left"
-    if kind == "exchange_picked":
-        picked = envelope.exchange_picked
-        automatic = _flag(picked.automatic, "auto")
-        return f"{seats.name(picked.seat)} picks {_tiles(picked.tiles)} to exchange{automatic}"
-    if kind == "tiles_exchanged":
-        exchanged = envelope.tiles_exchanged
-        transfers = "; ".join(
-            f"seat {transfer.from_seat} → seat {transfer.to_seat}: {_tiles(transfer.tiles)}"
-            for transfer in exchanged.transfers
-        )
-        return f"tiles exchanged {exchanged.direction}: {transfers}"
-    if kind == "missing_suit_chosen":
-        chosen = envelope.missing_suit_chosen
-        return (
-            f"{seats.name(chosen.seat)} chooses missing suit {chosen.suit}{_flag(chosen.automatic, 'auto')}"
-        )
-    if kind == "missing_suits_declared":
-        suits = envelope.missing_suits_declared.suits
-        return "missing suits declared: " + ", ".join(
-            f"seat {seat} {suit}" for seat, suit in enumerate(suits)
-        )
-    if kind == "tile_drawn":
-        drawn = envelope.tile_drawn
-        return (
-            f"{seats.name(drawn.seat)} draws {drawn.tile}{_flag(drawn.from_tail, 'from the tail')}"
-            f" (wall {drawn.wall_remaining} left)"
-        )
-    if kind == "tile_discarded":
-        discarded = envelope.tile_discarded
-        return f"{seats.name(discarded.seat)} discards {discarded.tile}{_flag(discarded.automatic, 'auto')}"
-    if kind == "claim_passed":
-        passed = envelope.claim_passed
-        win = _flag(passed.passed_win, f"passed a win ×{passed.passed_win_multiplier}")
-        return f"{seats.name(passed.seat)} passes on {passed.tile}{win}{_flag(passed.automatic, 'auto')}"
-    if kind == "pong_claimed":
-        pong = envelope.pong_claimed
-        return f"{seats.name(pong.seat)} pongs {pong.tile} from {seats.name(pong.from_seat)}"
-    if kind == "kong_declared":
-        kong = envelope.kong_declared
-        source = (
-            f" from {seats.name(kong.from_seat)}"
-            if kong.from_seat >= 0 and kong.exposure == common_pb2.KONG_EXPOSURE_EXPOSED
-            else ""
-        )
-        return (
-            f"{seats.name(kong.seat)} declares {EXPOSURE.get(kong.exposure, '?')} kong of {kong.tile}{source}"
-        )
-    if kind == "kong_robbed":
-        robbed = envelope.kong_robbed
-        winners = ", ".join(seats.name(seat) for seat in robbed.winner_seats)
-        return f"kong of {robbed.tile} by {seats.name(robbed.kong_seat)} robbed by {winners}"
-    if kind == "player_won":
-        return _describe_win(envelope.player_won, seats)
-    if kind == "player_left":
-        left = envelope.player_left
-        return (
-            f"{seats.name(left.seat)} leaves ({left.reason or 'no reason'}){_flag(left.had_won, 'had won')}"
-        )
-    if kind == "turn_timed_out":
-        timed_out = envelope.turn_timed_out
-        return f"{seats.name(timed_out.seat)} timed out ({timed_out.phase})"
-    if kind == "wall_exhausted":
-        return "wall exhausted"
-    if kind == "game_ended":
-        ended = envelope.game_ended
-        hands = "; ".join(
-            f"{seats.name(hand.seat)} {_tiles(hand.concealed)}"
-            + (f" + {_melds(hand.melds)}" if hand.melds else "")
-            + _flag(hand.won, "won")
-            + _flag(hand.left, "left")
-            for hand in ended.hands
-        )
-        return f"game ended ({ended.reason}): {hands}"
-    return f"{kind or 'empty event'} (event {envelope.event_id})"
-
-
-def _describe_opened(opened: table_events_pb2.TableOpened, seats: _Seats) -> str:
-    seats.players = {seat.seat: seat.player_id for seat in opened.seats}
-    rules = opened.rules
-    wildcard = (
-        f", wildcard {opened.wildcard} (indicator {opened.wildcard_indicator})" if opened.wildcard else ""
-    )
-    return (
-        f"table {opened.table_id} opened in room {opened.room_id} "
-        f"(coefficient {rules.coefficient}, rake {rules.rake_beans} beans): "
-        + ", ".join(seats.name(seat) for seat in sorted(seats.players))
-        + f"; dealer seat {opened.dealer_seat}"
-        + f"; dice {opened.die_1}+{opened.die_2} by seat {opened.dice_roller_seat}"
-        + f"; exchange {opened.exchange_direction or '-'}{wildcard}"
-        + f"; wall ({len(opened.wall)} tiles) {_tiles(opened.wall)}"
-    )
-
-
-def _describe_win(won: table_events_pb2.PlayerWon, seats: _Seats) -> str:
-    source = f" from {seats.name(won.from_seat)}" if won.from_seat >= 0 else ""
-    fans = " · ".join(
-        f"{fan.name or fan.id} ×{fan.multiplier}" + (f" (×{fan.count})" if fan.count > 1 else "")
-        for fan in won.fans
-    )
-    circumstances = (
-        _flag(won.after_kong, "after a kong")
-        + _flag(won.last_tile, "last tile")
-        + _flag(won.first_turn, "first turn")
-    )
-    melds = f" + {_melds(won.melds)}" if won.melds else ""
-    return (
-        f"{seats.name(won.seat)} wins (#{won.win_order}) on {won.win_tile} "
-        f"by {WIN_BY.get(won.win_by, '?')}{source}"
-        f"{circumstances}: {fans or 'no fans'} = ×{won.multiplier}; hand {_tiles(won.concealed)}{melds}"
-    )
-
-
-def _describe_settlement(envelope: envelope_pb2.Envelope) -> list[str]:
-    if envelope.HasField("game_settled"):
-        return _describe_game_settled(envelope.game_settled)
-    instructed: settlement_events_pb2.SettlementInstructed = envelope.settlement_instructed
-    payees = ", ".join(
-        f"{payee.account} {payee.beans} beans ({payee.points} points"
-        + (f", {payee.reason}" if payee.reason and payee.reason != instructed.reason else "")
-        + ")"
-        for payee in instructed.payees
-    )
-    fans = " · ".join(f"{fan.name or fan.id} ×{fan.multiplier}" for fan in instructed.fans)
-    detail = f" [{fans} = ×{instructed.multiplier}, N={instructed.coefficient}]" if fans else ""
-    total = sum(payee.beans for payee in instructed.payees)
-    return [
-        f"paid, line {instructed.line} {instructed.reason}: {instructed.payer_account} pays {total} beans → "
-        f"{payees}{detail}"
-    ]
-
-
-def _describe_game_settled(settled: settlement_events_pb2.GameSettled) -> list[str]:
-    lines = [f"settled: {settled.instruction_count} lines"]
-    for player in sorted(settled.players, key=lambda player: player.seat):
-        lines.append(
-            f"  seat {player.seat} {player.account}: {player.beans:+d} beans "
-            f"({player.points:+d} points, rake {player.rake_beans})"
-        )
-    return lines

@@ -33,7 +33,9 @@ HEALTH_TIMEOUT_SECONDS = 90.0
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("run", help="start Kafka and every service, then play a demo")
-    parser.add_argument("--room", default="sichuan-novice")
+    parser.add_argument(
+        "--room", default="sichuan-novice", help="room of the demo games (default: sichuan-novice)"
+    )
     parser.add_argument("--games", type=int, default=3, help="demo games (0: no demo)")
     parser.add_argument(
         "--formula-room", default="formula-fan", help="room of the one formula demo game ('' for none)"

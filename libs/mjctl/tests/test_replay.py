@@ -3,6 +3,7 @@ lines scoring derived from them, read from the event stores and from the real br
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import pathlib
@@ -11,18 +12,20 @@ import uuid
 import pytest
 import sqlalchemy
 from mahjong.v1 import envelope_pb2
+from mahjong_platform.config import load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
 from mahjong_platform.envelopes import new_envelope, parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import create_idempotent_producer
 from mahjong_platform.schema import stored_events
-from mahjong_platform.service_runtime import migrate
+from mahjong_platform.service_runtime import ServiceDefinition, migrate, start_service
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import MessagePosition
 from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_scoring.projection import SettlementProjection
 from mahjong_table import codec
+from mahjong_table.__main__ import definition as table_definition
 from mahjong_table.domain.decide import execute, open_table
 from mahjong_table.domain.evolve import fold
 from mahjong_table.domain.room_rules import RoomRules
@@ -182,9 +185,17 @@ def test_replay_from_kafka_reads_the_key_partition_and_drops_re_sent_events(
         producer.close()
     monkeypatch.setenv("MAHJONG_KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap_servers)
     monkeypatch.setenv("MAHJONG_TOPIC_PREFIX", unique_prefix)
-    assert main(["replay", "--table", TABLE_ID]) == 0
+    assert main(["replay", "--table", TABLE_ID, "--kafka"]) == 0
     assert_full_story(capsys.readouterr().out, games[0])
-    assert main(["replay", "--table", TABLE_ID, "--json"]) == 0
+    # Kafka's time index bounds the read: from before the records were written, the whole game;
+    # from after, nothing.
+    since = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)).isoformat()
+    assert main(["replay", "--table", TABLE_ID, "--kafka", "--since", since]) == 0
+    assert_full_story(capsys.readouterr().out, games[0])
+    later = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=5)).isoformat()
+    assert main(["replay", "--table", TABLE_ID, "--kafka", "--since", later]) == 1
+    assert "no events" in capsys.readouterr().err
+    assert main(["replay", "--table", TABLE_ID, "--kafka", "--json"]) == 0
     documents = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert documents[0]["table_opened"]["table_id"] == TABLE_ID
     assert sum(
@@ -192,3 +203,61 @@ def test_replay_from_kafka_reads_the_key_partition_and_drops_re_sent_events(
         for document in documents
         if "settlement_instructed" not in document and "game_settled" not in document
     ) == len(games[0])
+
+
+@pytest.mark.integration
+def test_replay_by_default_reads_the_game_through_the_services_with_an_ops_token(
+    kafka_bootstrap_servers: str,
+    unique_prefix: str,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    game = played_game()
+    table_url, scoring_url = stores(tmp_path, [game, played_game("table-other", 8)])
+    environment = {
+        "MAHJONG_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers,
+        "MAHJONG_TOPIC_PREFIX": unique_prefix,
+        "MAHJONG_JWT_SECRET": "replay-test-secret-0123456789abcdef01234",
+        "MAHJONG_TABLE_DATABASE_URL": table_url,
+        "MAHJONG_SCORING_DATABASE_URL": scoring_url,
+    }
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    running = [
+        start_service(serving_only(table_definition(settings)), settings, address="127.0.0.1:0"),
+        start_service(serving_only(SCORING), settings, address="127.0.0.1:0"),
+    ]
+    try:
+        monkeypatch.setenv("MAHJONG_TABLE_GRPC_TARGET", f"127.0.0.1:{running[0].port}")
+        monkeypatch.setenv("MAHJONG_SCORING_GRPC_TARGET", f"127.0.0.1:{running[1].port}")
+        assert main(["replay", "--table", TABLE_ID]) == 0
+        assert_full_story(capsys.readouterr().out, game)
+        assert main(["replay", "--table", TABLE_ID, "--json"]) == 0
+        from_services = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert main(["replay", "--table", TABLE_ID, "--json", "--database", table_url]) == 0
+        from_stores = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        payloads = [sorted(set(document) - ENVELOPE_HEADERS) for document in from_stores]
+        assert [sorted(set(document) - ENVELOPE_HEADERS) for document in from_services] == payloads
+        assert [d for d in from_services if "table_opened" in d] == [
+            d for d in from_stores if "table_opened" in d
+        ]
+        assert main(["replay", "--table", "nope"]) == 1
+        assert "no events for table 'nope'" in capsys.readouterr().err
+        assert main(["replay", "--table", TABLE_ID, "--token", "not-a-token"]) == 1
+        assert "UNAUTHENTICATED" in capsys.readouterr().err
+    finally:
+        for service in running:
+            service.stop(0)
+
+
+def serving_only(definition: ServiceDefinition) -> ServiceDefinition:
+    """The service's real gRPC server over its database, without its Kafka workers (the stores
+    already hold the games): starts and stops in a moment."""
+    return dataclasses.replace(
+        definition, consumers=lambda *_: (), relays_outbox=False, extra_workers=lambda *_: ()
+    )
+
+
+ENVELOPE_HEADERS = {"event_id", "stream_id", "sequence", "occurred_at", "correlation_id", "causation_id"}
