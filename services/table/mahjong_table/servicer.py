@@ -19,6 +19,7 @@ from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.auth import EVERY_CALLER, OPS_ONLY, current_identity, role_table
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
+from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import check_idempotency_key, request_digest
 from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
@@ -30,6 +31,7 @@ from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.tables import TableEngine
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import redact, view_for
+from mahjong_table.visibility import CLAIM_WAIT_CAP_SECONDS, answer_envelopes, window_hidden_from
 
 METHOD_ROLES = role_table(
     messages.DESCRIPTOR.services_by_name["TableService"],
@@ -162,6 +164,10 @@ def redacted_envelope(
     return redacted
 
 
+class _WindowHiddenError(Exception):
+    """A claim window that does not ask the actor opened before its command was decided."""
+
+
 class TableServicer(table_service_pb2_grpc.TableServiceServicer):
     def __init__(self, session_factory: SessionFactory, engine: TableEngine, presence: Presence) -> None:
         self._session_factory = session_factory
@@ -187,14 +193,30 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             return state, None
         raise PermissionDeniedError(f"player {identity.player_id!r} has no seat at table {table_id}")
 
+    def _state_after_hidden_window(self, table_id: str, seat: int, wait_until: float) -> TableState:
+        """The table once no claim window that does not ask `seat` is open (waiting while one is):
+        such a seat is answered as if the next seat had drawn at once (`visibility`)."""
+        state = self._engine.read_state(self._read_transaction, table_id)
+        while window_hidden_from(state, seat):
+            remaining = wait_until - time.monotonic()
+            if remaining <= 0:
+                raise ConflictError(f"table {table_id} is busy: retry")
+            self._engine.changes.wait(table_id, state.version, min(remaining, WATCH_POLL_SECONDS))
+            state = self._engine.read_state(self._read_transaction, table_id)
+        return state
+
     def Act(self, request: messages.ActRequest, context: grpc.ServicerContext) -> messages.ActResponse:
         check_idempotency_key(request.idempotency_key, IDEMPOTENCY_KEY_MAX_LENGTH)
         _state, seat = self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("only a seated player can act at a table")
         command = command_from_request(request, seat)
+        wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
 
         def command_for(current: TableState) -> commands.TableCommand:
+            if window_hidden_from(current, seat):
+                raise _WindowHiddenError  # nothing written; wait for the window to close, then decide
+
             # The optimistic check a client may ask for: it decided on the view at that sequence.
             if request.expected_sequence and request.expected_sequence != current.version:
                 raise ConflictError(
@@ -204,17 +226,21 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             return command
 
         def answer_of(new_state: TableState, envelopes: list[envelope_pb2.Envelope]) -> bytes:
-            visible = [e for e in (redacted_envelope(envelope, seat) for envelope in envelopes) if e]
-            return messages.ActResponse(sequence=new_state.version, events=visible).SerializeToString()
+            answered = answer_envelopes(envelopes)
+            visible = [e for e in (redacted_envelope(envelope, seat) for envelope in answered) if e]
+            sequence = answered[-1].sequence if answered else new_state.version
+            return messages.ActResponse(sequence=sequence, events=visible).SerializeToString()
 
-        _state, _envelopes, answer = self._engine.act(
-            self._transaction,
-            request.table_id,
-            command_for,
-            answer_of,
-            idempotency=(current_identity().player_id, request.idempotency_key, request_digest(request)),
-        )
-        return messages.ActResponse.FromString(answer)
+        idempotency = (current_identity().player_id, request.idempotency_key, request_digest(request))
+        while True:
+            self._state_after_hidden_window(request.table_id, seat, wait_until)
+            try:
+                _state, _envelopes, answer = self._engine.act(
+                    self._transaction, request.table_id, command_for, answer_of, idempotency=idempotency
+                )
+            except _WindowHiddenError:
+                continue
+            return messages.ActResponse.FromString(answer)
 
     def Watch(
         self, request: messages.WatchRequest, context: grpc.ServicerContext
@@ -259,6 +285,11 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         try:
             while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
                 state = self._engine.read_state(self._read_transaction, request.table_id)
+                if window_hidden_from(state, seat):
+                    # No update while a window that does not ask this seat is open: the discard then
+                    # arrives with what followed it, exactly as when nobody could claim.
+                    self._engine.changes.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
+                    continue
                 if not first and state.version <= after:
                     self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
                     continue
@@ -297,9 +328,11 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             self._presence.disconnected(request.table_id, seat)
 
     def GetView(self, request: messages.GetViewRequest, context: grpc.ServicerContext) -> messages.TableView:
-        state, seat = self._caller_seat(request.table_id)
+        _state, seat = self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("GetView shows a seat's view; ops use Watch for full information")
+        wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
+        state = self._state_after_hidden_window(request.table_id, seat, wait_until)
         return table_view_message(state, seat, self._engine.deadline_of(self._read_transaction, state))
 
 

@@ -1,0 +1,51 @@
+"""Claim windows reveal nothing the server can hide (ARCHITECTURE.md "Information hiding", issue 17).
+
+After a discard (or an added kong) the table opens a claim window only when some seat can win,
+kong, pong or chow the tile; otherwise the next seat draws at once, in the same command. A seat
+that is not asked in the window must therefore not be able to tell the two cases apart: what it
+receives (phase, deadline, legal actions, events, error texts, answers) is the same whether or
+not another seat can claim. Only the pause while a claimant decides remains (inherent to the game;
+windows are not padded with a fixed wait, which would slow every discard). The rule, for a seat
+that the open window does not ask (`window_hidden_from`):
+
+- its calls (GetView, Act) wait until the window has closed and answer on the table after it, as
+  they would have answered had the next seat drawn at once; its WatchView sends no update while the
+  window is open, so the discard arrives together with what followed it, as without a window;
+- an Act answer stops at the command's window-opening event (`answer_envelopes`): the discarder's
+  answer is its discard, never the next seat's draw that follows only when nobody can claim;
+- seats asked in the window see it whole: the claimable tile, their options, the deadline.
+
+A seat asked in a window knows it could claim, so the rule is about the others. One trace is left:
+an event hidden from a seat (another seat's claim pass or claim timeout) still takes a stored
+sequence number; see README "Security".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from mahjong.v1 import envelope_pb2
+
+from mahjong_table.variants import AnyTableState
+
+WINDOW_OPENING_PAYLOADS: Final = frozenset({"tile_discarded", "kong_declared"})
+"""Events after which a claim window may open (a discard; an added kong may be robbed)."""
+CLAIM_WAIT_CAP_SECONDS: Final = 120.0
+"""How long a call of a seat not asked in a window waits for it to close (it closes by itself at
+its deadline, `turn_timeout_ms`, when the deadline worker acts for the claimants)."""
+
+
+def window_hidden_from(state: AnyTableState, seat: int) -> bool:
+    """True while a claim window is open in which ``seat`` is not asked (it waits on other seats)."""
+    window = state.window
+    return window is not None and not state.is_over and bool(window.pending) and seat not in window.pending
+
+
+def answer_envelopes(envelopes: Sequence[envelope_pb2.Envelope]) -> list[envelope_pb2.Envelope]:
+    """A command's events up to and including its first window-opening event: what its Act answer
+    carries, the same whether or not a window opened after it (the rest arrives on the streams)."""
+    for index, envelope in enumerate(envelopes):
+        if envelope.WhichOneof("payload") in WINDOW_OPENING_PAYLOADS:
+            return list(envelopes[: index + 1])
+    return list(envelopes)

@@ -1,0 +1,194 @@
+"""Claim windows leak nothing to the seats they do not ask (issue 17, ARCHITECTURE.md "Information
+hiding"; RULES.md 1.4 and 2.1 claims).
+
+Seeded games of both families are played through the real TableService by four bot threads that
+pass some claims and take others. Every seat records its WatchView feed, the answers to its Acts,
+and, right after each of its discards, the error of a second discard (a probe). The full event
+stream (ops) tells which discards opened a window and whom it asked. Then, for every seat that a
+window did not ask (the discarder included), the messages around a discard are compared with those
+around discards that no seat could claim: the feed never stops inside a window, the discard arrives
+with what followed it, the discarder's answer and its probe's error are of the same form, and no
+view shows the claim phase to a seat that is not asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+import uuid
+
+import grpc
+import pytest
+from mahjong.v1 import envelope_pb2
+from mahjong.v1 import table_service_pb2 as messages
+from mjctl.bots import choose_command
+
+from .conftest import TableServer
+from .test_formula_table_service import open_formula_table
+from .test_table_service import PLAYERS
+
+ANSWERS = frozenset({"claim_passed", "pong_claimed", "chow_claimed", "player_won", "turn_timed_out"})
+WINDOW_ENDS = frozenset({"tile_drawn", "game_ended", "wall_exhausted", "tile_discarded"})
+
+
+@dataclasses.dataclass
+class SeatRecord:
+    updates: list[messages.TableUpdate] = dataclasses.field(default_factory=list)
+    discard_answers: list[messages.ActResponse] = dataclasses.field(default_factory=list)
+    probes: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Discard sequence -> the error text of a second discard sent right after it."""
+
+
+def choose(view: messages.TableView) -> messages.ActRequest | None:
+    """The bots' command, except that about half of the claims are passed (so that windows also
+    close with nobody claiming, the case that must look like no window at all)."""
+    request = choose_command(view)
+    kinds = {action.kind for action in view.legal_actions}
+    if request is not None and "pass" in kinds and view.sequence % 2 == 0:
+        request = messages.ActRequest(table_id=view.table_id, idempotency_key=str(uuid.uuid4()))
+        getattr(request, "pass").SetInParent()
+    return request
+
+
+def play(server: TableServer, table_id: str) -> dict[int, SeatRecord]:
+    records = {seat: SeatRecord() for seat in range(4)}
+
+    def watch(seat: int) -> None:
+        stream = server.stub_for(PLAYERS[seat]).WatchView(messages.WatchViewRequest(table_id=table_id))
+        for update in stream:
+            records[seat].updates.append(update)
+            if update.view.phase == "ended":
+                return
+
+    def act(seat: int) -> None:
+        stub = server.stub_for(PLAYERS[seat])
+        while True:
+            view = stub.GetView(messages.GetViewRequest(table_id=table_id))
+            if view.phase == "ended":
+                return
+            request = choose(view)
+            if request is None:
+                threading.Event().wait(0.01)
+                continue
+            request.expected_sequence = view.sequence
+            try:
+                answer = stub.Act(request)
+            except grpc.RpcError as error:
+                assert error.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED), error
+                continue
+            if request.WhichOneof("command") == "discard":
+                records[seat].discard_answers.append(answer)
+                probe = messages.ActRequest(table_id=table_id, idempotency_key=str(uuid.uuid4()))
+                probe.discard.tile = request.discard.tile
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.Act(probe)
+                records[seat].probes[answer.sequence] = refused.value.details()
+
+    threads = [threading.Thread(target=target, args=(seat,)) for seat in range(4) for target in (watch, act)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert all(not thread.is_alive() for thread in threads), "the game did not end"
+    return records
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    discard_sequence: int
+    discarder: int
+    asked: frozenset[int]
+    claimed: bool
+
+
+def windows_of(events: list[envelope_pb2.Envelope]) -> dict[int, Window]:
+    """Every discard of the game (full information): whom its window asked, whether one claimed."""
+    windows = {}
+    for index, envelope in enumerate(events):
+        if envelope.WhichOneof("payload") != "tile_discarded":
+            continue
+        asked: set[int] = set()
+        claimed = False
+        for later in events[index + 1 :]:
+            kind = later.WhichOneof("payload")
+            if kind in WINDOW_ENDS:
+                break
+            if kind in ANSWERS:
+                asked.add(getattr(later, kind).seat)
+                claimed = claimed or (kind != "claim_passed" and kind != "turn_timed_out")
+            if kind == "kong_declared":
+                asked.add(later.kong_declared.seat)
+                claimed = True
+        windows[envelope.sequence] = Window(
+            envelope.sequence, envelope.tile_discarded.seat, frozenset(asked), claimed
+        )
+    return windows
+
+
+def template(text: str) -> str:
+    return re.sub(r"[0-9][mpsz]|[0-9]+", "#", text)
+
+
+def check_non_claimants_see_the_same(
+    records: dict[int, SeatRecord], events: list[envelope_pb2.Envelope]
+) -> int:
+    windows = windows_of(events)
+    unclaimable = {sequence for sequence, window in windows.items() if not window.asked}
+    passed = {sequence for sequence, window in windows.items() if window.asked and not window.claimed}
+    assert unclaimable, "every game has discards nobody can claim"
+    compared = 0
+    for seat, record in records.items():
+        shapes: dict[int, tuple[tuple[str, ...], str]] = {}
+        for update in record.updates:
+            kinds = [event.WhichOneof("payload") for event in update.events]
+            for position, event in enumerate(update.events):
+                window = windows.get(event.sequence)
+                if window is None or seat in window.asked:
+                    continue
+                # The feed never stops inside a window that does not ask this seat.
+                assert position + 1 < len(update.events), (
+                    f"seat {seat}: update ends at discard {event.sequence}"
+                )
+                shapes[event.sequence] = (tuple(kinds[position:]), update.view.phase)
+            if update.view.phase == "claim":
+                assert update.view.claimable_tile, f"seat {seat} shown a window it is not asked in"
+                assert len(update.view.legal_actions) > 1
+        for sequence in passed:
+            if seat not in windows[sequence].asked and sequence in shapes:
+                assert shapes[sequence] in {shapes[other] for other in unclaimable if other in shapes}
+                compared += 1
+        for answer in record.discard_answers:
+            assert [event.WhichOneof("payload") for event in answer.events] == ["tile_discarded"]
+            assert answer.sequence == answer.events[0].sequence
+        unclaimable_probes = {
+            template(text) for sequence, text in record.probes.items() if sequence in unclaimable
+        }
+        for sequence, text in record.probes.items():
+            assert "claim window" not in text, text
+            if sequence in passed:
+                assert template(text) in unclaimable_probes, text
+    return compared
+
+
+def full_events(server: TableServer, table_id: str) -> list[envelope_pb2.Envelope]:
+    ops = server.stub_for("operator", ("ops",))
+    return list(ops.Watch(messages.WatchRequest(table_id=table_id), timeout=30))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sichuan_seats_not_asked_in_a_window_see_what_they_see_when_nobody_can_claim_rules_1_4(
+    table_server: TableServer, seed: int
+) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=seed)
+    records = play(table_server, table_id)
+    assert check_non_claimants_see_the_same(records, full_events(table_server, table_id)) > 0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_formula_seats_not_asked_in_a_window_see_what_they_see_when_nobody_can_claim_rules_2_1(
+    table_server: TableServer, seed: int
+) -> None:
+    table_id = open_formula_table(table_server, seed)
+    records = play(table_server, table_id)
+    check_non_claimants_see_the_same(records, full_events(table_server, table_id))
