@@ -47,7 +47,7 @@ from mahjong_rules.tiles import (
     suit_of,
     tile_code,
 )
-from mahjong_rules.waits import Wait, Waits, find_waits, max_wait_multiplier, wait_multiplier
+from mahjong_rules.waits import Wait, Waits, find_waits, max_wait_multiplier, wait_multiplier, winning_tiles
 from mahjong_rules.wall import (
     SICHUAN_TILES,
     WALL_TILE_COUNT,
@@ -107,4 +107,5 @@ __all__ = [
     "suits_held",
     "tile_code",
     "wait_multiplier",
+    "winning_tiles",
 ]

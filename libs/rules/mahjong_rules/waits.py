@@ -6,7 +6,7 @@ pays the highest one. A wait on a tile of which the player holds all four copies
 melds) does not count, and a player whose only waits are such tiles is not ready (RULES.md 1.8).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,6 +23,7 @@ from mahjong_rules.fans import Fan, best_reading, fan_list
 from mahjong_rules.hand import (
     WINNING_HAND_TILE_COUNT,
     Meld,
+    MeldFacts,
     check_copies,
     check_hand_size,
     meld_facts,
@@ -64,17 +65,52 @@ def find_waits(concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: S
     is never ready (RULES.md 1.3). Only tiles within two ranks of a concealed tile are tried: the
     winning tile must form a set or the pair with concealed tiles, never with a meld.
     """
+    keys, facts, missing_index = _waiting_position(concealed, melds, missing_suit)
+    waits: list[Wait] = []
+    for suit, new_key, tile in _winning_candidates(keys, facts, melds, missing_index):
+        key = keys[suit]
+        keys[suit] = new_key
+        reading = best_reading(keys, facts, missing_index)
+        keys[suit] = key
+        if reading is not None:
+            product, shape, flush, terminals, roots_left, no_terminals = reading
+            fans = fan_list(shape, flush, terminals, roots_left, no_terminals, ())
+            waits.append(Wait(tile, product, fans))
+    return Waits(True, tuple(waits)) if waits else NOT_READY
+
+
+def winning_tiles(
+    concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: Suit | None
+) -> tuple[Tile, ...]:
+    """The tiles of ``find_waits(...).waits``, in tile order, without scoring them.
+
+    Every candidate that completes sets + a pair (or seven pairs) has a scoring reading, so this
+    is the same list; it skips the fans, which a claim check or a waits hint does not need.
+    """
+    keys, facts, missing_index = _waiting_position(concealed, melds, missing_suit)
+    return tuple(tile for _, _, tile in _winning_candidates(keys, facts, melds, missing_index))
+
+
+def _waiting_position(
+    concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: Suit | None
+) -> tuple[list[int], MeldFacts, int]:
+    """Validate a 13-tile position: its suit keys, meld facts and missing-suit index."""
     facts = meld_facts(melds)
     check_hand_size(concealed, WINNING_HAND_TILE_COUNT - 1 - 3 * facts.count, "a waiting hand")
     keys = suit_keys(concealed)
     check_copies(keys, melds)
-    missing_index = missing_suit_index(missing_suit)
+    return keys, facts, missing_suit_index(missing_suit)
+
+
+def _winning_candidates(
+    keys: list[int], facts: MeldFacts, melds: Sequence[Meld], missing_index: int
+) -> Iterator[tuple[int, int, Tile]]:
+    """(suit, the suit's key with the tile, tile) for every counted tile that completes the hand."""
     suit_mask = (keys[0] != 0) | (keys[1] != 0) << 1 | (keys[2] != 0) << 2 | facts.suit_mask
     if suit_mask == 7 or (missing_index >= 0 and suit_mask >> missing_index & 1):
-        return NOT_READY
+        return
     held = {meld.tile: meld.size for meld in melds}
     summaries = [SUIT_SUMMARIES.get(key) or suit_summary(key) for key in keys[:3]]
-    waits: list[Wait] = []
     for suit in (0, 1, 2):
         key = keys[suit]
         if key == 0:
@@ -86,18 +122,10 @@ def find_waits(concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: S
         if not other_readings and not seven_pairs_possible:
             continue
         for rank in _completing_ranks(key, other_readings, seven_pairs_possible):
-            new_key = key + RANK_UNITS[rank]
             tile = suit * 9 + rank
             if (key >> (BITS_PER_RANK * rank) & RANK_MASK) + held.get(tile, 0) >= COPIES_PER_TILE:
                 continue  # all four copies held: the wait does not count (RULES.md 1.8)
-            keys[suit] = new_key
-            reading = best_reading(keys, facts, missing_index)
-            keys[suit] = key
-            if reading is not None:
-                product, shape, flush, terminals, roots_left, no_terminals = reading
-                fans = fan_list(shape, flush, terminals, roots_left, no_terminals, ())
-                waits.append(Wait(tile, product, fans))
-    return Waits(True, tuple(waits)) if waits else NOT_READY
+            yield suit, key + RANK_UNITS[rank], tile
 
 
 @lru_cache(maxsize=1 << 18)

@@ -8,7 +8,7 @@ from collections import Counter
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from mahjong_rules import Meld, Suit, WinContext, evaluate_win, find_waits, is_winning_hand
+from mahjong_rules import Meld, Suit, WinContext, evaluate_win, find_waits, is_winning_hand, winning_tiles
 from mahjong_rules.decomposition import encode_suit_key, hand_pair_readings, suit_summary
 
 SUIT_LETTERS: tuple[Suit, Suit, Suit] = ("m", "p", "s")
@@ -155,3 +155,4 @@ def test_waits_agree_with_trying_all_27_tiles(hand: tuple[list[int], list[Meld],
     result = find_waits(position13, melds, missing)
     assert {wait.tile: wait.multiplier for wait in result.waits} == expected
     assert result.ready == bool(expected)
+    assert winning_tiles(position13, melds, missing) == tuple(wait.tile for wait in result.waits)

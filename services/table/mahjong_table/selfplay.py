@@ -24,6 +24,7 @@ from mahjong_table.domain.commands import (
     Win,
 )
 from mahjong_table.domain.decide import waited_on
+from mahjong_table.domain.rules_adapter import parse_code
 from mahjong_table.domain.state import Phase, TableState
 from mahjong_table.domain.views import (
     ACTION_CHOW,
@@ -122,17 +123,20 @@ def greedy_command(state: TableState) -> TableCommand:
         player = state.players[seat]
         sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
         return DeclareMissingSuit(seat, "mps"[min(range(3), key=lambda suit: (sizes[suit], suit))])
-    tiles = actions[ACTION_DISCARD].tiles
-    return Discard(seat, min(tiles, key=lambda tile: _usefulness(state, seat, tile)))
-
-
-def _usefulness(state: TableState, seat: int, code: str) -> int:
-    """How much a tile helps the hand: copies held and neighbours held (lower is discarded first)."""
     concealed = state.players[seat].concealed
-    tile = (int(code[0]) - 1) + 9 * "mps".index(code[1])
-    rank = tile % 9
-    neighbours = sum(concealed[tile + step] for step in (-2, -1, 1, 2) if 0 <= rank + step <= 8)
-    return 3 * concealed[tile] + neighbours
+    return Discard(seat, min(actions[ACTION_DISCARD].tiles, key=lambda code: _usefulness(concealed, code)))
+
+
+_NEIGHBOURS = tuple(
+    tuple(tile + step for step in (-2, -1, 1, 2) if 0 <= tile % 9 + step <= 8) for tile in range(27)
+)
+"""The tiles of the same suit within two ranks of each Sichuan tile."""
+
+
+def _usefulness(concealed: tuple[int, ...], code: str) -> int:
+    """How much a tile helps the hand: copies held and neighbours held (lower is discarded first)."""
+    tile = parse_code(code)
+    return 3 * concealed[tile] + sum([concealed[neighbour] for neighbour in _NEIGHBOURS[tile]])
 
 
 def formula_greedy_command(state: FormulaTableState) -> TableCommand:

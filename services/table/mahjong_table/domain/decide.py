@@ -197,7 +197,7 @@ def execute(state: TableState, command: TableCommand) -> tuple[list[TableEvent],
 
     Equal to `(events, fold(events, state))`; the service uses it on its hot path.
     """
-    emitter = _Emitter(state, evolve)
+    emitter: _Emitter = Emitter(state, evolve)
     if isinstance(command, ExpireDeadline):
         _expire(emitter)
     elif isinstance(command, Leave):
@@ -647,15 +647,18 @@ def _expire(emitter: _Emitter) -> None:
 
 def _waited_on(state: TableState) -> list[int]:
     """Seats the table waits on now, in turn order (from the discarder in a claim window)."""
-    if state.phase is Phase.EXCHANGE:
-        return [seat for seat, player in enumerate(state.players) if player.exchange_pick is None]
-    if state.phase is Phase.MISSING_SUIT:
-        return [seat for seat, player in enumerate(state.players) if player.missing_suit is None]
-    if state.phase is Phase.TURN:
+    phase = state.phase
+    if phase is Phase.TURN:
         return [state.turn_seat]
-    if state.phase is Phase.CLAIM:
+    if phase is Phase.CLAIM:
         window = _window(state)
+        if len(window.pending) < 2:
+            return list(window.pending)
         return sorted(window.pending, key=lambda seat: (seat - window.from_seat) % SEAT_COUNT)
+    if phase is Phase.EXCHANGE:
+        return [seat for seat, player in enumerate(state.players) if player.exchange_pick is None]
+    if phase is Phase.MISSING_SUIT:
+        return [seat for seat, player in enumerate(state.players) if player.missing_suit is None]
     return []
 
 
@@ -697,11 +700,11 @@ def _end_if_due(emitter: _Emitter) -> bool:
     """End the game after three wins, or when fewer than two players are still in it
     (RULES.md 1.6, 1.10). True when the game is over."""
     state = emitter.state
-    if state.is_over:
+    if state.phase is Phase.ENDED:
         return True
     if state.win_count >= 3:
         reason = END_REASON_THREE_WINS
-    elif len(state.seats_in_game()) < 2:
+    elif sum(player.in_game for player in state.players) < 2:
         reason = END_REASON_ESCAPES
     else:
         return False
@@ -718,21 +721,34 @@ def _advance(emitter: _Emitter) -> None:
     closed claim windows resolved, turns of seats that won or left passed on, the end."""
     while not _end_if_due(emitter):
         state = emitter.state
-        absent = [seat for seat in _waited_on(state) if state.players[seat].left]
-        if absent and state.phase is Phase.EXCHANGE:
-            _auto_pick(emitter, absent[0])  # RULES.md 1.10: escapees act no more; the server picks
-        elif absent and state.phase is Phase.MISSING_SUIT:
-            _auto_missing_suit(emitter, absent[0])
-        elif state.phase is Phase.EXCHANGE and _all_picked(state):
-            _swap(emitter)
-        elif state.phase is Phase.MISSING_SUIT and all(p.missing_suit is not None for p in state.players):
-            _reveal_missing_suits(emitter)
-        elif state.phase is Phase.CLAIM and not _window(state).pending:
-            _resolve_window(emitter, _window(state))
-        elif state.phase is Phase.TURN and not state.players[state.turn_seat].in_game:
+        phase = state.phase
+        if phase is Phase.TURN:
+            if state.players[state.turn_seat].in_game:
+                return
             _draw(emitter, state.next_seat_in_game(state.turn_seat), from_tail=False)
-        else:
+        elif phase is Phase.CLAIM:
+            window = _window(state)
+            if window.pending:
+                return
+            _resolve_window(emitter, window)
+        elif not _advance_opening(emitter, state):
             return
+
+
+def _advance_opening(emitter: _Emitter, state: TableState) -> bool:
+    """The exchange and missing-suit steps of `_advance`; False when the table waits on a player."""
+    absent = [seat for seat in _waited_on(state) if state.players[seat].left]
+    if absent and state.phase is Phase.EXCHANGE:
+        _auto_pick(emitter, absent[0])  # RULES.md 1.10: escapees act no more; the server picks
+    elif absent and state.phase is Phase.MISSING_SUIT:
+        _auto_missing_suit(emitter, absent[0])
+    elif state.phase is Phase.EXCHANGE and _all_picked(state):
+        _swap(emitter)
+    elif state.phase is Phase.MISSING_SUIT and all(p.missing_suit is not None for p in state.players):
+        _reveal_missing_suits(emitter)
+    else:
+        return False
+    return True
 
 
 def _resolve_window(emitter: _Emitter, window: ClaimWindow) -> None:

@@ -53,6 +53,7 @@ from mahjong_table.domain.state import (
     added_kong_to_pong,
     pong_to_added_kong,
     replaced,
+    stamped,
     with_player,
 )
 
@@ -181,7 +182,7 @@ def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
         discard_count=state.discard_count + 1,
     )
     window = hand_checks.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
-    return replaced(after, window=window, turn_after_kong=False, turn_after_pong=False)
+    return stamped(after, window=window, turn_after_kong=False, turn_after_pong=False)
 
 
 def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
@@ -198,13 +199,14 @@ def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
     return _after_answer(after)
 
 
-def _after_answer(state: TableState) -> TableState:
-    """When the win stage has been answered by all and nobody won, the meld stage opens."""
-    window = state.window
+def _after_answer(fresh: TableState) -> TableState:
+    """When the win stage has been answered by all and nobody won, the meld stage opens (on the
+    state the caller has just built)."""
+    window = fresh.window
     assert window is not None
     if window.stage is WindowStage.WIN and not window.pending and not window.winners:
-        return replaced(state, window=hand_checks.meld_stage(state, window))
-    return state
+        return stamped(fresh, window=hand_checks.meld_stage(fresh, window))
+    return fresh
 
 
 def _pong_claimed(state: TableState, event: PongClaimed) -> TableState:
@@ -266,7 +268,7 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
         return after
     # RULES.md 1.5: the added tile is open to robbing (wins only) before the replacement draw.
     window = hand_checks.open_window(after, WindowKind.ROB_KONG, tile, event.seat, False)
-    return replaced(after, phase=Phase.CLAIM, window=window)
+    return stamped(after, phase=Phase.CLAIM, window=window)
 
 
 def _kong_robbed(state: TableState, event: KongRobbed) -> TableState:
@@ -285,10 +287,10 @@ def _player_won(state: TableState, event: PlayerWon) -> TableState:
         state, players=with_player(state.players, event.seat, won), win_count=state.win_count + 1
     )
     if event.win_by == WIN_BY_SELF_DRAW:
-        return replaced(after, drawn_tile=None)
+        return stamped(after, drawn_tile=None)
     window = state.window
     assert window is not None and event.seat in window.pending
-    return replaced(
+    return stamped(
         after,
         window=replaced(window, pending=window.pending - {event.seat}, winners=(*window.winners, event.seat)),
     )

@@ -15,7 +15,6 @@ from mahjong_table.domain.events import (
 from mahjong_table.domain.rules_adapter import WinEvaluation, WinSituation
 from mahjong_table.domain.state import (
     SEAT_COUNT,
-    TILE_KIND_COUNT,
     ClaimWindow,
     PlayerState,
     TableState,
@@ -26,7 +25,19 @@ from mahjong_table.domain.state import (
 
 def rules_melds(player: PlayerState) -> tuple[tuple[int, str], ...]:
     """The melds as the adapter takes them: (tile, kong exposure or "" for a pong)."""
+    if not player.melds:
+        return ()
     return tuple((meld.tile, meld.exposure if meld.kind == "kong" else "") for meld in player.melds)
+
+
+def waits(player: PlayerState) -> frozenset[int]:
+    """The tiles that would complete the player's hand of 13, memoised on the player (asked on
+    every discard of the others and by every view) and by the hand itself."""
+    found: frozenset[int] | None = player.derived.get("waits")
+    if found is None:
+        found = rules_adapter.waiting_tiles(player.concealed, rules_melds(player), player.missing_suit)
+        player.derived["waits"] = found
+    return found
 
 
 def claim_win_evaluation(
@@ -56,7 +67,7 @@ def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKi
     player = state.players[seat]
     if rules_adapter.suit_of(tile) == player.missing_suit or player.holds_missing_suit():
         return 0
-    if tile not in rules_adapter.waiting_tiles(player.concealed, rules_melds(player), player.missing_suit):
+    if tile not in waits(player):
         return 0
     evaluation = claim_win_evaluation(state, seat, tile, kind, after_kong)
     if evaluation is None:
@@ -71,62 +82,87 @@ def open_window(
 ) -> ClaimWindow:
     """The claim window on `tile` (RULES.md 1.4, 1.5): first the players who can win are asked;
     if there are none, the meld stage (pong/kong, discards only) follows at once."""
-    offers = [0] * SEAT_COUNT
-    for seat in range(SEAT_COUNT):
-        if seat != from_seat and state.players[seat].in_game:
-            offers[seat] = win_offer_multiplier(state, seat, tile, kind, after_kong)
-    window = ClaimWindow(
-        kind=kind,
-        tile=tile,
-        from_seat=from_seat,
-        stage=WindowStage.WIN,
-        pending=frozenset(seat for seat in range(SEAT_COUNT) if offers[seat]),
-        win_offers=tuple(offers),
-        after_kong=after_kong,
+    players = state.players
+    offers = tuple(
+        win_offer_multiplier(state, seat, tile, kind, after_kong)
+        if seat != from_seat and players[seat].in_game
+        else 0
+        for seat in range(SEAT_COUNT)
     )
-    if window.pending:
-        return window
-    return meld_stage(state, window)
+    if any(offers):
+        pending = frozenset(seat for seat in range(SEAT_COUNT) if offers[seat])
+        return ClaimWindow(kind, tile, from_seat, WindowStage.WIN, pending, offers, after_kong=after_kong)
+    return _meld_window(state, kind, tile, from_seat, offers, after_kong, ())
 
 
 def meld_stage(state: TableState, window: ClaimWindow) -> ClaimWindow:
-    """Move a window whose win stage is over without a winner to the pong/kong stage.
+    """Move a window whose win stage is over without a winner to the pong/kong stage."""
+    return _meld_window(
+        state,
+        window.kind,
+        window.tile,
+        window.from_seat,
+        window.win_offers,
+        window.after_kong,
+        window.winners,
+    )
+
+
+def _meld_window(
+    state: TableState,
+    kind: WindowKind,
+    tile: int,
+    from_seat: int,
+    offers: tuple[int, ...],
+    after_kong: bool,
+    winners: tuple[int, ...],
+) -> ClaimWindow:
+    """The meld stage of a window: the one seat that may pong or kong `tile`, or nobody."""
+    seat = _meld_claimant(state, kind, tile, from_seat)
+    if seat == NO_SEAT:
+        return ClaimWindow(
+            kind,
+            tile,
+            from_seat,
+            WindowStage.MELD,
+            frozenset(),
+            offers,
+            after_kong=after_kong,
+            winners=winners,
+        )
+    return ClaimWindow(
+        kind,
+        tile,
+        from_seat,
+        WindowStage.MELD,
+        frozenset((seat,)),
+        offers,
+        meld_seat=seat,
+        can_kong=state.players[seat].concealed[tile] >= 3,
+        after_kong=after_kong,
+        winners=winners,
+    )
+
+
+def _meld_claimant(state: TableState, kind: WindowKind, tile: int, from_seat: int) -> int:
+    """The seat holding two of `tile` that may pong it, or NO_SEAT.
 
     Only a discard can be ponged or konged (an added kong can only be robbed), and not when the
     wall is empty: the last discard may still be won on, but a meld would need a further turn
     that the exhausted wall does not have (RULES.md 1.4-1.6).
     """
-    no_meld = ClaimWindow(
-        window.kind,
-        window.tile,
-        window.from_seat,
-        WindowStage.MELD,
-        frozenset(),
-        window.win_offers,
-        after_kong=window.after_kong,
-        winners=window.winners,
-    )
-    if window.kind is not WindowKind.DISCARD or state.wall_remaining == 0:
-        return no_meld
-    tile_suit = rules_adapter.suit_of(window.tile)
-    for seat in range(SEAT_COUNT):
-        player = state.players[seat]
-        if seat == window.from_seat or not player.in_game or player.missing_suit == tile_suit:
-            continue
-        if player.concealed[window.tile] >= 2:
-            return ClaimWindow(
-                window.kind,
-                window.tile,
-                window.from_seat,
-                WindowStage.MELD,
-                frozenset({seat}),
-                window.win_offers,
-                meld_seat=seat,
-                can_kong=player.concealed[window.tile] >= 3,
-                after_kong=window.after_kong,
-                winners=window.winners,
-            )
-    return no_meld
+    if kind is not WindowKind.DISCARD or state.wall_tail == state.wall_head:
+        return NO_SEAT
+    tile_suit = rules_adapter.suit_of(tile)
+    for seat, player in enumerate(state.players):
+        if (
+            player.concealed[tile] >= 2
+            and seat != from_seat
+            and player.in_game
+            and player.missing_suit != tile_suit
+        ):
+            return seat
+    return NO_SEAT
 
 
 def self_draw_situation(state: TableState, seat: int) -> WinSituation:
@@ -170,7 +206,7 @@ def self_draw_win(state: TableState, seat: int) -> tuple[int, WinEvaluation] | N
     candidates = (
         [state.drawn_tile]
         if state.drawn_tile is not None
-        else [tile for tile in range(TILE_KIND_COUNT) if player.concealed[tile]]
+        else [tile for tile, count in enumerate(player.concealed) if count]
     )
     best: tuple[int, WinEvaluation] | None = None
     for tile in candidates:
@@ -192,9 +228,10 @@ def kong_options(state: TableState, seat: int) -> list[tuple[int, str]]:
         return []
     player = state.players[seat]
     options: list[tuple[int, str]] = []
-    for tile in range(TILE_KIND_COUNT):
-        if player.concealed[tile] == 4 and rules_adapter.suit_of(tile) != player.missing_suit:
-            options.append((tile, EXPOSURE_CONCEALED))
+    if 4 in player.concealed:
+        for tile, count in enumerate(player.concealed):
+            if count == 4 and rules_adapter.suit_of(tile) != player.missing_suit:
+                options.append((tile, EXPOSURE_CONCEALED))
     for meld in player.melds:
         if meld.kind == "pong" and player.concealed[meld.tile] >= 1:
             options.append((meld.tile, EXPOSURE_ADDED))
@@ -203,10 +240,10 @@ def kong_options(state: TableState, seat: int) -> list[tuple[int, str]]:
 
 def allowed_discards(player: PlayerState) -> list[int]:
     """Tiles the player may discard: only missing-suit tiles while any is held (RULES.md 1.3)."""
-    held = [tile for tile in range(TILE_KIND_COUNT) if player.concealed[tile]]
     if player.holds_missing_suit():
-        return [tile for tile in held if rules_adapter.suit_of(tile) == player.missing_suit]
-    return held
+        start = 9 * (player.missing_suit or 0)
+        return [tile for tile in range(start, start + 9) if player.concealed[tile]]
+    return [tile for tile, count in enumerate(player.concealed) if count]
 
 
 def farthest_from(from_seat: int, seats: tuple[int, ...]) -> int:
@@ -226,5 +263,6 @@ __all__ = [
     "rules_melds",
     "self_draw_situation",
     "self_draw_win",
+    "waits",
     "win_offer_multiplier",
 ]

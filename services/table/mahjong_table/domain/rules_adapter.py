@@ -133,19 +133,31 @@ def _fan(fan_id: str, name: str, multiplier: int) -> Fan:
 def waiting_tiles(
     counts: tuple[int, ...], melds: tuple[tuple[int, str], ...], missing_suit: int | None
 ) -> frozenset[int]:
-    """The tiles that would complete a waiting hand (rules library `find_waits`), memoised.
+    """The tiles that would complete a waiting hand (rules library `winning_tiles`), memoised.
 
     A hand stays the same while the other three players discard, so the claim window asks the
     same question several times; the answer is cached by the hand itself. `counts` are the 27
     concealed counts (13 - 3 x melds tiles).
     """
-    concealed = [tile for tile in range(TILE_KIND_COUNT) for _ in range(counts[tile])]
-    result = rules.find_waits(
-        concealed,
-        [_rules_meld(tile, exposure) for tile, exposure in melds],
-        None if missing_suit is None else SUIT_CODES_TYPED[missing_suit],
+    return frozenset(
+        rules.winning_tiles(
+            _tiles_of(counts),
+            [_rules_meld(tile, exposure) for tile, exposure in melds],
+            None if missing_suit is None else SUIT_CODES_TYPED[missing_suit],
+        )
     )
-    return frozenset(wait.tile for wait in result.waits)
+
+
+def _tiles_of(counts: Sequence[int]) -> list[int]:
+    """The tiles of 27 counts, in tile order."""
+    tiles: list[int] = []
+    for tile, count in enumerate(counts):
+        if count:
+            tiles += _COPIES[tile][:count]
+    return tiles
+
+
+_COPIES = tuple((tile,) * 4 for tile in range(TILE_KIND_COUNT))
 
 
 def evaluate_win(
@@ -161,9 +173,8 @@ def evaluate_win(
     `counts_without_win` are the 27 concealed counts without the winning tile; `melds` are
     (tile, kong exposure or "" for a pong).
     """
-    concealed = [tile for tile in range(TILE_KIND_COUNT) for _ in range(counts_without_win[tile])]
     evaluation = rules.evaluate_win(
-        concealed,
+        _tiles_of(counts_without_win),
         [_rules_meld(tile, exposure) for tile, exposure in melds],
         win_tile,
         None if missing_suit is None else SUIT_CODES_TYPED[missing_suit],

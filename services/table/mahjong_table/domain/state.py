@@ -6,9 +6,10 @@ asks (do you hold it, can you pong, do you still hold your missing suit) is a co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from mahjong_table.domain.events import EXPOSURE_ADDED, NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
@@ -20,6 +21,12 @@ EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
 
 _Frozen = TypeVar("_Frozen")
 """A frozen slotted dataclass of either family's state (`replaced` copies its slots)."""
+
+
+MEMO = {"memo": True}
+"""Metadata of a field holding a memo of values derived from the other fields (waits, a view's
+tile codes): computed on first use, never compared or shown, and empty again in every copy that
+`replaced` makes, so it can never describe other facts than its own value's."""
 
 
 class _Seated(Protocol):
@@ -105,6 +112,11 @@ class PlayerState:
     skip_win_multiplier: int = 0
     """Skip-win lock (RULES.md 1.4): the highest multiplier passed since the last own draw; 0 none."""
     draw_count: int = 0
+    derived: dict[object, Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False, metadata=MEMO
+    )
+    """Memo of what the rules and views derive from this player's facts (`hand_checks.waits`,
+    `views`); the seat's player is replaced, never changed, so the memo stays true."""
 
     @property
     def in_game(self) -> bool:
@@ -189,15 +201,46 @@ class TableState(SeatsInTurnOrder):
 def replaced(value: _Frozen, **changes: object) -> _Frozen:
     """`dataclasses.replace` for the frozen slotted state values, without re-running `__init__`.
 
-    The fold is the engine's hot path (every event replaces the table and a player); this copies
-    the slots directly, which is several times faster and gives an equal value.
+    The fold is the engine's hot path (every event replaces the table and a player): the copy is
+    a straight-line function built once per class (`_copier`), several times faster than
+    `dataclasses.replace`, and gives an equal value.
     """
     cls = type(value)
-    copy = object.__new__(cls)
-    slots: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]  # slotted dataclasses only
-    for name in slots:
-        object.__setattr__(copy, name, changes[name] if name in changes else getattr(value, name))
+    copier = _COPIERS.get(cls) or _copier(cls)
+    copy: _Frozen = copier(value)
+    for name, new in changes.items():
+        object.__setattr__(copy, name, new)
     return copy
+
+
+def stamped(fresh: _Frozen, **changes: object) -> _Frozen:
+    """Set fields of a value the caller has just built and nobody else holds yet (a fold finishing
+    the state it returns), saving a second copy. Never call it on a value that was handed out."""
+    for name, new in changes.items():
+        object.__setattr__(fresh, name, new)
+    return fresh
+
+
+_COPIERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def _copier(cls: type) -> Callable[[Any], Any]:
+    """A function copying every slot of a `cls` value, one line per slot: each slot is set through
+    its own descriptor (no loop, no lookup by name), as `dataclasses` builds `__init__`. A memo
+    field (`memo_field`) starts empty."""
+    slots: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]  # slotted dataclasses only
+    memos = {item.name for item in fields(cls) if item.metadata.get("memo")}
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_empty_memo": dict}
+    lines = ["def copy_of(value):", "    copy = _new(_cls)"]
+    for index, name in enumerate(slots):
+        namespace[f"_set_{index}"] = getattr(cls, name).__set__
+        source = "_empty_memo()" if name in memos else f"value.{name}"
+        lines.append(f"    _set_{index}(copy, {source})")
+    lines.append("    return copy")
+    exec("\n".join(lines), namespace)  # source built above from the class's own slot names
+    copier: Callable[[Any], Any] = namespace["copy_of"]
+    _COPIERS[cls] = copier
+    return copier
 
 
 # --- shared by both families' folds (`domain/evolve.py`, `formula/evolve.py`) -------------------

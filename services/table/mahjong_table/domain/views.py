@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mahjong_table.domain import hand_checks, rules_adapter
+from mahjong_table.domain import hand_checks
 from mahjong_table.domain.decide import meld_event
 from mahjong_table.domain.events import (
     EXPOSURE_CONCEALED,
@@ -29,7 +29,14 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
 )
 from mahjong_table.domain.rules_adapter import SUIT_CODES, code_of
-from mahjong_table.domain.state import TILE_KIND_COUNT, Phase, TableState, WindowStage
+from mahjong_table.domain.state import (
+    SEAT_COUNT,
+    TILE_KIND_COUNT,
+    Phase,
+    PlayerState,
+    TableState,
+    WindowStage,
+)
 
 ACTION_EXCHANGE_THREE = "exchange_three"
 ACTION_DECLARE_MISSING_SUIT = "declare_missing_suit"
@@ -108,54 +115,67 @@ class TableView:
     bird_seat: int = NO_SEAT
 
 
+_LEAVE = LegalAction(ACTION_LEAVE)
+_WIN = LegalAction(ACTION_WIN)
+_PONG = LegalAction(ACTION_PONG)
+_PASS = LegalAction(ACTION_PASS)
+_DECLARE_MISSING_SUIT = LegalAction(ACTION_DECLARE_MISSING_SUIT, suits=SUIT_CODES)
+
+
 def legal_actions(state: TableState, seat: int) -> tuple[LegalAction, ...]:
     """The commands `seat` may send now; empty when the table waits on nobody at this seat."""
-    if state.is_over:
-        return ()
     player = state.players[seat]
-    if player.left:
+    if state.phase is Phase.ENDED or player.left:
         return ()
-    leave = LegalAction(ACTION_LEAVE)
     if player.won:
-        return (leave,)
-    actions: list[LegalAction] = []
-    if state.phase is Phase.EXCHANGE and player.exchange_pick is None:
-        sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
-        suits = tuple(SUIT_CODES[suit] for suit in range(3) if sizes[suit] >= 3)
-        tiles = tuple(
-            code_of(tile)
-            for tile in range(TILE_KIND_COUNT)
-            for _ in range(player.concealed[tile])
-            if sizes[tile // 9] >= 3
-        )
-        actions.append(LegalAction(ACTION_EXCHANGE_THREE, tiles, suits))
-    elif state.phase is Phase.MISSING_SUIT and player.missing_suit is None:
-        actions.append(LegalAction(ACTION_DECLARE_MISSING_SUIT, suits=SUIT_CODES))
-    elif state.phase is Phase.TURN and state.turn_seat == seat:
-        if hand_checks.self_draw_win(state, seat) is not None:
-            actions.append(LegalAction(ACTION_WIN))
-        kongs = hand_checks.kong_options(state, seat)
-        if kongs:
-            actions.append(LegalAction(ACTION_KONG, tuple(code_of(tile) for tile, _ in kongs)))
-        actions.append(
-            LegalAction(ACTION_DISCARD, tuple(code_of(t) for t in hand_checks.allowed_discards(player)))
-        )
-    elif state.phase is Phase.CLAIM and state.window is not None and seat in state.window.pending:
+        return (_LEAVE,)
+    if state.phase is Phase.TURN:
+        return (*_turn_actions(state, seat), _LEAVE) if state.turn_seat == seat else (_LEAVE,)
+    if state.phase is Phase.CLAIM:
         window = state.window
+        if window is None or seat not in window.pending:
+            return (_LEAVE,)
         if window.stage is WindowStage.WIN:
-            actions.append(LegalAction(ACTION_WIN))
-        else:
-            actions.append(LegalAction(ACTION_PONG))
-            if window.can_kong:
-                actions.append(LegalAction(ACTION_KONG, (code_of(window.tile),)))
-        actions.append(LegalAction(ACTION_PASS))
-    actions.append(leave)
-    return tuple(actions)
+            return (_WIN, _PASS, _LEAVE)
+        if window.can_kong:
+            return (_PONG, LegalAction(ACTION_KONG, (code_of(window.tile),)), _PASS, _LEAVE)
+        return (_PONG, _PASS, _LEAVE)
+    if state.phase is Phase.EXCHANGE and player.exchange_pick is None:
+        return (_exchange_action(player), _LEAVE)
+    if state.phase is Phase.MISSING_SUIT and player.missing_suit is None:
+        return (_DECLARE_MISSING_SUIT, _LEAVE)
+    return (_LEAVE,)
 
 
-def _public_meld(meld: Meld, owner: int, viewer_seat: int | None, game_over: bool) -> Meld:
+def _turn_actions(state: TableState, seat: int) -> list[LegalAction]:
+    """Win (self-draw), kong and discard for the seat on turn."""
+    actions: list[LegalAction] = []
+    if hand_checks.self_draw_win(state, seat) is not None:
+        actions.append(_WIN)
+    kongs = hand_checks.kong_options(state, seat)
+    if kongs:
+        actions.append(LegalAction(ACTION_KONG, tuple([code_of(tile) for tile, _ in kongs])))
+    discards = hand_checks.allowed_discards(state.players[seat])
+    actions.append(LegalAction(ACTION_DISCARD, tuple([code_of(tile) for tile in discards])))
+    return actions
+
+
+def _exchange_action(player: PlayerState) -> LegalAction:
+    """Exchange three: the held tiles of the suits holding at least three (RULES.md 1.2)."""
+    sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
+    suits = tuple(SUIT_CODES[suit] for suit in range(3) if sizes[suit] >= 3)
+    tiles = tuple(
+        code_of(tile)
+        for tile in range(TILE_KIND_COUNT)
+        for _ in range(player.concealed[tile])
+        if sizes[tile // 9] >= 3
+    )
+    return LegalAction(ACTION_EXCHANGE_THREE, tiles, suits)
+
+
+def _public_meld(meld: Meld, show_concealed_kongs: bool) -> Meld:
     """A concealed kong shows face down to the other seats until the game ends."""
-    if meld.exposure == EXPOSURE_CONCEALED and owner != viewer_seat and not game_over:
+    if meld.exposure == EXPOSURE_CONCEALED and not show_concealed_kongs:
         return replace(meld, tile="")
     return meld
 
@@ -166,10 +186,51 @@ def _waits(state: TableState, seat: int) -> tuple[str, ...]:
         return ()
     if player.tile_count + 3 * len(player.melds) != 13:
         return ()
-    tiles = rules_adapter.waiting_tiles(
-        player.concealed, hand_checks.rules_melds(player), player.missing_suit
+    return tuple(code_of(tile) for tile in sorted(hand_checks.waits(player)))
+
+
+def _seat_view(state: TableState, seat: int, viewer_seat: int) -> SeatView:
+    """The public facts about `seat` as `viewer_seat` sees them, memoised on the seat's player
+    (the other seats' players stay the same objects while one seat acts)."""
+    player = state.players[seat]
+    own = seat == viewer_seat
+    show_missing_suit = state.missing_suits_public or own
+    show_concealed_kongs = (
+        not player.melds
+        or own
+        or state.is_over
+        or all(meld.exposure != EXPOSURE_CONCEALED for meld in player.melds)
     )
-    return tuple(code_of(tile) for tile in sorted(tiles))
+    key = ("seat_view", seat, show_missing_suit, show_concealed_kongs)
+    view: SeatView | None = player.derived.get(key)
+    if view is None:
+        view = SeatView(
+            seat=seat,
+            player_id=player.player_id,
+            concealed_tile_count=player.tile_count,
+            melds=tuple(_public_meld(meld_event(meld), show_concealed_kongs) for meld in player.melds),
+            discards=tuple(code_of(tile) for tile in player.discards),
+            missing_suit=(
+                SUIT_CODES[player.missing_suit]
+                if player.missing_suit is not None and show_missing_suit
+                else ""
+            ),
+            exchange_picked=player.exchange_pick is not None,
+            missing_suit_chosen=player.missing_suit is not None,
+            won=player.won,
+            left=player.left,
+        )
+        player.derived[key] = view
+    return view
+
+
+def _hand(player: PlayerState) -> tuple[str, ...]:
+    """The player's concealed tiles as sorted codes, memoised on the player."""
+    hand: tuple[str, ...] | None = player.derived.get("hand")
+    if hand is None:
+        hand = tuple(code_of(tile) for tile in range(TILE_KIND_COUNT) for _ in range(player.concealed[tile]))
+        player.derived["hand"] = hand
+    return hand
 
 
 def view_for(state: TableState, seat: int) -> TableView:
@@ -178,27 +239,6 @@ def view_for(state: TableState, seat: int) -> TableView:
     player = state.players[seat]
     window = state.window
     asked = window is not None and seat in window.pending
-    seats = tuple(
-        SeatView(
-            seat=other,
-            player_id=other_player.player_id,
-            concealed_tile_count=other_player.tile_count,
-            melds=tuple(
-                _public_meld(meld_event(meld), other, seat, state.is_over) for meld in other_player.melds
-            ),
-            discards=tuple(code_of(tile) for tile in other_player.discards),
-            missing_suit=(
-                SUIT_CODES[other_player.missing_suit]
-                if other_player.missing_suit is not None and (state.missing_suits_public or other == seat)
-                else ""
-            ),
-            exchange_picked=other_player.exchange_pick is not None,
-            missing_suit_chosen=other_player.missing_suit is not None,
-            won=other_player.won,
-            left=other_player.left,
-        )
-        for other, other_player in enumerate(state.players)
-    )
     own_turn = state.phase is Phase.TURN and state.turn_seat == seat
     swapped = state.phase not in (Phase.DEALING, Phase.EXCHANGE)
     return TableView(
@@ -207,11 +247,11 @@ def view_for(state: TableState, seat: int) -> TableView:
         phase=state.phase.value,
         dealer_seat=state.dealer_seat,
         turn_seat=state.turn_seat,
-        hand=tuple(code_of(tile) for tile in range(TILE_KIND_COUNT) for _ in range(player.concealed[tile])),
+        hand=_hand(player),
         drawn_tile=code_of(state.drawn_tile) if state.drawn_tile is not None and own_turn else "",
         exchange_pick=tuple(code_of(tile) for tile in player.exchange_pick or ()),
         exchange_direction=state.exchange_direction if swapped else "",
-        seats=seats,
+        seats=tuple(_seat_view(state, other, seat) for other in range(SEAT_COUNT)),
         wall_remaining=state.wall_remaining,
         claimable_tile=code_of(window.tile) if asked and window is not None else "",
         claim_from_seat=window.from_seat if asked and window is not None else NO_SEAT,
