@@ -20,6 +20,12 @@ from typing import Protocol
 import grpc
 from sqlalchemy import Engine
 
+from mahjong_platform.aio_grpc_server import (
+    AioAuthInterceptor,
+    AioCallerLimitInterceptor,
+    AioRunningServer,
+    serve_aio,
+)
 from mahjong_platform.auth import AuthInterceptor
 from mahjong_platform.config import ServiceName, Settings, check_secret_for_serving
 from mahjong_platform.database import create_engine_for
@@ -79,6 +85,8 @@ class ServiceDefinition:
     )
     # Exception types of the service's domain and the status codes they map to.
     error_mapping: ErrorMapping = dataclasses.field(default_factory=dict)
+    # Serve asyncio servicers on `grpc.aio` (`aio_grpc_server`) instead of the thread pool.
+    asyncio_server: bool = False
 
 
 def migrate(definition: ServiceDefinition, database_url: str) -> None:
@@ -172,7 +180,7 @@ class RunningService:
 
     definition: ServiceDefinition
     engine: Engine
-    server: RunningServer
+    server: RunningServer | AioRunningServer
     workers: list[SupervisedWorker]
     stop_event: threading.Event
 
@@ -237,6 +245,19 @@ def start_service(
         target=limiter.run_sweeper, args=(stop_event,), name=f"{definition.name}-idle-streams", daemon=True
     )
     sweeper.start()
+    server: RunningServer | AioRunningServer
+    if definition.asyncio_server:
+        server = serve_aio(
+            definition.registrations(engine, settings, topics),
+            address or settings.grpc_address(definition.name),
+            settings,
+            interceptors=[
+                AioAuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
+                AioCallerLimitInterceptor(limiter),
+            ],
+            extra_error_mapping=definition.error_mapping,
+        )
+        return RunningService(definition, engine, server, workers, stop_event)
     interceptors: list[grpc.ServerInterceptor] = [
         AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
         CallerLimitInterceptor(limiter),

@@ -13,6 +13,7 @@ import pathlib
 from typing import Final
 
 from mahjong.v1 import ledger_service_pb2, ledger_service_pb2_grpc
+from mahjong_platform.aio_grpc_server import AioRunningServer
 from mahjong_platform.config import Settings
 from mahjong_platform.database import create_session_factory
 from mahjong_platform.event_store import EventStore
@@ -88,7 +89,7 @@ class LedgerProcess:
     running: RunningService | None = None
 
     @property
-    def server(self) -> RunningServer | None:
+    def server(self) -> RunningServer | AioRunningServer | None:
         return None if self.running is None else self.running.server
 
     def start(self, *, address: str | None = None) -> LedgerProcess:

@@ -67,6 +67,7 @@ def definition(settings: Settings) -> ServiceDefinition:
         extra_workers=process.workers,
         method_roles=METHOD_ROLES,
         error_mapping=TABLE_ERROR_MAPPING,
+        asyncio_server=True,
     )
 
 

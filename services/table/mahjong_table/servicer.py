@@ -1,21 +1,30 @@
-"""TableService over gRPC: Act, Watch (redacted per viewer, resumable), GetView.
+"""TableService over gRPC (asyncio): Act, Watch and WatchView (redacted per viewer, resumable), GetView.
 
-Thin: authenticate the caller's seat, map the request to a domain command, let `TableEngine` decide
-and persist, map the result back. A player sees only what `domain.views.redact` lets their seat
+Thin: authenticate the caller's seat, map the request to a domain command, let the group committer
+(`commits.py`) decide and persist it with the other commands that arrived meanwhile, map the result
+back. Streams are coroutines woken by the table's commits (`TableWakeups`); views and new events
+come from memory, where the tables this process owns are authoritative (the event store is their
+write-ahead log). A player sees only what `domain.views.redact` lets their seat
 see; the ops role watches with full information (ARCHITECTURE.md "Identity and hidden information").
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
+import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from typing import TypeVar
 
 import grpc
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
+from mahjong_platform.aio_grpc_server import reject
 from mahjong_platform.auth import EVERY_CALLER, OPS_ONLY, current_identity, role_table
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
@@ -25,10 +34,11 @@ from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
 
 from mahjong_table import codec
+from mahjong_table.commits import Deferral, Deferred, GroupCommitter, Rejection
 from mahjong_table.domain import commands
 from mahjong_table.domain.errors import InvalidCommandError, TableRuleError
 from mahjong_table.domain.events import NO_SEAT
-from mahjong_table.tables import TableEngine
+from mahjong_table.tables import TableChanges, TableEngine
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import redact, view_for
 from mahjong_table.visibility import CLAIM_WAIT_CAP_SECONDS, answer_envelopes, window_hidden_from
@@ -44,6 +54,8 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 128
 WATCH_POLL_SECONDS = 0.5
 WATCH_BATCH_EVENTS = 500
 WATCH_MAX_SECONDS = 4 * 3600.0
+STORE_READ_THREADS = 4
+_T = TypeVar("_T")
 
 TABLE_ERROR_MAPPING: ErrorMapping = {
     InvalidCommandError: grpc.StatusCode.INVALID_ARGUMENT,
@@ -164,15 +176,78 @@ def redacted_envelope(
     return redacted
 
 
-class _WindowHiddenError(Exception):
+class TableWakeups:
+    """The asyncio side of `TableChanges`: a stream awaits its table's next change on the event
+    loop instead of holding a thread. Committers (any thread) hand each change to the loop."""
+
+    def __init__(self, changes: TableChanges) -> None:
+        self._changes = changes
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        changes.add_listener(self._changed)
+
+    def _changed(self, table_id: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(self._wake, table_id)
+
+    def _wake(self, table_id: str) -> None:
+        for future in self._waiters.pop(table_id, ()):
+            if not future.done():
+                future.set_result(None)
+
+    async def wait(self, table_id: str, seen_version: int, timeout_seconds: float) -> None:
+        """Return once the table is past `seen_version`, or after `timeout_seconds`."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        if self._changes.version(table_id) > seen_version:
+            return
+        future: asyncio.Future[None] = loop.create_future()
+        waiters = self._waiters.setdefault(table_id, [])
+        waiters.append(future)
+        timer = loop.call_later(timeout_seconds, _release, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                waiters.remove(future)
+            if not waiters and self._waiters.get(table_id) is waiters:
+                del self._waiters[table_id]
+
+
+def _release(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+ACT_METHOD = "/mahjong.v1.TableService/Act"
+
+
+class _WindowHiddenError(Deferred):
     """A claim window that does not ask the actor opened before its command was decided."""
 
 
 class TableServicer(table_service_pb2_grpc.TableServiceServicer):
-    def __init__(self, session_factory: SessionFactory, engine: TableEngine, presence: Presence) -> None:
+    """The asyncio servicer (`mahjong_platform.aio_grpc_server`): streams are coroutines, Acts go
+    through the group committer, and reads come from memory (a thread runs the rare store read)."""
+
+    def __init__(
+        self,
+        session_factory: SessionFactory,
+        engine: TableEngine,
+        presence: Presence,
+        committer: GroupCommitter | None = None,
+    ) -> None:
         self._session_factory = session_factory
         self._engine = engine
         self._presence = presence
+        self._committer = committer or GroupCommitter(engine, self._transaction, TABLE_ERROR_MAPPING)
+        self._wakeups = TableWakeups(engine.changes)
+        self._store_reads = ThreadPoolExecutor(
+            max_workers=STORE_READ_THREADS, thread_name_prefix="table-reads"
+        )
 
     def _transaction(self) -> AbstractContextManager[Session]:
         return transaction(self._session_factory)
@@ -180,12 +255,46 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
     def _read_transaction(self) -> AbstractContextManager[Session]:
         return read_transaction(self._session_factory)
 
-    def _caller_seat(self, table_id: str) -> tuple[TableState, int | None]:
+    async def _off_loop(self, function: Callable[..., _T], *arguments: object) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._store_reads, function, *arguments)
+
+    async def _state(self, table_id: str) -> TableState:
+        state = self._engine.cached_state(table_id)
+        if state is not None:
+            return state
+        return await self._off_loop(self._engine.read_state, self._read_transaction, table_id)
+
+    async def _deadline_of(self, state: TableState) -> datetime.datetime | None:
+        known, deadline = self._engine.known_deadline(state)
+        if known:
+            return deadline
+        return await self._off_loop(self._engine.deadline_of, self._read_transaction, state)
+
+    async def _events_after(
+        self, table_id: str, after: int, *, at_least_up_to: int = 0
+    ) -> list[envelope_pb2.Envelope]:
+        recent = self._engine.recent_events_after(
+            table_id, after, WATCH_BATCH_EVENTS, at_least_up_to=at_least_up_to
+        )
+        if recent is not None:
+            return recent
+        return await self._off_loop(
+            functools.partial(
+                self._engine.events_after,
+                self._read_transaction,
+                table_id,
+                after,
+                WATCH_BATCH_EVENTS,
+                at_least_up_to=at_least_up_to,
+            )
+        )
+
+    async def _caller_seat(self, table_id: str) -> tuple[TableState, int | None]:
         """The table and the caller's seat (None for ops watching with full information)."""
         if not table_id:
             raise InvalidArgumentError("table_id is required")
         identity = current_identity()
-        state = self._engine.read_state(self._read_transaction, table_id)
+        state = await self._state(table_id)
         seat = seat_of(state, identity.player_id)
         if seat != NO_SEAT:
             return state, seat
@@ -193,35 +302,38 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             return state, None
         raise PermissionDeniedError(f"player {identity.player_id!r} has no seat at table {table_id}")
 
-    def _state_after_hidden_window(self, table_id: str, seat: int, wait_until: float) -> TableState:
+    async def _state_after_hidden_window(self, table_id: str, seat: int, wait_until: float) -> TableState:
         """The table once no claim window that does not ask `seat` is open (waiting while one is):
         such a seat is answered as if the next seat had drawn at once (`visibility`)."""
-        state = self._engine.read_state(self._read_transaction, table_id)
+        state = await self._state(table_id)
         while window_hidden_from(state, seat):
             remaining = wait_until - time.monotonic()
             if remaining <= 0:
                 raise ConflictError(f"table {table_id} is busy: retry")
-            self._engine.changes.wait(table_id, state.version, min(remaining, WATCH_POLL_SECONDS))
-            state = self._engine.read_state(self._read_transaction, table_id)
+            await self._wakeups.wait(table_id, state.version, min(remaining, WATCH_POLL_SECONDS))
+            state = await self._state(table_id)
         return state
 
-    def Act(self, request: messages.ActRequest, context: grpc.ServicerContext) -> messages.ActResponse:
+    async def Act(
+        self, request: messages.ActRequest, context: grpc.aio.ServicerContext
+    ) -> messages.ActResponse:
         check_idempotency_key(request.idempotency_key, IDEMPOTENCY_KEY_MAX_LENGTH)
-        _state, seat = self._caller_seat(request.table_id)
+        _state, seat = await self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("only a seated player can act at a table")
         command = command_from_request(request, seat)
+        expected_sequence = request.expected_sequence
+        table_id = request.table_id
         wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
 
         def command_for(current: TableState) -> commands.TableCommand:
             if window_hidden_from(current, seat):
                 raise _WindowHiddenError  # nothing written; wait for the window to close, then decide
-
             # The optimistic check a client may ask for: it decided on the view at that sequence.
-            if request.expected_sequence and request.expected_sequence != current.version:
+            if expected_sequence and expected_sequence != current.version:
                 raise ConflictError(
-                    f"table {request.table_id} is at sequence {current.version}, the command was decided "
-                    f"at {request.expected_sequence}: refresh the view and decide again"
+                    f"table {table_id} is at sequence {current.version}, the command was decided "
+                    f"at {expected_sequence}: refresh the view and decide again"
                 )
             return command
 
@@ -233,30 +345,31 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
 
         idempotency = (current_identity().player_id, request.idempotency_key, request_digest(request))
         while True:
-            self._state_after_hidden_window(request.table_id, seat, wait_until)
-            try:
-                _state, _envelopes, answer = self._engine.act(
-                    self._transaction, request.table_id, command_for, answer_of, idempotency=idempotency
-                )
-            except _WindowHiddenError:
-                continue
-            return messages.ActResponse.FromString(answer)
+            await self._state_after_hidden_window(table_id, seat, wait_until)
+            outcome = await asyncio.wrap_future(
+                self._committer.submit(table_id, command_for, answer_of, idempotency=idempotency)
+            )
+            if not isinstance(outcome, Deferral):
+                break
+        if isinstance(outcome, Rejection):
+            # An expected refusal (the table moved on, not your turn): counted, not logged or raised.
+            reject(context, outcome.status_code, outcome.message, ACT_METHOD)
+            return messages.ActResponse()
+        return messages.ActResponse.FromString(outcome.answer)
 
-    def Watch(
-        self, request: messages.WatchRequest, context: grpc.ServicerContext
-    ) -> Iterator[envelope_pb2.Envelope]:
+    async def Watch(
+        self, request: messages.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[envelope_pb2.Envelope]:
         if request.after_sequence < 0:
             raise InvalidArgumentError("after_sequence must not be negative")
-        _state, seat = self._caller_seat(request.table_id)
+        _state, seat = await self._caller_seat(request.table_id)
         after = request.after_sequence
         started = time.monotonic()
         if seat is not None:
             self._presence.connected(request.table_id, seat)
         try:
-            while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
-                envelopes = self._engine.events_after(
-                    self._read_transaction, request.table_id, after, WATCH_BATCH_EVENTS
-                )
+            while time.monotonic() - started < WATCH_MAX_SECONDS:
+                envelopes = await self._events_after(request.table_id, after)
                 for envelope in envelopes:
                     after = envelope.sequence
                     visible = redacted_envelope(envelope, seat)
@@ -265,17 +378,17 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                     if envelope.WhichOneof("payload") == "game_ended":
                         return
                 if not envelopes:
-                    self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
+                    await self._wakeups.wait(request.table_id, after, WATCH_POLL_SECONDS)
         finally:
             if seat is not None:
                 self._presence.disconnected(request.table_id, seat)
 
-    def WatchView(
-        self, request: messages.WatchViewRequest, context: grpc.ServicerContext
-    ) -> Iterator[messages.TableUpdate]:
+    async def WatchView(
+        self, request: messages.WatchViewRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[messages.TableUpdate]:
         if request.after_sequence < 0:
             raise InvalidArgumentError("after_sequence must not be negative")
-        _state, seat = self._caller_seat(request.table_id)
+        _state, seat = await self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("WatchView follows a seat's view; ops use Watch for full information")
         after = request.after_sequence
@@ -283,25 +396,21 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         first = True
         self._presence.connected(request.table_id, seat)
         try:
-            while context.is_active() and time.monotonic() - started < WATCH_MAX_SECONDS:
-                state = self._engine.read_state(self._read_transaction, request.table_id)
+            while time.monotonic() - started < WATCH_MAX_SECONDS:
+                state = await self._state(request.table_id)
                 if window_hidden_from(state, seat):
                     # No update while a window that does not ask this seat is open: the discard then
                     # arrives with what followed it, exactly as when nobody could claim.
-                    self._engine.changes.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
+                    await self._wakeups.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
                     continue
                 if not first and state.version <= after:
-                    self._engine.changes.wait(request.table_id, after, WATCH_POLL_SECONDS)
+                    await self._wakeups.wait(request.table_id, after, WATCH_POLL_SECONDS)
                     continue
                 update = messages.TableUpdate()
                 read_up_to = after
                 while read_up_to < state.version:
-                    batch = self._engine.events_after(
-                        self._read_transaction,
-                        request.table_id,
-                        read_up_to,
-                        WATCH_BATCH_EVENTS,
-                        at_least_up_to=state.version,
+                    batch = await self._events_after(
+                        request.table_id, read_up_to, at_least_up_to=state.version
                     )
                     if not batch:
                         break
@@ -314,12 +423,10 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                             update.events.append(visible)
                 if read_up_to < state.version:
                     # Never a view ahead of its events: look again once the store shows them.
-                    self._engine.changes.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
+                    await self._wakeups.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
                     continue
                 after = read_up_to
-                update.view.CopyFrom(
-                    table_view_message(state, seat, self._engine.deadline_of(self._read_transaction, state))
-                )
+                update.view.CopyFrom(table_view_message(state, seat, await self._deadline_of(state)))
                 first = False
                 yield update
                 if state.is_over:
@@ -327,13 +434,15 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         finally:
             self._presence.disconnected(request.table_id, seat)
 
-    def GetView(self, request: messages.GetViewRequest, context: grpc.ServicerContext) -> messages.TableView:
-        _state, seat = self._caller_seat(request.table_id)
+    async def GetView(
+        self, request: messages.GetViewRequest, context: grpc.aio.ServicerContext
+    ) -> messages.TableView:
+        _state, seat = await self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("GetView shows a seat's view; ops use Watch for full information")
         wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
-        state = self._state_after_hidden_window(request.table_id, seat, wait_until)
-        return table_view_message(state, seat, self._engine.deadline_of(self._read_transaction, state))
+        state = await self._state_after_hidden_window(request.table_id, seat, wait_until)
+        return table_view_message(state, seat, await self._deadline_of(state))
 
 
 def table_view_message(

@@ -48,6 +48,13 @@ class TableChanges:
         self._lock = threading.Lock()
         self._versions: dict[str, int] = {}
         self._conditions: dict[str, threading.Condition] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Also call `listener(table_id)` after every change (from the notifying thread; an
+        asyncio server hands it to its event loop)."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def _condition(self, table_id: str) -> threading.Condition:
         condition = self._conditions.get(table_id)
@@ -63,6 +70,9 @@ class TableChanges:
             self._condition(table_id).notify_all()
             if ended:  # the woken watchers still see the version; later waits make a new condition
                 del self._conditions[table_id]
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(table_id)
 
     def version(self, table_id: str) -> int:
         """The latest version this process committed or was told about; 0 when none."""
@@ -179,6 +189,28 @@ class TableEngine:
             ).scalar_one_or_none()
         return None if deadline is None else typing.cast(datetime.datetime, deadline)
 
+    def cached_state(self, table_id: str) -> TableState | None:
+        """The table's state when the cache holds everything this process committed of it."""
+        cached = self.cache.get(table_id)
+        if cached is not None and cached.version >= self.changes.version(table_id):
+            return cached
+        return None
+
+    def known_deadline(self, state: TableState) -> tuple[bool, datetime.datetime | None]:
+        """(True, deadline) when this process wrote `state`'s version; (False, None) otherwise."""
+        with self._deadlines_lock:
+            known = self._deadlines.get(state.table_id)
+        if known is not None and known[0] == state.version:
+            return True, known[1]
+        return False, None
+
+    def recent_events_after(
+        self, table_id: str, after_sequence: int, limit: int, *, at_least_up_to: int = 0
+    ) -> list[envelope_pb2.Envelope] | None:
+        """`events_after` from memory alone; None when the store must be asked."""
+        up_to = max(self.changes.version(table_id), at_least_up_to)
+        return self.recent.after(table_id, after_sequence, up_to, limit)
+
     def read_state(
         self, session_scope: Callable[[], AbstractContextManager[Session]], table_id: str
     ) -> TableState:
@@ -279,7 +311,7 @@ class TableEngine:
                     answer = answer_of(new_state, envelopes) if answer_of is not None else b""
                     if idempotency is not None:
                         remember_answer(session, table_id, *idempotency, answer)
-                self._published(new_state, envelopes, deadline)
+                self.published(new_state, envelopes, deadline)
                 return new_state, envelopes, answer
             except WrongExpectedVersionError:
                 continue
@@ -296,6 +328,15 @@ class TableEngine:
         the envelopes (sequences set), the state after them and its deadline."""
         if not events:
             return [], state, None
+        envelopes, new_state = self.prepared(state, events, causation_id=causation_id)
+        deadline = self.write_appended(session, state, envelopes, new_state)
+        return envelopes, new_state, deadline
+
+    def prepared(
+        self, state: TableState | None, events: Sequence[TableEvent], causation_id: str = ""
+    ) -> tuple[list[envelope_pb2.Envelope], TableState]:
+        """The envelopes of `events` decided on `state` (None: a new table), numbered after it,
+        and the state after them; nothing is written."""
         table_id = state.table_id if state is not None else _table_id_of(events)
         version = state.version if state is not None else 0
         envelopes = [
@@ -308,13 +349,27 @@ class TableEngine:
             )
             for event in events
         ]
-        last_sequence = self.store.append(session, table_id, version, envelopes)
         for sequence, envelope in enumerate(envelopes, start=version + 1):
             envelope.sequence = sequence
-        new_state = fold(events, state)
+        new_state = fold(events, state) if events else state
+        assert new_state is not None
+        assert new_state.version == version + len(envelopes), (new_state.version, version, len(envelopes))
+        return envelopes, new_state
+
+    def write_appended(
+        self,
+        session: Session,
+        base: TableState | None,
+        envelopes: Sequence[envelope_pb2.Envelope],
+        new_state: TableState,
+    ) -> datetime.datetime | None:
+        """Append `envelopes` (from `prepared`, possibly of several commands) after `base`, the
+        version they were decided on (`WrongExpectedVersionError` when the stream moved), with
+        their outbox rows and the status row of `new_state`; its deadline."""
+        version = base.version if base is not None else 0
+        last_sequence = self.store.append(session, new_state.table_id, version, envelopes)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
-        deadline = self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
-        return envelopes, new_state, deadline
+        return self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
 
     def _write_status(
         self, session: Session, state: TableState, last_event_at: datetime.datetime
@@ -334,7 +389,7 @@ class TableEngine:
             session.execute(_INSERT_STATUS, {"table_id": state.table_id, **values})
         return deadline
 
-    def _published(
+    def published(
         self,
         state: TableState,
         envelopes: Sequence[envelope_pb2.Envelope],
@@ -345,8 +400,9 @@ class TableEngine:
             known = self._deadlines.get(state.table_id)
             if known is None or known[0] <= state.version:
                 self._deadlines[state.table_id] = (state.version, deadline)
-        self.cache.put(state)
+        # The tail before the state: a watcher that sees the new state finds its events in memory.
         self.recent.add(state.table_id, envelopes)
+        self.cache.put(state)
         self.changes.notify(state.table_id, state.version, ended=state.is_over)
 
     def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
@@ -385,6 +441,16 @@ _FIRST_ANSWER = sqlalchemy.select(table_answers.c.answer, table_answers.c.reques
     table_answers.c.player_id == sqlalchemy.bindparam("player_id"),
     table_answers.c.idempotency_key == sqlalchemy.bindparam("idempotency_key"),
 )
+_FIRST_ANSWERS = sqlalchemy.select(
+    table_answers.c.table_id,
+    table_answers.c.player_id,
+    table_answers.c.idempotency_key,
+    table_answers.c.request_digest,
+    table_answers.c.answer,
+).where(
+    table_answers.c.table_id.in_(sqlalchemy.bindparam("table_ids", expanding=True)),
+    table_answers.c.idempotency_key.in_(sqlalchemy.bindparam("idempotency_keys", expanding=True)),
+)
 _REMEMBER_ANSWER = table_answers.insert()
 _UPDATE_STATUS = table_status.update().where(table_status.c.table_id == sqlalchemy.bindparam("status_of"))
 _INSERT_STATUS = table_status.insert()
@@ -398,6 +464,49 @@ def first_answer(session: Session, table_id: str, player_id: str, key: str, dige
     if row is None:
         return None
     return replay_answer("Act", row.request_digest, digest, bytes(row.answer))
+
+
+AnswerKey = tuple[str, str, str]
+"""(table id, player id, idempotency key)."""
+StoredAnswer = tuple[str | None, bytes]
+"""(request digest, first answer) of a key."""
+
+
+def first_answers(session: Session, keys: Sequence[AnswerKey]) -> dict[AnswerKey, StoredAnswer]:
+    """The stored request digests and first answers of several keys, in one query."""
+    if not keys:
+        return {}
+    wanted = set(keys)
+    rows = session.execute(
+        _FIRST_ANSWERS,
+        {
+            "table_ids": sorted({key[0] for key in wanted}),
+            "idempotency_keys": sorted({key[2] for key in wanted}),
+        },
+    )
+    found = {
+        (row.table_id, row.player_id, row.idempotency_key): (row.request_digest, bytes(row.answer))
+        for row in rows
+    }
+    return {key: answer for key, answer in found.items() if key in wanted}
+
+
+def remember_answers(session: Session, answers: dict[AnswerKey, tuple[str, bytes]]) -> None:
+    """Store first answers, key -> (request digest, answer), in one statement."""
+    if answers:
+        session.execute(
+            _REMEMBER_ANSWER,
+            [
+                {
+                    "table_id": table_id,
+                    "player_id": player_id,
+                    "idempotency_key": key,
+                    "request_digest": digest,
+                    "answer": answer,
+                }
+                for (table_id, player_id, key), (digest, answer) in answers.items()
+            ],
+        )
 
 
 def remember_answer(

@@ -1,5 +1,6 @@
-"""A real TableService gRPC server on a free port over a migrated SQLite database (no Kafka: tables
-are opened by calling the same function the match-topic consumer calls)."""
+"""A real TableService gRPC server (asyncio, as the service runs it) on a free port over a
+migrated SQLite database (no Kafka: tables are opened by calling the same function the
+match-topic consumer calls)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 from mahjong.v1 import match_events_pb2, rooms_pb2, table_service_pb2, table_service_pb2_grpc
-from mahjong_platform.auth import AuthInterceptor, mint_token
+from mahjong_platform.aio_grpc_server import AioAuthInterceptor, serve_aio
+from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
-from mahjong_platform.grpc_server import register_service, serve
+from mahjong_platform.grpc_server import register_service
 from mahjong_platform.migrations import upgrade
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
@@ -86,11 +88,11 @@ def table_server(tmp_path: pathlib.Path) -> Iterator[TableServer]:
         table_service_pb2_grpc.add_TableServiceServicer_to_server,
         servicer,
     )
-    running = serve(
+    running = serve_aio(
         [registration],
         "127.0.0.1:0",
         load_settings({"MAHJONG_JWT_SECRET": SECRET}),
-        interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)],
+        interceptors=[AioAuthInterceptor(SECRET, METHOD_ROLES)],
         extra_error_mapping=TABLE_ERROR_MAPPING,
     )
     yield TableServer(running.port, engine, session_factory)

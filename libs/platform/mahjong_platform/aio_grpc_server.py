@@ -1,0 +1,579 @@
+"""The asyncio variant of the server harness (`grpc.aio`), for services whose calls mostly wait.
+
+A thread-pool server holds one thread per call in flight, so every open server stream (a player's
+WatchView feed lasts a whole game) is a thread fighting for the GIL. Here every call is a coroutine
+on one event loop, run in a thread of its own (`AioServerThread`) so that a service's background
+workers (outbox relay, consumers, deadlines) stay what they are.
+
+What the thread-pool harness (`mahjong_platform.grpc_server`) guarantees holds here too, with
+the same shared pieces (`status_code_for`, `remaining_seconds`, the auth checks, the health and
+reflection services):
+
+- `AioErrorMappingInterceptor` (outermost): a `ServiceError` or a type of the extra mapping becomes
+  its status and message; anything else is logged with a reference id and becomes INTERNAL with
+  only that id. An expected rejection is *counted* (`RejectionCounter`, one INFO summary a minute),
+  not logged one line per call: a busy table rejects many racing commands, and a log line each
+  was a measurable share of the table engine's time (issue 10);
+- `AioDeadlineInterceptor`: a call whose client deadline already passed, or that the client
+  cancelled, is answered DEADLINE_EXCEEDED without running the handler;
+- `AioAuthInterceptor`: the bearer token and the method's roles, as `AuthInterceptor` checks them;
+  the handler reads the caller with `current_identity`.
+
+A handler may also answer a rejection without raising: `reject(context, code, message)` sets the
+status and counts it, and the handler returns an empty response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Final
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from mahjong_platform.auth import (
+    DEFAULT_LEEWAY_SECONDS,
+    OPS_ONLY,
+    authorize,
+    current_identity,
+    identity_scope,
+)
+from mahjong_platform.config import Settings
+from mahjong_platform.errors import ErrorMapping, PermissionDeniedError, ServiceError, UnauthenticatedError
+from mahjong_platform.errors import status_code_for as _status_code_for
+from mahjong_platform.grpc_server import ServiceRegistration, is_infrastructure_method, remaining_seconds
+from mahjong_platform.limits import CallerLimiter
+
+_LOGGER = logging.getLogger(__name__)
+
+REJECTION_SUMMARY_SECONDS: Final = 60.0
+SERVER_START_TIMEOUT_SECONDS: Final = 30.0
+
+AsyncUnaryWrapper = Callable[[Callable[[], Awaitable[Any]], grpc.aio.ServicerContext], Awaitable[Any]]
+"""Runs ``invoke()`` (the handler's coroutine with its arguments bound) and returns its response."""
+AsyncStreamingWrapper = Callable[
+    [Callable[[], AsyncIterator[Any]], grpc.aio.ServicerContext], AsyncIterator[Any]
+]
+"""Runs ``invoke()`` (the handler's async iterator) and yields its responses."""
+
+
+class RejectionCounter:
+    """Counts the calls answered with an expected error status, per method and status.
+
+    One INFO line every REJECTION_SUMMARY_SECONDS (at the next rejection after that) says how many
+    there were since the last line; `counts` answers the totals (for tests and metrics).
+    """
+
+    def __init__(self, summary_seconds: float = REJECTION_SUMMARY_SECONDS) -> None:
+        self._lock = threading.Lock()
+        self._totals: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._since_summary: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._summary_seconds = summary_seconds
+        self._last_summary = time.monotonic()
+
+    def count(self, method: str, status_code: grpc.StatusCode) -> None:
+        key = (method, status_code.name)
+        with self._lock:
+            self._totals[key] += 1
+            self._since_summary[key] += 1
+            now = time.monotonic()
+            if now - self._last_summary < self._summary_seconds:
+                return
+            summary, self._since_summary = self._since_summary, collections.Counter()
+            self._last_summary = now
+        _LOGGER.info(
+            "rpc rejections in the last %.0f s: %s",
+            self._summary_seconds,
+            ", ".join(f"{method} {code} x{count}" for (method, code), count in sorted(summary.items())),
+        )
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(method, status name) -> how many calls were rejected so, since the process started."""
+        with self._lock:
+            return dict(self._totals)
+
+
+REJECTIONS: Final = RejectionCounter()
+"""The process's counter (one server per process)."""
+
+
+def reject(
+    context: grpc.aio.ServicerContext,
+    status_code: grpc.StatusCode,
+    message: str,
+    method: str = "",
+    counter: RejectionCounter = REJECTIONS,
+) -> None:
+    """Answer the call with ``status_code`` and ``message`` without raising, and count it. The
+    handler then returns an empty response (unary) or ends its stream."""
+    context.set_code(status_code)
+    context.set_details(message)
+    counter.count(method, status_code)
+
+
+def wrap_aio_method_handler(
+    handler: grpc.RpcMethodHandler,
+    unary_response: AsyncUnaryWrapper,
+    streaming_response: AsyncStreamingWrapper,
+) -> grpc.RpcMethodHandler:
+    """A copy of an asyncio ``handler`` whose behavior runs through the given wrappers (unary and
+    server-streaming responses; client streams are passed the request iterator the same way)."""
+    serializers = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await unary_response(lambda: unary(request, context), context)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, **serializers)
+    if handler.unary_stream is not None:
+        stream = handler.unary_stream
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            # An async generator function itself: grpc runs only those on the loop.
+            async for item in streaming_response(lambda: stream(request, context), context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, **serializers)
+    if handler.stream_unary is not None:
+        client_stream = handler.stream_unary
+
+        async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await unary_response(lambda: client_stream(requests, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, **serializers)
+    assert handler.stream_stream is not None, "an RpcMethodHandler has one of the four behaviors"
+    bidirectional = handler.stream_stream
+
+    async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async for item in streaming_response(lambda: bidirectional(requests, context), context):
+            yield item
+
+    return grpc.stream_stream_rpc_method_handler(stream_stream, **serializers)
+
+
+async def _responses_of(result: Any) -> AsyncIterator[Any]:
+    """A handler's responses whether it is an async generator or returned a (sync) iterable."""
+    if hasattr(result, "__aiter__"):
+        async for item in result:
+            yield item
+    elif result is not None:
+        for item in result:
+            yield item
+
+
+class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """`ErrorMappingInterceptor` for asyncio handlers; expected rejections are counted, not logged."""
+
+    def __init__(
+        self, extra_mapping: ErrorMapping | None = None, counter: RejectionCounter = REJECTIONS
+    ) -> None:
+        self._extra_mapping = dict(extra_mapping or {})
+        self._counter = counter
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Wrap the method's handler so that its exceptions map to status codes."""
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method):
+            return handler
+
+        async def unary_response(
+            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
+        ) -> Any:
+            try:
+                return await invoke()
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                self._answer_for(error, method, context)
+                return None
+
+        async def streaming_response(
+            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            try:
+                async for item in _responses_of(invoke()):
+                    yield item
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                self._answer_for(error, method, context)
+
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+
+    def _answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
+        status_code = _status_code_for(error, self._extra_mapping)
+        if status_code is not None:
+            message = error.message if isinstance(error, ServiceError) else str(error)
+            reject(context, status_code, message, method, self._counter)
+            return
+        reference = uuid.uuid4().hex
+        _LOGGER.error(
+            "rpc failed with an unexpected exception",
+            exc_info=error,
+            extra={"rpc_method": method, "status_code": "INTERNAL", "error_reference": reference},
+        )
+        context.set_code(grpc.StatusCode.INTERNAL)
+        context.set_details(f"internal error (reference {reference})")
+
+
+class AioDeadlineInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """`DeadlineInterceptor` for asyncio handlers: a call past its deadline (or cancelled) never
+    reaches the handler."""
+
+    def __init__(self, counter: RejectionCounter = REJECTIONS) -> None:
+        self._counter = counter
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Wrap the method's handler with the deadline check."""
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method):
+            return handler
+
+        def expired(context: grpc.aio.ServicerContext) -> bool:
+            remaining = remaining_seconds(context)
+            if (remaining is not None and remaining <= 0.0) or context.cancelled():
+                reject(
+                    context,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"deadline passed before {method} started; retry with a longer deadline",
+                    method,
+                    self._counter,
+                )
+                return True
+            return False
+
+        async def unary_response(
+            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
+        ) -> Any:
+            if expired(context):
+                return None
+            return await invoke()
+
+        async def streaming_response(
+            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            if expired(context):
+                return
+            async for item in _responses_of(invoke()):
+                yield item
+
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+
+
+class AioAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """`AuthInterceptor` for asyncio handlers: the same token and role checks (`auth.authorize`:
+    deny by default, a method must be in the role table), the identity visible to the handler
+    through `current_identity`."""
+
+    def __init__(
+        self,
+        secret: str,
+        method_roles: Mapping[str, Collection[str]] | None = None,
+        public_methods: Collection[str] = (),
+        leeway_seconds: int = DEFAULT_LEEWAY_SECONDS,
+        counter: RejectionCounter = REJECTIONS,
+    ) -> None:
+        assert secret, "the JWT secret must not be empty"
+        self._secret = secret
+        self._method_roles = {method: frozenset(roles) for method, roles in (method_roles or {}).items()}
+        self._public_methods = frozenset(public_methods)
+        self._leeway_seconds = leeway_seconds
+        self._counter = counter
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Wrap the method's handler so that it runs only for a verified, authorized caller."""
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method) or method in self._public_methods:
+            return handler
+
+        def identify(context: grpc.aio.ServicerContext) -> Any:
+            try:
+                identity = authorize(
+                    method,
+                    context.invocation_metadata(),
+                    self._secret,
+                    self._method_roles,
+                    self._leeway_seconds,
+                )
+            except (UnauthenticatedError, PermissionDeniedError) as error:
+                reject(context, error.status_code, error.message, method, self._counter)
+                return None
+            return identity
+
+        async def unary_response(
+            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
+        ) -> Any:
+            identity = identify(context)
+            if identity is None:
+                return None
+            with identity_scope(identity):
+                return await invoke()
+
+        async def streaming_response(
+            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            identity = identify(context)
+            if identity is None:
+                return
+            # The handler's steps run in this generator's task, inside the scope.
+            with identity_scope(identity):
+                async for item in _responses_of(invoke()):
+                    yield item
+
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+
+
+class AioCallerLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """`limits.CallerLimitInterceptor` for asyncio handlers, on the same `CallerLimiter`
+    bookkeeping: runs inside `AioAuthInterceptor`; a call beyond its caller's limits is
+    RESOURCE_EXHAUSTED, and an idle stream swept by the limiter is cancelled on the loop."""
+
+    def __init__(self, limiter: CallerLimiter) -> None:
+        self._limiter = limiter
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Wrap the method's handler so that it runs within its caller's limits."""
+        handler = await continuation(handler_call_details)
+        if handler is None or is_infrastructure_method(handler_call_details.method):
+            return handler
+        limiter = self._limiter
+
+        async def unary_response(
+            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
+        ) -> Any:
+            identity = current_identity()
+            lease = limiter.acquire(
+                identity.player_id, streaming=False, exempt=identity.has_any_role(OPS_ONLY)
+            )
+            try:
+                return await invoke()
+            finally:
+                lease.release()
+
+        async def streaming_response(
+            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            identity = current_identity()
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task()
+            assert task is not None
+
+            def cancel_from_the_sweeper() -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: so is the stream
+                    loop.call_soon_threadsafe(task.cancel)
+
+            lease = limiter.acquire(
+                identity.player_id,
+                streaming=True,
+                on_idle=cancel_from_the_sweeper,
+                exempt=identity.has_any_role(OPS_ONLY),
+            )
+            try:
+                async for item in _responses_of(invoke()):
+                    lease.touch()
+                    yield item
+            finally:
+                lease.release()
+
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+
+
+@dataclass
+class AioRunningServer:
+    """A started asyncio server, driven from other threads: the same surface as `RunningServer`
+    (port, health, graceful stop, signals)."""
+
+    server: grpc.aio.Server
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    port: int
+    service_names: tuple[str, ...]
+    health_servicer: health_aio.HealthServicer
+    grace_seconds: float
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _terminated: threading.Event = field(default_factory=threading.Event)
+
+    def set_serving(self, service_name: str, serving: bool) -> None:
+        """Report ``service_name`` (or "" for the whole server) SERVING or NOT_SERVING."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        asyncio.run_coroutine_threadsafe(self.health_servicer.set(service_name, status), self.loop).result()
+
+    def begin_shutdown(self, grace_seconds: float | None = None) -> threading.Event:
+        """Start a graceful stop (see `RunningServer.begin_shutdown`); the returned event is set
+        once the server has stopped."""
+        grace = self.grace_seconds if grace_seconds is None else grace_seconds
+        _LOGGER.info("grpc server shutting down", extra={"port": self.port, "grace_seconds": grace})
+        self._stopped.set()
+
+        async def shut_down() -> None:
+            await self.health_servicer.enter_graceful_shutdown()
+            await self.server.stop(grace)
+
+        if not self.loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(shut_down(), self.loop)
+            except RuntimeError:  # the loop is already gone: the server with it
+                self._terminated.set()
+        return self._terminated
+
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Gracefully stop and wait until the server has stopped."""
+        self.begin_shutdown(grace_seconds).wait()
+        self.thread.join()
+
+    def wait_for_termination(self, timeout_seconds: float | None = None) -> bool:
+        """Block until the server stops (or the timeout passes); True when it has stopped. Waits
+        in short steps so the main thread still runs signal handlers."""
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        while not self._terminated.wait(0.25):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
+
+    def stop_on_signals(self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        """Begin a graceful shutdown on one of ``signals`` (main thread only); a second stops at once."""
+
+        def on_signal(signal_number: int, frame: FrameType | None) -> None:
+            already_stopping = self._stopped.is_set()
+            _LOGGER.info("received signal %s", signal.Signals(signal_number).name)
+            self.begin_shutdown(0.0 if already_stopping else None)
+
+        for signal_to_handle in signals:
+            signal.signal(signal_to_handle, on_signal)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Finish what the stopped server left on its loop (cancelled handlers), then close it."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+def serve_aio(
+    registrations: Sequence[ServiceRegistration],
+    address: str,
+    settings: Settings,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    extra_error_mapping: ErrorMapping | None = None,
+) -> AioRunningServer:
+    """Start an asyncio server on ``address`` in a thread of its own (its event loop) hosting
+    ``registrations`` (asyncio servicers); return once it accepts calls.
+
+    ``interceptors`` (e.g. `AioAuthInterceptor`) run inside the standard ones (error mapping, then
+    deadline). No call limit: a call costs a coroutine, not a thread.
+    """
+    assert registrations, "a server without services serves nothing"
+    service_names = tuple(registration.service_name for registration in registrations)
+    assert len(set(service_names)) == len(service_names), f"service registered twice: {service_names}"
+    loop = asyncio.new_event_loop()
+    started: dict[str, Any] = {}
+    ready = threading.Event()
+    terminated = threading.Event()
+
+    async def start() -> None:
+        server = grpc.aio.server(
+            interceptors=[
+                AioErrorMappingInterceptor(extra_error_mapping),
+                AioDeadlineInterceptor(),
+                *interceptors,
+            ],
+            options=[("grpc.so_reuseport", 0)],
+        )
+        for registration in registrations:
+            registration.add_to_server(server)
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as error:
+            raise OSError(f"cannot listen on {address}: {error}") from error
+        if port == 0:
+            raise OSError(f"cannot listen on {address}")
+        await server.start()
+        for service_name in ("", *service_names):
+            await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        started.update(server=server, port=port, health=health_servicer)
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(start())
+        except BaseException as error:
+            started["error"] = error
+            ready.set()
+            loop.close()
+            terminated.set()
+            return
+        ready.set()
+        try:
+            loop.run_until_complete(started["server"].wait_for_termination())
+        finally:
+            _close_loop(loop)
+            terminated.set()
+
+    thread = threading.Thread(target=run, name="grpc-aio-" + "-".join(service_names), daemon=True)
+    thread.start()
+    if not ready.wait(SERVER_START_TIMEOUT_SECONDS):
+        raise OSError(f"the server on {address} did not start within {SERVER_START_TIMEOUT_SECONDS} s")
+    if "error" in started:
+        thread.join()
+        raise started["error"]
+    running = AioRunningServer(
+        server=started["server"],
+        loop=loop,
+        thread=thread,
+        port=started["port"],
+        service_names=service_names,
+        health_servicer=started["health"],
+        grace_seconds=settings.grpc_shutdown_grace_seconds,
+        _terminated=terminated,
+    )
+    _LOGGER.info(
+        "grpc server started (asyncio)",
+        extra={"address": address, "port": running.port, "services": list(service_names)},
+    )
+    return running

@@ -1,0 +1,282 @@
+"""Group commit: the commands that arrive together are decided in memory and written in one
+transaction, each answer released only after that commit.
+
+One writer thread takes every command queued since its last commit (at most COMMANDS_PER_BATCH)
+and, inside one transaction:
+
+1. reads the stored first answers of the batch's idempotency keys in one query (a retried key is
+   answered from there, or from an earlier command of the same batch, and decides nothing);
+2. decides each command in arrival order on its table's state: the cached state (authoritative
+   for the tables this process owns) or, for a later command of the same table in the batch, the
+   state after the earlier one; a refused command is answered with its rejection and writes
+   nothing;
+3. appends each table's new events with the version its first command of the batch decided on
+   (the store refuses the append if anyone else wrote in between: `WrongExpectedVersionError`),
+   with the outbox rows, the status row and every first answer, then commits.
+
+Then it publishes the new states (cache, event tail, watchers) and answers the waiting callers.
+If the batch's transaction fails (a version conflict with another writer, a database error),
+nothing of it was written or published: each command of the batch is then run on its own through
+`TableEngine.act`, which re-reads the table from the store and retries a conflict, exactly as
+before group commit. So the guarantees are those of `act`: expected-version appends, the outbox
+in the same transaction, one answer per idempotency key.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+import grpc
+from mahjong.v1 import envelope_pb2
+from mahjong_platform.errors import ErrorMapping, ServiceError, status_code_for
+from mahjong_platform.idempotency import replay_answer
+from sqlalchemy.orm import Session
+
+from mahjong_table.domain.commands import TableCommand
+from mahjong_table.tables import AnswerKey, StoredAnswer, TableEngine, first_answers, remember_answers
+from mahjong_table.variants import AnyTableState as TableState
+from mahjong_table.variants import decide
+
+logger = logging.getLogger(__name__)
+
+COMMANDS_PER_BATCH = 256
+
+SessionScope = Callable[[], AbstractContextManager[Session]]
+AnswerOf = Callable[[TableState, list[envelope_pb2.Envelope]], bytes]
+IdempotencyKey = tuple[str, str, str]
+"""(player id, idempotency key, request digest)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rejection:
+    """A command the rules or the request refused: its status and message (nothing written)."""
+
+    status_code: grpc.StatusCode
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Accepted:
+    """A command's outcome after its commit: the table after it, its events, its answer."""
+
+    state: TableState
+    envelopes: list[envelope_pb2.Envelope]
+    answer: bytes
+
+
+class Deferred(Exception):
+    """Raised by a command's `command_for` when it cannot be decided now (say a claim window that
+    does not ask its seat is open): nothing is written and the caller may submit it again later."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Deferral:
+    """The outcome of a command that raised `Deferred`."""
+
+
+Outcome = Accepted | Rejection | Deferral
+
+
+@dataclasses.dataclass(slots=True)
+class _Command:
+    table_id: str
+    command_for: Callable[[TableState], TableCommand]
+    answer_of: AnswerOf | None
+    idempotency: IdempotencyKey | None
+    future: concurrent.futures.Future[Outcome]
+
+
+@dataclasses.dataclass(slots=True)
+class _TableBatch:
+    """One table's part of a batch: the version it started at and what its commands added."""
+
+    base: TableState
+    state: TableState
+    envelopes: list[envelope_pb2.Envelope] = dataclasses.field(default_factory=list)
+    deadline: object = None
+
+
+class GroupCommitter:
+    """Queues commands for one writer thread (see the module docstring). `submit` from any thread
+    or event loop; the future resolves after the commit (or with the command's rejection)."""
+
+    def __init__(
+        self,
+        engine: TableEngine,
+        session_scope: SessionScope,
+        error_mapping: ErrorMapping | None = None,
+        commands_per_batch: int = COMMANDS_PER_BATCH,
+        *,
+        autostart: bool = True,
+    ) -> None:
+        """`autostart=False`: the writer thread starts at `start()`, not at the first `submit`
+        (tests queue several commands first, to see them committed as one batch)."""
+        self._engine = engine
+        self._session_scope = session_scope
+        self._error_mapping = dict(error_mapping or {})
+        self._commands_per_batch = commands_per_batch
+        self._queue: collections.deque[_Command] = collections.deque()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._autostart = autostart
+        self.batches = 0
+        self.commands = 0
+
+    def start(self) -> None:
+        with self._wake:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="table-group-commit", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """Finish what is queued, then stop the writer thread."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def submit(
+        self,
+        table_id: str,
+        command_for: Callable[[TableState], TableCommand],
+        answer_of: AnswerOf | None = None,
+        idempotency: IdempotencyKey | None = None,
+    ) -> concurrent.futures.Future[Outcome]:
+        """Queue a command of `table_id`: `command_for(state)` is decided on the state current when
+        its turn comes (it may raise a `ServiceError` to refuse, e.g. a stale expected sequence)."""
+        future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        command = _Command(table_id, command_for, answer_of, idempotency, future)
+        with self._wake:
+            if self._stopping:
+                raise RuntimeError("the table engine is stopping")
+            self._queue.append(command)
+            self._wake.notify()
+        if self._autostart:
+            self.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue and not self._stopping:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                batch = [
+                    self._queue.popleft() for _ in range(min(len(self._queue), self._commands_per_batch))
+                ]
+            try:
+                self.commit(batch)
+            except BaseException as error:  # never leave a caller waiting
+                logger.exception("group commit failed unexpectedly")
+                for command in batch:
+                    if not command.future.done():
+                        command.future.set_exception(error)
+
+    def commit(self, batch: Sequence[_Command]) -> None:
+        """Decide and write `batch` in one transaction, publish, answer (see the module docstring)."""
+        self.batches += 1
+        self.commands += len(batch)
+        try:
+            outcomes, tables = self._decide_and_write(batch)
+        except Exception:
+            logger.debug("group commit of %d commands fell back to one transaction each", len(batch))
+            for command in batch:
+                self._commit_alone(command)
+            return
+        for table_id, table in tables.items():
+            if table.envelopes:
+                self._engine.published(table.state, table.envelopes, table.deadline)  # type: ignore[arg-type]
+            del table_id
+        for command, outcome in zip(batch, outcomes, strict=True):
+            command.future.set_result(outcome)
+
+    def _decide_and_write(self, batch: Sequence[_Command]) -> tuple[list[Outcome], dict[str, _TableBatch]]:
+        outcomes: list[Outcome] = []
+        tables: dict[str, _TableBatch] = {}
+        new_answers: dict[AnswerKey, tuple[str, bytes]] = {}
+        with self._session_scope() as session:
+            keys = [(c.table_id, *c.idempotency[:2]) for c in batch if c.idempotency is not None]
+            stored_answers = first_answers(session, keys)
+            for command in batch:
+                outcome = self._decide(session, command, tables, stored_answers, new_answers)
+                outcomes.append(outcome)
+            for table in tables.values():
+                if table.envelopes:
+                    table.deadline = self._engine.write_appended(
+                        session, table.base, table.envelopes, table.state
+                    )
+            remember_answers(session, new_answers)
+        return outcomes, tables
+
+    def _decide(
+        self,
+        session: Session,
+        command: _Command,
+        tables: dict[str, _TableBatch],
+        stored_answers: dict[AnswerKey, StoredAnswer],
+        new_answers: dict[AnswerKey, tuple[str, bytes]],
+    ) -> Outcome:
+        key: AnswerKey | None = None
+        digest = ""
+        if command.idempotency is not None:
+            player_id, idempotency_key, digest = command.idempotency
+            key = (command.table_id, player_id, idempotency_key)
+        table = tables.get(command.table_id)
+        try:
+            if table is None:
+                state = self._engine.load_state(session, command.table_id, for_reading=True)
+                table = tables[command.table_id] = _TableBatch(base=state, state=state)
+            if key is not None:
+                earlier = new_answers.get(key) or stored_answers.get(key)
+                if earlier is not None:
+                    # The first answer; FAILED_PRECONDITION when the key came with another request.
+                    return Accepted(table.state, [], replay_answer("Act", earlier[0], digest, earlier[1]))
+            events = decide(table.state, command.command_for(table.state))
+        except Deferred:
+            return Deferral()
+        except Exception as error:
+            return self._rejection_of(error)
+        envelopes, new_state = self._engine.prepared(table.state, events)
+        table.state = new_state
+        table.envelopes.extend(envelopes)
+        answer = command.answer_of(new_state, envelopes) if command.answer_of is not None else b""
+        if key is not None:
+            new_answers[key] = (digest, answer)
+        return Accepted(new_state, envelopes, answer)
+
+    def _rejection_of(self, error: Exception) -> Rejection:
+        status_code = status_code_for(error, self._error_mapping)
+        if status_code is None:
+            raise error  # a bug, not a refusal: the batch falls back and the caller sees INTERNAL
+        message = error.message if isinstance(error, ServiceError) else str(error)
+        return Rejection(status_code, message)
+
+    def _commit_alone(self, command: _Command) -> None:
+        """`TableEngine.act` for one command: its own transaction, conflicts retried."""
+        try:
+            state, envelopes, answer = self._engine.act(
+                self._session_scope,
+                command.table_id,
+                command.command_for,
+                command.answer_of,
+                command.idempotency,
+            )
+        except Deferred:
+            command.future.set_result(Deferral())
+            return
+        except Exception as error:
+            try:
+                command.future.set_result(self._rejection_of(error))
+            except Exception as unexpected:
+                command.future.set_exception(unexpected)
+            return
+        command.future.set_result(Accepted(state, envelopes, answer))

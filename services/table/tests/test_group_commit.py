@@ -1,0 +1,134 @@
+"""Group commit: commands queued together are decided in arrival order and written in one
+transaction, with every guarantee of a single command (expected versions, idempotency keys,
+rejections that write nothing, a conflict with another writer re-decided on the stored stream)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+
+import grpc
+from mahjong_platform.database import create_session_factory, read_transaction, transaction
+from mahjong_platform.envelopes import utc_now
+from mahjong_platform.event_store import EventStore
+from mahjong_table import codec
+from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
+from mahjong_table.domain.commands import Discard, TableCommand
+from mahjong_table.selfplay import greedy_command
+from mahjong_table.servicer import TABLE_ERROR_MAPPING
+from mahjong_table.tables import TableEngine
+from mahjong_table.variants import AnyTableState, fold
+
+from .conftest import TableServer
+
+PLAYERS = ["east", "south", "west", "north"]
+
+
+def greedy(state: AnyTableState) -> TableCommand:
+    return greedy_command(state)  # type: ignore[arg-type]  # Sichuan tables only here
+
+
+def committer_of(server: TableServer, engine: TableEngine | None = None) -> GroupCommitter:
+    session_factory = server.session_factory
+    return GroupCommitter(
+        engine or server.engine,
+        lambda: transaction(session_factory),  # type: ignore[arg-type]
+        TABLE_ERROR_MAPPING,
+        autostart=False,
+    )
+
+
+def outcomes(futures: list[concurrent.futures.Future[Outcome]]) -> list[Outcome]:
+    return [future.result(timeout=60) for future in futures]
+
+
+def stored_state(server: TableServer, table_id: str) -> AnyTableState:
+    with read_transaction(server.session_factory) as session:  # type: ignore[arg-type]
+        envelopes = server.engine.store.load(session, table_id)
+    return fold(codec.event_of(envelope) for envelope in envelopes)
+
+
+def test_commands_queued_together_commit_as_one_batch_decided_in_arrival_order(
+    table_server: TableServer,
+) -> None:
+    tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (3, 4)]
+    before = {table_id: stored_state(table_server, table_id) for table_id in tables}
+    committer = committer_of(table_server)
+    futures = [committer.submit(table_id, greedy) for _ in range(4) for table_id in tables]
+    committer.start()
+    results = outcomes(futures)
+    committer.stop()
+    assert committer.batches == 1
+    assert all(isinstance(result, Accepted) and result.envelopes for result in results)
+    for table_id in tables:
+        base = before[table_id]
+        mine = [
+            result for result in results if isinstance(result, Accepted) and result.state.table_id == table_id
+        ]
+        # Each command was decided on the state its predecessor left: sequences follow on.
+        sequences = [envelope.sequence for result in mine for envelope in result.envelopes]
+        assert sequences == list(range(base.version + 1, base.version + 1 + len(sequences)))
+        stored = stored_state(table_server, table_id)
+        assert stored.version == mine[-1].state.version == table_server.engine.cached_state(table_id).version  # type: ignore[union-attr]
+        assert stored == mine[-1].state
+
+
+def test_a_key_repeated_in_one_batch_gets_the_first_answer_and_appends_once(
+    table_server: TableServer,
+) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=5)
+    version = stored_state(table_server, table_id).version
+    committer = committer_of(table_server)
+
+    def answer_of(state: AnyTableState, envelopes: list) -> bytes:
+        return f"{state.version}:{len(envelopes)}".encode()
+
+    key = ("east", "key-1", "digest-1")
+    futures = [committer.submit(table_id, greedy, answer_of, idempotency=key) for _ in range(3)]
+    committer.start()
+    first, second, third = outcomes(futures)
+    committer.stop()
+    assert isinstance(first, Accepted) and isinstance(second, Accepted) and isinstance(third, Accepted)
+    assert first.answer == second.answer == third.answer
+    assert second.envelopes == third.envelopes == []
+    assert stored_state(table_server, table_id).version == version + len(first.envelopes)
+
+
+def test_a_refused_command_writes_nothing_and_the_rest_of_the_batch_commits(
+    table_server: TableServer,
+) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=6)
+    committer = committer_of(table_server)
+    discard_in_the_exchange: Callable[[AnyTableState], TableCommand] = lambda _state: Discard(0, "1m")  # noqa: E731
+    futures = [
+        committer.submit(table_id, greedy),
+        committer.submit(table_id, discard_in_the_exchange),
+        committer.submit(table_id, greedy),
+    ]
+    committer.start()
+    first, refused, third = outcomes(futures)
+    committer.stop()
+    assert isinstance(refused, Rejection) and refused.status_code == grpc.StatusCode.FAILED_PRECONDITION
+    assert isinstance(first, Accepted) and isinstance(third, Accepted)
+    assert third.envelopes[0].sequence == first.state.version + 1
+    assert stored_state(table_server, table_id) == third.state
+
+
+def test_a_batch_behind_another_writer_is_re_decided_on_the_stored_stream(table_server: TableServer) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=8)
+    session_scope = lambda: read_transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731
+    stale = table_server.engine.read_state(session_scope, table_id)  # now cached
+    # Another engine (another process) writes to the table; this one's cache does not know.
+    other = TableEngine(EventStore(), utc_now)
+    session_factory = create_session_factory(table_server.session_factory.kw["bind"])  # type: ignore[attr-defined]
+    other.act(lambda: transaction(session_factory), table_id, greedy)
+    assert table_server.engine.cached_state(table_id) is stale
+    committer = committer_of(table_server)
+    futures = [committer.submit(table_id, greedy), committer.submit(table_id, greedy)]
+    committer.start()
+    results = outcomes(futures)
+    committer.stop()
+    assert all(isinstance(result, Accepted) for result in results)
+    stored = stored_state(table_server, table_id)
+    assert stored.version > stale.version + 1  # both writers' events, one gapless stream
+    assert stored == results[-1].state  # type: ignore[union-attr]
