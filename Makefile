@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := libs/rules libs/protos libs/platform libs/mjctl infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
-.PHONY: setup proto proto-check lint test test-unit test-integration run bench kafka-start kafka-stop clean
+.PHONY: setup proto proto-check lint test test-unit test-integration run bench bench-system kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,11 @@ bench: setup
 	$(BIN)/python -m mahjong_table.bench
 	$(BIN)/python -m mahjong_table.bench --variant formula
 	$(BIN)/python -m mahjong_ledger.bench
+
+# The whole system under load (not a test): Kafka, the services and bots on free ports, two runs
+# (saturation, --think-ms 100); e.g. make bench-system BENCH_SYSTEM_ARGS="--database postgresql".
+bench-system: setup
+	$(BIN)/python -m mjctl.bench_system $(BENCH_SYSTEM_ARGS)
 
 run: setup
 	$(BIN)/mjctl run $(RUN_ARGS)

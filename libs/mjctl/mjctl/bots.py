@@ -119,9 +119,17 @@ class BotPlayer:
     """One bot: its own channels (carrying its own token), its Act latencies, its finished games."""
 
     def __init__(
-        self, player_id: str, matchmaking: grpc.Channel, table: grpc.Channel, log: Callable[[str], None]
+        self,
+        player_id: str,
+        matchmaking: grpc.Channel,
+        table: grpc.Channel,
+        log: Callable[[str], None],
+        think_seconds: float = 0.0,
     ) -> None:
         self.player_id = player_id
+        self.think_seconds = think_seconds
+        # Event occurred (table engine's clock, just before its commit) -> this bot read it.
+        self.delivery_latencies_seconds: list[float] = []
         self._matchmaking = matchmaking_service_pb2_grpc.MatchmakingServiceStub(matchmaking)
         self._table = table_service_pb2_grpc.TableServiceStub(table)
         self.act_latencies_seconds: list[float] = []
@@ -175,7 +183,11 @@ class BotPlayer:
         )
         try:
             for update in updates:
+                received = time.time()
                 for envelope in update.events:
+                    self.delivery_latencies_seconds.append(
+                        received - envelope.occurred_at.ToNanoseconds() / 1e9
+                    )
                     if envelope.WhichOneof("payload") == "game_ended":
                         self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
                 view: table_messages.TableView = update.view
@@ -183,6 +195,8 @@ class BotPlayer:
                     return view
                 request = choose_command(view)
                 if request is not None:
+                    if self.think_seconds:
+                        time.sleep(self.think_seconds)  # a human-paced player (--think-ms)
                     # A view already overtaken by a queued update is refused (ABORTED) and skipped.
                     request.expected_sequence = view.sequence
                     self._act(request)
@@ -224,6 +238,7 @@ class BotRunReport:
     table_ids: list[str]
     seconds: float
     act_latencies_seconds: list[float]
+    delivery_latencies_seconds: list[float] = dataclasses.field(default_factory=list)
 
     def summary_lines(self) -> list[str]:
         latencies = sorted(self.act_latencies_seconds) or [0.0]
@@ -243,11 +258,15 @@ def run_bots(
     log: Callable[[str], None] = print,
     player_prefix: str = "bot",
     on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
+    think_seconds: float = 0.0,
+    rounds: int | None = None,
 ) -> BotRunReport:
     """Run `players` bots for at least `games` games (whole rounds of players/4 tables);
     `channel_for(service, player)` opens a channel to "matchmaking" or "table" carrying that
-    player's token."""
-    if players < 4 or players % 4:
+    player's token. `think_seconds`: each bot waits that long before each decision. `rounds`
+    (games per bot) is given by `mjctl.load` when the bots of one run are spread over processes
+    (then `players` is this process's share and need not fill whole tables)."""
+    if rounds is None and (players < 4 or players % 4):
         raise ValueError("--players must be a positive multiple of 4 (a table seats four)")
     run_id = uuid.uuid4().hex[:6]
     bots = [
@@ -256,11 +275,13 @@ def run_bots(
             channel_for("matchmaking", f"{player_prefix}-{run_id}-{index}"),
             channel_for("table", f"{player_prefix}-{run_id}-{index}"),
             log,
+            think_seconds,
         )
         for index in range(players)
     ]
     # Every bot plays the same number of games, so the queue always fills whole tables.
-    rounds = -(-games // (players // 4))
+    if rounds is None:
+        rounds = -(-games // (players // 4))
     finished: list[str] = []
     table_ids: list[str] = []
     lock = threading.Lock()
@@ -292,7 +313,8 @@ def run_bots(
         raise RuntimeError(f"{len(errors)} bots failed; first: {errors[0]!r}") from errors[0]
     seconds = time.monotonic() - started
     latencies = [latency for bot in bots for latency in bot.act_latencies_seconds]
-    return BotRunReport(finished, table_ids, seconds, latencies)
+    deliveries = [latency for bot in bots for latency in bot.delivery_latencies_seconds]
+    return BotRunReport(finished, table_ids, seconds, latencies, deliveries)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -305,10 +327,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also measure each game's lag from GameEnded to its last ledger posting (finance token)",
     )
+    parser.add_argument(
+        "--think-ms",
+        type=int,
+        default=0,
+        help="each bot waits this long before each decision (a human's pace)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="spread the bots over this many processes (the client's CPU)"
+    )
+    parser.add_argument(
+        "--json", metavar="FILE", help="also write the run's figures as JSON (for make bench-system)"
+    )
     parser.set_defaults(handler=_run)
 
 
 def _run(arguments: argparse.Namespace) -> int:
+    if arguments.processes > 1 or arguments.json:
+        from mjctl.load import run_load
+
+        return run_load(arguments)
     from mahjong_platform.auth import mint_token
     from mahjong_platform.config import load_settings
     from mahjong_platform.grpc_client import open_channel
@@ -332,6 +370,7 @@ def _run(arguments: argparse.Namespace) -> int:
         arguments.games,
         channel_for,
         on_game_ended=None if probe is None else probe.game_ended,
+        think_seconds=arguments.think_ms / 1000,
     )
     for line in report.summary_lines():
         print(line)

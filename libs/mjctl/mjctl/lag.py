@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import statistics
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import grpc
@@ -31,6 +32,7 @@ class SettlementLagProbe:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="settlement-lag")
         self._futures: list[Future[float | None]] = []
         self._lock = threading.Lock()
+        self._last_settled = 0.0
 
     def game_ended(self, table_id: str, ended_at: datetime.datetime) -> None:
         """Start measuring `table_id`, whose `GameEnded` event occurred at `ended_at` (aware)."""
@@ -44,7 +46,14 @@ class SettlementLagProbe:
         )
         if statement is None:
             return None
+        with self._lock:
+            self._last_settled = max(self._last_settled, time.monotonic())
         return (datetime.datetime.now(datetime.UTC) - ended_at).total_seconds()
+
+    def last_settled_monotonic(self) -> float:
+        """When (`time.monotonic`) the last game seen settled was seen settled; 0 before any."""
+        with self._lock:
+            return self._last_settled
 
     def lags_seconds(self) -> tuple[list[float], int]:
         """Every measured lag (sorted) and how many games were not settled within LAG_MAX_SECONDS."""

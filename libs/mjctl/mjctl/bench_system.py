@@ -1,0 +1,222 @@
+"""``make bench-system`` (``python -m mjctl.bench_system``): the whole system, measured.
+
+Starts a Kafka broker on free ports, a throwaway database (SQLite files by default;
+``--database postgresql`` starts a PostgreSQL cluster via `mahjong_infra.postgres`), and the four
+services as their own processes on free ports; then plays ``--tables`` tables at once with bots
+(``mjctl bots --processes``) twice: at saturation (bots decide at once) and with every bot thinking
+``--think-ms`` before each decision. For each run it prints one table: games settled per second,
+Act p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot
+read it), settlement lag p50/p99 (GameEnded -> last TransferPosted), CPU seconds per game of each
+server process and of the bots apart, and the same run's pure engine rate
+(`mahjong_table.bench`) with the ratio full system / pure engine. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+SERVICES = ("ledger", "scoring", "table", "matchmaking")
+HEALTH_TIMEOUT_SECONDS = 120.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mjctl.bench_system", description=__doc__)
+    parser.add_argument("--tables", type=int, default=32, help="tables played at once (4 bots each)")
+    parser.add_argument("--games", type=int, default=0, help="games per run (default: 2 per table)")
+    parser.add_argument("--think-ms", type=int, default=100, help="the second run's think time per decision")
+    parser.add_argument("--processes", type=int, default=2, help="bot processes")
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--room", default="sichuan-novice")
+    parser.add_argument("--engine-games", type=int, default=200, help="games of the pure engine benchmark")
+    parser.add_argument("--runs", default="saturation,think", help="which runs: saturation, think, or both")
+    parser.add_argument("--keep", action="store_true", help="keep the run's folder (logs, databases)")
+    arguments = parser.parse_args(argv)
+    games = arguments.games or 2 * arguments.tables
+    root = Path(tempfile.mkdtemp(prefix="mahjong-bench-system-"))
+    print(f"bench-system: {arguments.tables} tables, {games} games per run, {arguments.database}; in {root}")
+    try:
+        with _system(root, arguments.database) as environment:
+            for run in arguments.runs.split(","):
+                think_ms = 0 if run == "saturation" else arguments.think_ms
+                figures = _measure(environment, root, arguments, games, think_ms)
+                figures["engine_games_per_second"] = _engine_rate(arguments.engine_games)
+                _print_run(figures, arguments.database)
+    finally:
+        if not arguments.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+@contextlib.contextmanager
+def _system(root: Path, database: str) -> Iterator[dict[str, str]]:
+    """Kafka, the database and the four services; yields the environment the bots need."""
+    from mahjong_infra import kafka
+
+    kafka.fetch()
+    broker = kafka.KafkaBroker.on_free_ports(root / "kafka")
+    broker.start(die_with_parent=True)
+    cluster = None
+    try:
+        environment = {
+            **os.environ,
+            "MAHJONG_DATA_DIR": str(root / "data"),
+            "MAHJONG_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+            "MAHJONG_TOPIC_PREFIX": f"bench{uuid.uuid4().hex[:6]}.",
+            "MAHJONG_JWT_SECRET": secrets.token_hex(32),
+        }
+        for name in SERVICES:
+            environment[f"MAHJONG_{name.upper()}_GRPC_ADDRESS"] = f"127.0.0.1:{kafka.free_port()}"
+        if database == "postgresql":
+            from mahjong_infra import postgres
+
+            cluster = postgres.PostgresCluster(base_dir=root)
+            cluster.start()
+            for name in SERVICES:
+                environment[f"MAHJONG_{name.upper()}_DATABASE_URL"] = cluster.create_database(f"bench_{name}")
+        with _services(root, environment) as processes:
+            environment["BENCH_SERVICE_PIDS"] = json.dumps({name: p.pid for name, p in processes.items()})
+            yield environment
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        broker.stop()
+
+
+@contextlib.contextmanager
+def _services(root: Path, environment: dict[str, str]) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    from mahjong_platform.grpc_client import check_health
+
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in SERVICES:
+            log = (logs / f"{name}.log").open("ab")
+            processes[name] = subprocess.Popen(
+                [sys.executable, "-m", f"mahjong_{name}"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+            )
+        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+        for name in SERVICES:
+            target = environment[f"MAHJONG_{name.upper()}_GRPC_ADDRESS"]
+            while not check_health(target, timeout_seconds=1.0):
+                if processes[name].poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"{name} did not start; see {logs / (name + '.log')}")
+                time.sleep(0.3)
+        yield processes
+    finally:
+        for process in processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _measure(
+    environment: dict[str, str], root: Path, arguments: argparse.Namespace, games: int, think_ms: int
+) -> dict[str, Any]:
+    pids: dict[str, int] = json.loads(environment["BENCH_SERVICE_PIDS"])
+    before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    output = root / f"bots-{think_ms}.json"
+    command = [
+        sys.executable,
+        "-m",
+        "mjctl",
+        "bots",
+        "--room",
+        arguments.room,
+        "--players",
+        str(4 * arguments.tables),
+        "--games",
+        str(games),
+        "--settlement-lag",
+        "--think-ms",
+        str(think_ms),
+        "--processes",
+        str(arguments.processes),
+        "--json",
+        str(output),
+    ]
+    with (root / f"bots-{think_ms}.log").open("wb") as log:
+        subprocess.run(command, env=environment, stdout=log, stderr=subprocess.STDOUT, check=True)
+    figures: dict[str, Any] = json.loads(output.read_text())
+    figures["server_cpu_seconds"] = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    figures["load_average"] = os.getloadavg()
+    return figures
+
+
+def _engine_rate(engine_games: int) -> float:
+    """Games/s of the pure engine self-play, run now (the same load as the system run)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mahjong_table.bench", "--games", str(engine_games)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"games_per_second\s+([\d,.]+)", result.stdout)
+    assert match is not None, result.stdout
+    return float(match.group(1).replace(",", ""))
+
+
+def _print_run(figures: dict[str, Any], database: str) -> None:
+    games = max(1, figures["games"])
+    rate = figures.get("games_settled_per_second", 0.0)
+    title = "saturation" if not figures["think_ms"] else f"think {figures['think_ms']} ms"
+    rows = [
+        (
+            "games settled / s",
+            f"{rate:.2f} ({figures['games']} games, {figures.get('unsettled', 0)} unsettled)",
+        ),
+        ("Act p50 / p99", f"{figures['act_p50_ms']:.1f} ms / {figures['act_p99_ms']:.1f} ms"),
+        ("WatchView delivery p99", f"{figures['delivery_p99_ms']:.1f} ms"),
+        (
+            "settlement lag p50 / p99",
+            f"{figures.get('lag_p50_ms', 0):.0f} ms / {figures.get('lag_p99_ms', 0):.0f} ms",
+        ),
+    ]
+    for name, seconds in figures["server_cpu_seconds"].items():
+        rows.append((f"CPU s / game: {name}", f"{seconds / games:.3f}"))
+    rows.append(
+        (
+            f"CPU s / game: bots ({figures['processes']} processes)",
+            f"{figures['client_cpu_seconds'] / games:.3f}",
+        )
+    )
+    engine = figures["engine_games_per_second"]
+    rows.append(("pure engine (same run)", f"{engine:.1f} games/s"))
+    rows.append(("full system / pure engine", f"{rate / engine:.4f}"))
+    rows.append(("load average (1/5/15 min)", " ".join(f"{value:.2f}" for value in figures["load_average"])))
+    print(f"\n| {figures['tables']} tables, {title}, {database} | |\n|---|---:|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

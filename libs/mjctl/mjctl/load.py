@@ -1,0 +1,194 @@
+"""``mjctl bots --processes K`` / ``--json FILE``: one bot run spread over K processes, measured as a
+whole, so the load generator is not the bottleneck and its CPU is reported apart from the servers'.
+
+Each worker process runs its share of the bots (`bots.run_bots` with the run's games per bot) and
+reports every finished game at once (the parent starts measuring its settlement lag then) and, at
+the end, its Act and WatchView delivery latencies. The parent prints the usual summary and, with
+``--json``, writes the figures `make bench-system` tabulates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import multiprocessing
+import queue
+import resource
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+WORKER_REPORT_TIMEOUT_SECONDS = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _WorkerJob:
+    room_id: str
+    players: int
+    rounds: int
+    think_ms: int
+    player_prefix: str
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The value below which `fraction` of `values` lie (nearest rank); 0 for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def _worker(job: _WorkerJob, messages: Any) -> None:
+    """One process's bots; everything it learns goes to the parent through `messages`."""
+    from mahjong_platform.auth import mint_token
+    from mahjong_platform.config import load_settings
+    from mahjong_platform.grpc_client import open_channel
+
+    from mjctl.bots import run_bots
+
+    settings = load_settings()
+
+    def channel_for(service: str, player_id: str) -> Any:
+        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600)
+        return open_channel(settings.grpc_target(service), token)  # type: ignore[arg-type]
+
+    def game_ended(table_id: str, ended_at: datetime.datetime) -> None:
+        messages.put(("ended", table_id, ended_at.isoformat()))
+
+    try:
+        report = run_bots(
+            job.room_id,
+            job.players,
+            0,
+            channel_for,
+            log=lambda line: messages.put(("line", line)),
+            player_prefix=job.player_prefix,
+            on_game_ended=game_ended,
+            think_seconds=job.think_ms / 1000,
+            rounds=job.rounds,
+        )
+    except BaseException as error:
+        messages.put(("error", repr(error)))
+        return
+    messages.put(
+        (
+            "report",
+            {
+                "games": len(report.games),
+                "act_latencies_seconds": report.act_latencies_seconds,
+                "delivery_latencies_seconds": report.delivery_latencies_seconds,
+            },
+        )
+    )
+
+
+def run_load(arguments: argparse.Namespace) -> int:
+    """The body of ``mjctl bots`` with ``--processes`` or ``--json``."""
+    from mahjong_platform.auth import mint_token
+    from mahjong_platform.config import load_settings
+    from mahjong_platform.grpc_client import open_channel
+
+    from mjctl.lag import SettlementLagProbe
+
+    players, processes = arguments.players, max(1, arguments.processes)
+    if players < 4 or players % 4:
+        raise SystemExit("--players must be a positive multiple of 4 (a table seats four)")
+    if processes > players:
+        raise SystemExit("--processes must not exceed --players")
+    rounds = -(-arguments.games // (players // 4))
+    settings = load_settings()
+    probe = None
+    if arguments.settlement_lag:
+        finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
+        probe = SettlementLagProbe(open_channel(settings.grpc_target("ledger"), finance_token))
+    context = multiprocessing.get_context("spawn")  # no gRPC state inherited through fork
+    messages = context.Queue()
+    run_id = uuid.uuid4().hex[:4]
+    shares = [players // processes + (index < players % processes) for index in range(processes)]
+    workers = [
+        context.Process(
+            target=_worker,
+            args=(
+                _WorkerJob(arguments.room, share, rounds, arguments.think_ms, f"bot{run_id}p{index}"),
+                messages,
+            ),
+            daemon=True,
+        )
+        for index, share in enumerate(shares)
+    ]
+    started = time.monotonic()
+    for worker in workers:
+        worker.start()
+    reports, errors = _collect(messages, len(workers), probe)
+    seconds = time.monotonic() - started
+    for worker in workers:
+        worker.join()
+    act = [value for report in reports for value in report["act_latencies_seconds"]]
+    delivery = [value for report in reports for value in report["delivery_latencies_seconds"]]
+    games = sum(report["games"] for report in reports)
+    figures: dict[str, Any] = {
+        "games": games,
+        "tables": players // 4,
+        "processes": processes,
+        "think_ms": arguments.think_ms,
+        "seconds_played": seconds,
+        "act_p50_ms": statistics.median(act) * 1000 if act else 0.0,
+        "act_p99_ms": percentile(act, 0.99) * 1000,
+        "act_calls": len(act),
+        "delivery_p50_ms": statistics.median(delivery) * 1000 if delivery else 0.0,
+        "delivery_p99_ms": percentile(delivery, 0.99) * 1000,
+    }
+    print(f"{games} games in {seconds:.1f} s = {games / seconds:.2f} games/s ({processes} bot processes)")
+    act_p50, act_p99 = figures["act_p50_ms"], figures["act_p99_ms"]
+    print(f"Act latency over {len(act)} calls: p50 {act_p50:.1f} ms, p99 {act_p99:.1f} ms")
+    print(f"WatchView delivery (event occurred -> bot read it): p99 {figures['delivery_p99_ms']:.1f} ms")
+    if probe is not None:
+        print(probe.summary_line())
+        lags, unsettled = probe.lags_seconds()
+        settled_seconds = max(seconds, probe.last_settled_monotonic() - started)
+        figures.update(
+            lag_p50_ms=statistics.median(lags) * 1000 if lags else 0.0,
+            lag_p99_ms=percentile(lags, 0.99) * 1000,
+            unsettled=unsettled,
+            seconds_settled=settled_seconds,
+            games_settled_per_second=len(lags) / settled_seconds,
+        )
+    usage_self = resource.getrusage(resource.RUSAGE_SELF)
+    usage_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures["client_cpu_seconds"] = (
+        usage_self.ru_utime + usage_self.ru_stime + usage_children.ru_utime + usage_children.ru_stime
+    )
+    if arguments.json:
+        with open(arguments.json, "w", encoding="utf-8") as output:
+            json.dump(figures, output, indent=2)
+    if errors:
+        print(f"{len(errors)} bot processes failed; first: {errors[0]}")
+        return 1
+    return 0
+
+
+def _collect(messages: Any, workers: int, probe: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """Read the workers' messages until each has reported (or failed)."""
+    reports: list[dict[str, Any]] = []
+    errors: list[str] = []
+    deadline = time.monotonic() + WORKER_REPORT_TIMEOUT_SECONDS
+    while len(reports) + len(errors) < workers:
+        try:
+            message = messages.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            errors.append(f"no report within {WORKER_REPORT_TIMEOUT_SECONDS:.0f} s")
+            break
+        kind = message[0]
+        if kind == "ended" and probe is not None:
+            probe.game_ended(message[1], datetime.datetime.fromisoformat(message[2]))
+        elif kind == "line":
+            print(message[1], flush=True)
+        elif kind == "report":
+            reports.append(message[1])
+        elif kind == "error":
+            errors.append(message[1])
+    return reports, errors
