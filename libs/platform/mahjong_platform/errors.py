@@ -26,8 +26,22 @@ class ServiceError(Exception):
 
     def __init__(self, message: str) -> None:
         assert message, "a ServiceError needs a message the client can act on"
+        message = bounded_text(message)
         super().__init__(message)
         self.message = message
+
+
+ERROR_TEXT_MAX_CHARACTERS = 500
+"""An error text (and the log line carrying it) is at most this long: a message may quote the
+client's input, and a megabyte field must not become a megabyte status detail or log line."""
+
+
+def bounded_text(text: str, limit: int = ERROR_TEXT_MAX_CHARACTERS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    marker = f"... ({len(text) - limit} more characters)"
+    return text[: max(limit - len(marker), 0)] + marker
 
 
 class InvalidArgumentError(ServiceError):

@@ -40,7 +40,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from mahjong_platform.config import Settings
-from mahjong_platform.errors import ErrorMapping, ServiceError, status_code_for
+from mahjong_platform.errors import ErrorMapping, ServiceError, bounded_text, status_code_for
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             raise error
         status_code = status_code_for(error, self._extra_mapping)
         if status_code is not None:
-            message = error.message if isinstance(error, ServiceError) else str(error)
+            message = error.message if isinstance(error, ServiceError) else bounded_text(str(error))
             _LOGGER.info(
                 "rpc rejected: %s",
                 message,

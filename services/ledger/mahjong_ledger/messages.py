@@ -84,7 +84,8 @@ def decode_page_token(token: str, account: str) -> int | None:
         raise InvalidOrderError(
             "page_token is malformed; pass the next_page_token of the previous response unchanged"
         ) from None
-    if version != PAGE_TOKEN_VERSION or before_posting_id < 1:
+    # Posting ids are BIGINT: a larger number is no id of ours (and would overflow the query).
+    if version != PAGE_TOKEN_VERSION or not 1 <= before_posting_id < 2**63:
         raise InvalidOrderError("page_token is malformed; pass the next_page_token of the previous response")
     if token_account != account:
         raise InvalidOrderError(f"page_token belongs to another account, not {account!r}")

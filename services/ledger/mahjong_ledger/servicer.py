@@ -276,5 +276,10 @@ def _optional_time(request: ledger_service_pb2.ReconcileRequest, field_name: str
     if not request.HasField(field_name):  # type: ignore[arg-type]
         return None
     timestamp = getattr(request, field_name)
-    moment: datetime.datetime = timestamp.ToDatetime(tzinfo=datetime.UTC)
+    try:
+        moment: datetime.datetime = timestamp.ToDatetime(tzinfo=datetime.UTC)
+    except (ValueError, OverflowError):
+        raise InvalidArgumentError(
+            f"{field_name} must be a time from 0001-01-01 to 9999-12-31 with nanos 0..999999999"
+        ) from None
     return moment

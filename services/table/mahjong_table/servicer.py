@@ -51,6 +51,8 @@ METHOD_ROLES = role_table(
 watches with full information (``finance`` sees money, not hands)."""
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 128
+TABLE_ID_MAX_LENGTH = 64
+"""Table ids are UUIDs (36 characters); a longer one names no table and is refused as malformed."""
 WATCH_POLL_SECONDS = 0.5
 WATCH_BATCH_EVENTS = 500
 WATCH_MAX_SECONDS = 4 * 3600.0
@@ -291,8 +293,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
 
     async def _caller_seat(self, table_id: str) -> tuple[TableState, int | None]:
         """The table and the caller's seat (None for ops watching with full information)."""
-        if not table_id:
-            raise InvalidArgumentError("table_id is required")
+        if not 0 < len(table_id) <= TABLE_ID_MAX_LENGTH:
+            raise InvalidArgumentError(f"table_id must be 1..{TABLE_ID_MAX_LENGTH} characters")
         identity = current_identity()
         state = await self._state(table_id)
         seat = seat_of(state, identity.player_id)
