@@ -298,7 +298,10 @@ def test_1_8_flower_pig_then_not_ready_then_kong_refund() -> None:
         ("flower_pig", "p3", (("p0", 1_600), ("p1", 1_600), ("p2", 1_600))),
         ("not_ready", "p0", (("p1", 1_600),)),  # seat 1's best wait, 清七对 16
         ("not_ready", "p2", (("p1", 1_600),)),
-        ("kong_refund", "p0", (("p1", 200), ("p2", 200), ("p3", 200))),
+        # RULES.md 1.9a.2: each refund to one original payer is its own instruction.
+        ("kong_refund", "p0", (("p1", 200),)),
+        ("kong_refund", "p0", (("p2", 200),)),
+        ("kong_refund", "p0", (("p3", 200),)),
     ]
     # p0: +600 kong +1600 pig −1600 not ready −600 refund; p1: −200 +1600 +1600 +1600 +200.
     assert money.deltas() == deltas(p0=0, p1=4_800, p2=0, p3=-4_800)
@@ -348,7 +351,8 @@ def test_1_8_kong_refund_skips_a_kong_moved_by_call_transfer() -> None:
         ("concealed_kong", "p0", (("p1", 200),)),
         # Seat 3 waits ×1 at best; seat 0 (123p 111222s 3344s) ×2 on 2s (a 根).
         ("not_ready", "p1", (("p3", 100), ("p0", 200))),
-        ("kong_refund", "p1", (("p3", 200), ("p0", 200))),
+        ("kong_refund", "p1", (("p3", 200),)),
+        ("kong_refund", "p1", (("p0", 200),)),
     ]
     assert money.deltas() == deltas(p0=0, p1=-500, p2=400, p3=100)
 

@@ -30,6 +30,7 @@ from mahjong_rules.settlement import (
     apply_balance,
     new_game,
     points_by_party,
+    post_in_order,
     rake_instructions,
     settle,
     settle_game,
@@ -232,3 +233,29 @@ def test_1_10_escape_shortfall_conserves_the_balance(
         compensation_beans = [payment.beans for payment in posted.payments[1:]]
         # The house gets floor(B × penalty / T) plus only the rounding remainder of the compensations.
         assert penalty_beans <= posted.payments[0].beans < penalty_beans + max(1, len(compensation_beans))
+
+
+@settings(max_examples=100, deadline=None)
+@given(games(), st.lists(st.integers(0, 3_000), min_size=SEAT_COUNT, max_size=SEAT_COUNT))
+def test_1_9a_1_no_refund_exceeds_what_was_paid_and_no_transfer_what_was_received(
+    game: tuple[SettlementOptions, list[GameFact]], starting_balances: list[int]
+) -> None:
+    options, facts = game
+    _, instructions = settle_game(options, facts)
+    bean_instructions = [to_beans(instruction, options) for instruction in instructions]
+    balances: dict[Party, int] = {**dict(enumerate(starting_balances)), HOUSE_RAKE: 0, HOUSE_ESCAPE: 0}
+    posted, final = post_in_order(bean_instructions, balances)
+    assert sum(final.values()) == sum(balances.values())
+    assert all(beans >= 0 for beans in final.values())
+    by_key = {instruction.instruction_id: instruction for instruction in posted}
+    for owed, moved in zip(bean_instructions, posted, strict=True):
+        if owed.reason is Reason.KONG_REFUND:
+            # One refund to one original payer (1.9a.2) returns at most what that payer paid.
+            (kong_key,) = owed.income_of
+            (payment,) = moved.payments
+            assert by_key[kong_key].payer == payment.payee
+            assert payment.beans <= by_key[kong_key].total_beans
+        if owed.reason is Reason.CALL_TRANSFER:
+            received = sum(by_key[key].total_beans for key in owed.income_of)
+            assert moved.total_beans <= received
+            assert all(by_key[key].payments[0].payee == owed.payer for key in owed.income_of)

@@ -171,9 +171,9 @@ CASES = [
         [(0, 1, 2, "win"), (0, 3, 16, "win")],
     ),
     Case(
-        "1.5 1.6 several players rob one kong: the declarer pays each",
+        "1.5 1.6 1.9a.2 several players rob one kong: the declarer pays each, in turn order after it",
         rob("w", 1, (0, 4), (2, 2)),
-        [(1, 0, 4, "win"), (1, 2, 2, "win")],
+        [(1, 2, 2, "win"), (1, 0, 4, "win")],
     ),
     # RULES.md 1.9 cap and 1.7 add_one: the extra point comes after the cap.
     Case(

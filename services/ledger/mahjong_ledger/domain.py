@@ -9,6 +9,9 @@ functions with everything they need. ARCHITECTURE.md "Money: the ledger" is the 
 - A settlement order (one ``SettlementInstructed``) is posted at most what the payer has: the
   RULES.md 1.9 pro-rata split, or the 1.10 escape split, both computed by the rules library's
   `apply_balance`, so the ledger and the rules can never disagree on a split.
+- A kong refund or call transfer names the kong's instructions (``income_instruction_ids``): it
+  moves at most what the ledger credited its payer for them (RULES.md 1.9a.1), a figure the ledger
+  reads from its own postings, so it is a pure function of the settlement stream in order.
 - Orders are idempotent on their key (the instruction id, or the deposit idempotency key): the same
   key with the same content posts once; the same key with different content is refused.
 """
@@ -31,7 +34,7 @@ from mahjong_rules.settlement import (
     BeanInstruction,
     BeanPayment,
     Reason,
-    apply_balance,
+    post_instruction,
 )
 
 WORLD_ACCOUNT: Final = "world"
@@ -58,6 +61,8 @@ DEPOSIT_REASON: Final = "deposit"
 STARTING_GRANT_REASON: Final = "starting_grant"
 STARTING_GRANT_KEY_PREFIX: Final = "grant:"  # reserved: `mahjong_platform.idempotency`
 SETTLEMENT_REASONS: Final = frozenset(reason.value for reason in Reason)
+INCOME_REASONS: Final = frozenset({Reason.KONG_REFUND.value, Reason.CALL_TRANSFER.value})
+"""The instructions that move kong income and so may name income instructions (RULES.md 1.9a.1)."""
 
 # Transfer ids are derived from the order key, so a rebuild from offset 0 reproduces every row.
 _TRANSFER_ID_NAMESPACE: Final = uuid.UUID("6f1d8a52-3f0e-4c47-9a51-0c2b7d9f4e10")
@@ -145,6 +150,9 @@ class SettlementOrder:
     payees: tuple[PayeeLine, ...]
     source_event_id: str = ""
     line: int = 0
+    income_instruction_ids: tuple[str, ...] = ()
+    """RULES.md 1.9a.1: for a kong refund or call transfer, the kong's instructions; the order then
+    moves at most what they credited the payer (see `settlement_transfer`)."""
 
     @property
     def requested_beans(self) -> int:
@@ -191,15 +199,24 @@ class Transfer:
     requested_beans: int
     posted_beans: int
     request_digest: str
+    income_limit_beans: int | None = None
+    """For a kong refund or call transfer: what the payer had received for the kong (1.9a.1)."""
 
     def __post_init__(self) -> None:
         assert sum(posting.beans for posting in self.postings) == 0, f"unbalanced transfer {self}"
         assert all(posting.beans != 0 for posting in self.postings), "a posting moves something"
         accounts = [posting.account for posting in self.postings]
         assert len(set(accounts)) == len(accounts), f"an account appears twice in {self.transfer_id}"
-        assert 0 <= self.posted_beans <= self.requested_beans, (self.posted_beans, self.requested_beans)
+        assert 0 <= self.posted_beans <= self.owed_beans, (self.posted_beans, self.owed_beans)
         debited = -sum(posting.beans for posting in self.postings if posting.beans < 0)
         assert debited == self.posted_beans, (debited, self.posted_beans)
+
+    @property
+    def owed_beans(self) -> int:
+        """What the payer owed: the request, limited to the kong income behind it (1.9a.1)."""
+        if self.income_limit_beans is None:
+            return self.requested_beans
+        return min(self.requested_beans, self.income_limit_beans)
 
     def delta_beans(self, account: str) -> int:
         """The net change this transfer makes to ``account`` (0 when it is not involved)."""
@@ -242,10 +259,30 @@ def check_settlement_order(order: SettlementOrder) -> None:
     if len(player_payees) > SEAT_COUNT - 1:
         raise InvalidOrderError(f"at most {SEAT_COUNT - 1} players are paid, got {len(player_payees)}")
     escape_lines = [payee for payee in order.payees if payee.account == HOUSE_ESCAPE_ACCOUNT]
+    _check_income_references(order, bool(escape_lines))
     if escape_lines and escape_lines[0].beans == 0:
         # RULES.md 1.10: the penalty is at least escape_penalty_floor, and the shortfall split
         # gives the house the remainder; a zero penalty line would receive beans it was never owed.
         raise InvalidOrderError("an escape instruction's house:escape penalty line must be positive")
+
+
+def _check_income_references(order: SettlementOrder, has_escape_line: bool) -> None:
+    ids = order.income_instruction_ids
+    if not ids:
+        return
+    if order.reason not in INCOME_REASONS:
+        raise InvalidOrderError(
+            f"only {' and '.join(sorted(INCOME_REASONS))} move kong income; {order.reason!r} names "
+            "income instructions"
+        )
+    if has_escape_line:
+        raise InvalidOrderError("an escape instruction never moves kong income")
+    if len(ids) > PAYEES_MAX or len(set(ids)) != len(ids):
+        raise InvalidOrderError(f"1..{PAYEES_MAX} distinct income instruction ids, got {len(ids)}")
+    for income_id in ids:
+        _check_text("income instruction id", income_id, ORDER_KEY_MAX_LENGTH)
+        if income_id == order.instruction_id:
+            raise InvalidOrderError("an instruction cannot move its own income")
 
 
 def check_deposit_order(order: DepositOrder) -> None:
@@ -264,7 +301,10 @@ def check_deposit_order(order: DepositOrder) -> None:
 def settlement_digest(order: SettlementOrder) -> str:
     """A fingerprint of what a settlement order asks for, to tell a true retry from a key clash."""
     payees = ";".join(f"{payee.account}={payee.beans}/{payee.reason}" for payee in order.payees)
-    return _digest(f"{order.table_id}|{order.reason}|{order.payer_account}>{payees}")
+    text = f"{order.table_id}|{order.reason}|{order.payer_account}>{payees}"
+    if order.income_instruction_ids:  # appended only when present: older digests stay valid
+        text += "|income:" + ",".join(order.income_instruction_ids)
+    return _digest(text)
 
 
 def deposit_digest(order: DepositOrder) -> str:
@@ -272,19 +312,27 @@ def deposit_digest(order: DepositOrder) -> str:
     return _digest(f"{order.account}|{order.beans}|{order.reason}")
 
 
-def settlement_transfer(order: SettlementOrder, payer_balance_beans: int) -> Transfer:
+def settlement_transfer(
+    order: SettlementOrder, payer_balance_beans: int, income_beans: int | None = None
+) -> Transfer:
     """The transfer for ``order`` when the payer holds ``payer_balance_beans``.
 
-    The split when the payer is short is the rules library's `apply_balance` (RULES.md 1.9, and
-    1.10 when a payee is ``house:escape``). The rules speak of seats, the ledger of accounts: the
+    ``income_beans`` (required when the order names income instructions) is what those
+    instructions credited the payer: the order moves at most that (RULES.md 1.9a.1). The split
+    when the payer is short is the rules library's `post_instruction` (RULES.md 1.9, and 1.10 when
+    a payee is ``house:escape``). The rules speak of seats, the ledger of accounts: the
     payer becomes seat 0 and the player payees seats 1, 2, 3 in listing order, so "the first payee
     in turn order after the payer" is the first player payee listed; house accounts come after the
     players, as in the rules.
     """
     check_settlement_order(order)
     assert payer_balance_beans >= 0, f"{order.payer_account} holds {payer_balance_beans} beans"
+    if order.income_instruction_ids:
+        assert income_beans is not None and income_beans >= 0, "a kong income order needs the income"
+    else:
+        income_beans = None
     instruction, account_of_party = _bean_instruction(order)
-    posted = apply_balance(instruction, payer_balance_beans)
+    posted = post_instruction(instruction, payer_balance_beans, income_beans or 0)
     postings: list[Posting] = []
     for payee, payment in zip(order.payees, posted.payments, strict=True):
         assert account_of_party[payment.payee] == payee.account
@@ -305,6 +353,7 @@ def settlement_transfer(order: SettlementOrder, payer_balance_beans: int) -> Tra
         requested_beans=order.requested_beans,
         posted_beans=posted_beans,
         request_digest=settlement_digest(order),
+        income_limit_beans=income_beans,
     )
 
 
@@ -369,6 +418,14 @@ class Book:
     posted_digests: Mapping[tuple[TransferKind, str], str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    credited: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    """(settlement order key, account) -> beans that order credited the account (for 1.9a.1)."""
+
+    def income_of(self, order: SettlementOrder) -> int | None:
+        """What the order's income instructions credited its payer; None for other orders."""
+        if not order.income_instruction_ids:
+            return None
+        return sum(self.credited.get((key, order.payer_account), 0) for key in order.income_instruction_ids)
 
     def balance(self, account: str) -> int:
         """The balance of ``account``; 0 for an account the book has never seen."""
@@ -387,7 +444,7 @@ def decide_settlement(book: Book, order: SettlementOrder) -> Transfer | None:
     check_settlement_order(order)
     if _already_posted(book, TransferKind.SETTLEMENT, order.instruction_id, settlement_digest(order)):
         return None
-    return settlement_transfer(order, book.balance(order.payer_account))
+    return settlement_transfer(order, book.balance(order.payer_account), book.income_of(order))
 
 
 def decide_deposit(book: Book, order: DepositOrder) -> Transfer | None:
@@ -404,9 +461,15 @@ def evolve(book: Book, transfer: Transfer) -> Book:
     assert key not in book.posted_digests, f"{key} is posted twice"
     balances = {**book.balances, **apply_postings(book.balances, transfer)}
     assert sum(balances.values()) == 0, "the trial balance is zero after every transfer"
+    credited = dict(book.credited)
+    if transfer.kind is TransferKind.SETTLEMENT:
+        for posting in transfer.postings:
+            if posting.beans > 0:
+                credited[(transfer.order_key, posting.account)] = posting.beans
     return Book(
         balances=MappingProxyType(balances),
         posted_digests=MappingProxyType({**book.posted_digests, key: transfer.request_digest}),
+        credited=MappingProxyType(credited),
     )
 
 
@@ -448,7 +511,10 @@ def _bean_instruction(order: SettlementOrder) -> tuple[BeanInstruction, dict[int
             party = payee.account
         account_of_party[party] = payee.account
         payments.append(BeanPayment(party, payee.beans, Reason(payee.reason or order.reason)))
-    return BeanInstruction(payer_seat, tuple(payments), order.instruction_id), account_of_party
+    instruction = BeanInstruction(
+        payer_seat, tuple(payments), order.instruction_id, income_of=order.income_instruction_ids
+    )
+    return instruction, account_of_party
 
 
 def _check_text(what: str, value: str, maximum_length: int, *, required: bool = True) -> None:

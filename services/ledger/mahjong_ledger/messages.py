@@ -26,6 +26,7 @@ def settlement_order_from_proto(message: settlement_events_pb2.SettlementInstruc
         payees=tuple(PayeeLine(payee.account, payee.beans, payee.reason) for payee in message.payees),
         source_event_id=message.source_event_id,
         line=message.line,
+        income_instruction_ids=tuple(message.income_instruction_ids),
     )
 
 
@@ -43,6 +44,7 @@ def transfer_posted_from_record(record: TransferRecord) -> ledger_events_pb2.Tra
         requested_beans=record.requested_beans,
         posted_beans=record.posted_beans,
         memo=record.memo,
+        income_limit_beans=record.income_limit_beans,
     )
 
 

@@ -75,6 +75,8 @@ ledger_transfers = Table(
     Column("line", Integer, nullable=False),
     Column("memo", String(MEMO_MAX_LENGTH), nullable=False),
     Column("posted_at", DateTime(timezone=True), nullable=False),
+    # RULES.md 1.9a.1: for a kong refund or call transfer, the kong income it could move at most.
+    Column("income_limit_beans", BigInteger, nullable=True),
     UniqueConstraint("kind", "order_key", name="uq_ledger_transfers_kind_order_key"),
     CheckConstraint(
         "posted_beans >= 0 AND posted_beans <= requested_beans", name="ck_ledger_transfers_posted"

@@ -8,7 +8,8 @@ Checks (ARCHITECTURE.md "Money: the ledger"; the check names are the ``Reconcile
   account's postings up to it; the first posting where they part is named (a tampered row).
 - ``not_negative``: no account except ``world`` holds a negative balance.
 - ``transfer_sum``: each transfer's postings sum to zero, and the beans debited equal its
-  ``posted_beans``, never more than requested; a short payment left the payer at exactly zero.
+  ``posted_beans``, never more than requested nor than the kong income a refund or call transfer
+  was limited to (RULES.md 1.9a.1); a payment short of what was owed left the payer at exactly zero.
 - ``game_sum``: per game, player deltas + rake + escape penalties (+ compensations, which are
   player deltas) = 0.
 - ``posted_once``: no order key has two transfers, and a game announced by ``GameSettled`` has as
@@ -264,6 +265,7 @@ def _check_transfer_sums(session: Session, window: list[ColumnElement[bool]], fi
             ledger_transfers.c.table_id,
             ledger_transfers.c.requested_beans,
             ledger_transfers.c.posted_beans,
+            ledger_transfers.c.income_limit_beans,
             total.label("total"),
             debited.label("debited"),
         )
@@ -279,6 +281,7 @@ def _check_transfer_sums(session: Session, window: list[ColumnElement[bool]], fi
                 total != 0,
                 debited != ledger_transfers.c.posted_beans,
                 ledger_transfers.c.posted_beans > ledger_transfers.c.requested_beans,
+                ledger_transfers.c.posted_beans > _OWED_BEANS,
             )
         )
         .order_by(ledger_transfers.c.transfer_id)
@@ -303,6 +306,13 @@ def _check_transfer_sums(session: Session, window: list[ColumnElement[bool]], fi
                 subject,
                 f"posted {row.posted_beans} beans, more than the {row.requested_beans} requested",
             )
+        if row.income_limit_beans is not None and row.posted_beans > row.income_limit_beans:
+            findings.add(
+                TRANSFER_SUM,
+                subject,
+                f"moved {row.posted_beans} beans of kong income, more than the {row.income_limit_beans} "
+                "received (RULES.md 1.9a.1)",
+            )
     short = (
         sqlalchemy.select(
             ledger_transfers.c.transfer_id,
@@ -320,7 +330,7 @@ def _check_transfer_sums(session: Session, window: list[ColumnElement[bool]], fi
         .where(
             *window,
             ledger_transfers.c.kind == TransferKind.SETTLEMENT.value,
-            ledger_transfers.c.posted_beans < ledger_transfers.c.requested_beans,
+            ledger_transfers.c.posted_beans < _OWED_BEANS,
             ledger_postings.c.balance_after_beans != 0,
         )
         .order_by(ledger_transfers.c.transfer_id)
@@ -329,9 +339,22 @@ def _check_transfer_sums(session: Session, window: list[ColumnElement[bool]], fi
         findings.add(
             TRANSFER_SUM,
             f"transfer {row.transfer_id} (settlement {row.order_key!r})",
-            f"paid less than requested, yet left payer {row.payer_account} with "
+            f"paid less than owed, yet left payer {row.payer_account} with "
             f"{row.balance_after_beans} beans (a short payer pays everything, RULES.md 1.9)",
         )
+
+
+# What a transfer's payer owed: the request, or less when limited to kong income (RULES.md 1.9a.1).
+_OWED_BEANS = sqlalchemy.case(
+    (
+        sqlalchemy.and_(
+            ledger_transfers.c.income_limit_beans.is_not(None),
+            ledger_transfers.c.income_limit_beans < ledger_transfers.c.requested_beans,
+        ),
+        ledger_transfers.c.income_limit_beans,
+    ),
+    else_=ledger_transfers.c.requested_beans,
+)
 
 
 def _postings_of(session: Session, transfer_id: str) -> str:

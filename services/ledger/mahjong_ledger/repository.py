@@ -97,6 +97,7 @@ class TransferRecord:
     memo: str
     posted_at: datetime.datetime
     postings: tuple[PostingRecord, ...]
+    income_limit_beans: int | None = None
 
     def balance_after_beans(self, account: str) -> int | None:
         """``account``'s balance after this transfer, when the transfer moved beans on it."""
@@ -141,20 +142,23 @@ class EventContext:
 class PostRequest:
     """One order to post: its key and digest, the accounts it touches, and how to split it.
 
-    ``decide`` gets the locked balances (as posted so far in the batch) and returns the transfer.
-    Build it with `settlement_request` or `deposit_request`.
+    ``decide`` gets the locked balances and the beans each income order (``income_keys``) credited
+    each account, both as posted so far in the batch, and returns the transfer. Build it with
+    `settlement_request` or `deposit_request`.
     """
 
     kind: TransferKind
     order_key: str
     digest: str
     accounts: tuple[str, ...]
-    decide: Callable[[Mapping[str, int]], Transfer]
+    decide: Callable[[Mapping[str, int], Mapping[tuple[str, str], int]], Transfer]
     context: EventContext
     stream_id: str
     source_event_id: str
     line: int
     memo: str
+    income_keys: tuple[str, ...] = ()
+    """RULES.md 1.9a.1: the settlement order keys whose credits limit this order (kong income)."""
 
 
 def settlement_request(order: SettlementOrder, context: EventContext) -> PostRequest:
@@ -165,13 +169,24 @@ def settlement_request(order: SettlementOrder, context: EventContext) -> PostReq
         order_key=order.instruction_id,
         digest=settlement_digest(order),
         accounts=(order.payer_account, *(payee.account for payee in order.payees)),
-        decide=lambda balances: settlement_transfer(order, balances[order.payer_account]),
+        decide=lambda balances, credited: settlement_transfer(
+            order, balances[order.payer_account], _income_beans(order, credited)
+        ),
         context=context,
         stream_id=order.table_id,
         source_event_id=context.causation_id,
         line=order.line,
         memo="",
+        income_keys=order.income_instruction_ids,
     )
+
+
+def _income_beans(order: SettlementOrder, credited: Mapping[tuple[str, str], int]) -> int | None:
+    """RULES.md 1.9a.1: what the order's income instructions credited its payer, as posted (an
+    instruction never posted credited nothing); None for an order naming none."""
+    if not order.income_instruction_ids:
+        return None
+    return sum(credited.get((key, order.payer_account), 0) for key in order.income_instruction_ids)
 
 
 def deposit_request(order: DepositOrder, context: EventContext) -> PostRequest:
@@ -182,7 +197,7 @@ def deposit_request(order: DepositOrder, context: EventContext) -> PostRequest:
         order_key=order.idempotency_key,
         digest=deposit_digest(order),
         accounts=(order.account, WORLD_ACCOUNT),
-        decide=lambda _balances: deposit_transfer(order),
+        decide=lambda _balances, _credited: deposit_transfer(order),
         context=context,
         stream_id=order.account,
         source_event_id="",
@@ -227,7 +242,7 @@ class LedgerRepository:
         balances = self._lock_balances(session, accounts)
         # Only after the lock: a concurrent call with the same key has committed or not started.
         posted_before = self._posted_digests(session, requests)
-        plan = _Plan(balances)
+        plan = _Plan(balances, self._credited(session, requests))
         for request in requests:
             plan.add(request, posted_before)
         posting_ids = self._write(session, plan)
@@ -417,6 +432,16 @@ class LedgerRepository:
         rows = [row for row in session.execute(query).mappings() if (row["kind"], row["order_key"]) in wanted]
         return {(record.kind, record.order_key): record for record in self._records(session, rows)}
 
+    def _credited(self, session: Session, requests: Sequence[PostRequest]) -> dict[tuple[str, str], int]:
+        """(order key, account) -> beans credited, for every income key the batch names (1.9a.1)."""
+        keys = sorted({key for request in requests for key in request.income_keys})
+        if not keys:
+            return {}
+        return {
+            (row.order_key, row.account): int(row.beans)
+            for row in session.execute(_CREDITED, {"order_keys": keys})
+        }
+
     def _posted_digests(
         self, session: Session, requests: Sequence[PostRequest]
     ) -> dict[tuple[str, str], str]:
@@ -503,6 +528,7 @@ class LedgerRepository:
                 source_event_id=row["source_event_id"],
                 line=int(row["line"]),
                 memo=row["memo"],
+                income_limit_beans=_optional_int(row["income_limit_beans"]),
                 posted_at=_aware(row["posted_at"]),
                 postings=tuple(postings[row["transfer_id"]]),
             )
@@ -511,11 +537,13 @@ class LedgerRepository:
 
 
 class _Plan:
-    """A batch worked out in memory: the transfers, their postings and the running balances."""
+    """A batch worked out in memory: the transfers, their postings and the running balances, and
+    what the settlement orders credited (for the kong income of RULES.md 1.9a.1)."""
 
-    def __init__(self, balances: Mapping[str, int]) -> None:
+    def __init__(self, balances: Mapping[str, int], credited: Mapping[tuple[str, str], int]) -> None:
         self._initial = dict(balances)
         self._balances = dict(balances)
+        self._credited = dict(credited)
         self._digests: dict[tuple[str, str], str] = {}
         self._new: set[int] = set()
         self.transfers: list[tuple[dict[str, object], tuple[Transfer, PostRequest]]] = []
@@ -533,10 +561,14 @@ class _Plan:
                     "use a new key for a new request"
                 )
             return
-        transfer = request.decide(self._balances)
+        transfer = request.decide(self._balances, self._credited)
         assert transfer.kind == request.kind and transfer.order_key == request.order_key, transfer
         new_balances = apply_postings(self._balances, transfer)
         self._balances.update(new_balances)
+        if transfer.kind is TransferKind.SETTLEMENT:
+            for posting in transfer.postings:
+                if posting.beans > 0:
+                    self._credited[(transfer.order_key, posting.account)] = posting.beans
         self._digests[key] = request.digest
         self._new.add(id(request))
         posted_at = _aware(request.context.occurred_at)
@@ -604,6 +636,7 @@ def _transfer_row(
         "source_event_id": request.source_event_id,
         "line": request.line,
         "memo": request.memo,
+        "income_limit_beans": transfer.income_limit_beans,
         "posted_at": posted_at,
     }
 
@@ -621,6 +654,7 @@ def _transfer_posted_envelope(transfer: Transfer, request: PostRequest) -> envel
         requested_beans=transfer.requested_beans,
         posted_beans=transfer.posted_beans,
         memo=request.memo,
+        income_limit_beans=transfer.income_limit_beans,
     )
     occurred_at = _aware(request.context.occurred_at)
     return new_envelope(
@@ -649,6 +683,15 @@ _LOCK_BALANCES = (
     .order_by(ledger_accounts.c.account)
     .with_for_update()
 )
+_CREDITED = (
+    sqlalchemy.select(ledger_transfers.c.order_key, ledger_postings.c.account, ledger_postings.c.beans)
+    .join(ledger_postings, ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
+    .where(
+        ledger_transfers.c.kind == TransferKind.SETTLEMENT.value,
+        ledger_transfers.c.order_key.in_(sqlalchemy.bindparam("order_keys", expanding=True)),
+        ledger_postings.c.beans > 0,
+    )
+)
 _POSTED_DIGESTS = sqlalchemy.select(
     ledger_transfers.c.kind, ledger_transfers.c.order_key, ledger_transfers.c.request_digest
 ).where(ledger_transfers.c.order_key.in_(sqlalchemy.bindparam("order_keys", expanding=True)))
@@ -659,6 +702,10 @@ def _insert_for(session: Session) -> Callable[..., sqlalchemy.dialects.postgresq
     dialect_name = session.get_bind().dialect.name
     insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
     return insert  # type: ignore[return-value]
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _aware(moment: datetime.datetime) -> datetime.datetime:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +23,7 @@ from mahjong_ledger.domain import (
     decide_settlement,
     evolve,
     fold,
+    settlement_digest,
     settlement_transfer,
     starting_grant_order,
 )
@@ -326,3 +329,86 @@ def test_a_posted_settlement_moves_min_of_balance_and_owed_and_no_player_gets_mo
             assert 0 < posting.beans <= owed[posting.account] + rounding_slack_beans
         elif posting.account != instruction.payer_account:
             assert 0 < posting.beans <= owed[posting.account]
+
+
+# --- RULES.md 1.9a.1: kong income is what was received ----------------------------------------------
+
+
+def kong_income_orders(kong_owed: int, refund_owed: int) -> tuple[SettlementOrder, SettlementOrder]:
+    """A kong paid by player:b to player:a, and its refund naming the kong's instruction."""
+    kong = order("player:b", ("player:a", kong_owed), reason="concealed_kong", instruction_id="kong-b")
+    refund = dataclasses.replace(
+        order("player:a", ("player:b", refund_owed), reason="kong_refund", instruction_id="refund-b"),
+        income_instruction_ids=("kong-b",),
+    )
+    return kong, refund
+
+
+def test_rules_1_9a_1_a_refund_returns_only_what_the_ledger_posted_for_the_kong() -> None:
+    # player:b owed 200 for the kong but held 50: the refund returns 50, not 200.
+    kong, refund = kong_income_orders(200, 200)
+    book, transfers = fold(Book(), [deposit("player:a", 10_000), deposit("player:b", 50, "d2"), kong, refund])
+    refund_transfer = transfers[-1]
+    assert (refund_transfer.requested_beans, refund_transfer.income_limit_beans) == (200, 50)
+    assert (refund_transfer.owed_beans, refund_transfer.posted_beans) == (50, 50)
+    assert postings_of(refund_transfer) == {"player:a": -50, "player:b": 50}
+    assert book.balance("player:b") == 50
+
+
+def test_rules_1_9a_1_income_then_the_payers_balance_limit_what_moves() -> None:
+    kong, refund = kong_income_orders(200, 200)
+    posted_kong = settlement_transfer(kong, 10_000)
+    book = Book()
+    for transfer in (decide_deposit(book, deposit("player:b", 10_000)),):
+        assert transfer is not None
+        book = evolve(book, transfer)
+    book = evolve(book, posted_kong)
+    assert book.income_of(refund) == 200
+    # player:a now holds 200 (the kong); had it lost 150 of it since, only 50 could move.
+    assert settlement_transfer(refund, 50, book.income_of(refund)).posted_beans == 50
+    # An income order whose kong was never posted moved nothing and can return nothing.
+    assert Book().income_of(refund) == 0
+    assert settlement_transfer(refund, 10_000, 0).posted_beans == 0
+
+
+def test_rules_1_9a_1_a_call_transfer_sums_every_instruction_of_the_kong() -> None:
+    orders = [
+        deposit("player:b", 10_000),
+        deposit("player:c", 60, "d2"),
+        order("player:b", ("player:a", 200), reason="concealed_kong", instruction_id="kong-b"),
+        order("player:c", ("player:a", 200), reason="concealed_kong", instruction_id="kong-c"),
+        dataclasses.replace(
+            order("player:a", ("player:d", 400), reason="call_transfer", instruction_id="transfer"),
+            income_instruction_ids=("kong-b", "kong-c"),
+        ),
+    ]
+    book, transfers = fold(Book(), orders)
+    assert (transfers[-1].income_limit_beans, transfers[-1].posted_beans) == (260, 260)
+    assert book.balance("player:d") == 260
+
+
+def test_income_references_change_the_digest_only_when_present() -> None:
+    kong, refund = kong_income_orders(200, 200)
+    plain = dataclasses.replace(refund, income_instruction_ids=())
+    assert settlement_digest(refund) != settlement_digest(plain)
+    assert settlement_digest(kong) == settlement_digest(dataclasses.replace(kong, income_instruction_ids=()))
+
+
+@pytest.mark.parametrize(
+    ("income_ids", "reason", "message"),
+    [
+        (("kong-b",), "win", "only call_transfer and kong_refund move kong income"),
+        (("kong-b", "kong-b"), "kong_refund", "distinct income instruction ids"),
+        (("",), "kong_refund", "income instruction id must be"),
+        (("refund-b",), "kong_refund", "cannot move its own income"),
+    ],
+)
+def test_malformed_income_references_are_refused(
+    income_ids: tuple[str, ...], reason: str, message: str
+) -> None:
+    bad = dataclasses.replace(
+        order("player:a", ("player:b", 100), reason=reason, instruction_id="refund-b"),
+        income_instruction_ids=income_ids,
+    )
+    with pytest.raises(InvalidOrderError, match=message):
+        settlement_transfer(bad, 10, 0)

@@ -46,7 +46,17 @@ def orders(draw: st.DrawFn) -> list[SettlementOrder | DepositOrder]:
         payees = draw(st.lists(st.sampled_from([*others, "house:rake"]), min_size=1, max_size=3, unique=True))
         lines = tuple(PayeeLine(account, draw(st.integers(0, 3_000)), "") for account in payees)
         key = f"i{draw(st.integers(0, index))}"  # Repeats: retries and key clashes.
-        stream.append(SettlementOrder(key, f"table-{index % 2}", "room", "win", payer, lines))
+        # RULES.md 1.9a.1: some orders move kong income, limited to what earlier orders credited.
+        income_ids: tuple[str, ...] = ()
+        if index and draw(st.booleans()):
+            earlier = draw(st.sets(st.sampled_from([f"i{k}" for k in range(index)]), min_size=1, max_size=3))
+            income_ids = tuple(sorted(income_id for income_id in earlier if income_id != key))
+        reason = "kong_refund" if income_ids else "win"
+        stream.append(
+            SettlementOrder(
+                key, f"table-{index % 2}", "room", reason, payer, lines, income_instruction_ids=income_ids
+            )
+        )
     return stream
 
 

@@ -84,6 +84,7 @@ WAITING_HAND_TILE_COUNT: Final = 13
 NO_SEAT: Final = -1
 PLAYER_ACCOUNT_PREFIX: Final = "player:"
 END_REASONS_WITH_CHECKS: Final = frozenset({"wall_exhausted", "escapes"})
+FIXED_VALUE_FANS: Final = frozenset({"heavenly", "earthly"})
 # Events of one game: a 108-tile wall gives at most a few hundred; far more is a broken stream.
 GAME_EVENTS_MAX: Final = 5_000
 
@@ -658,7 +659,9 @@ def _player_won(
     if not state.in_game(event.seat):
         raise GameFactsError(f"seat {event.seat} won but is out of the game")
     scored = _score_win(state, source, event, win_by, steps)
-    winner = Winner(event.seat, scored.multiplier)
+    # RULES.md 1.9a.5: 天胡/地胡 are fixed-value hands, so add_one gives them no extra point.
+    fixed_value = any(fan.id in FIXED_VALUE_FANS for fan in scored.fans)
+    winner = Winner(event.seat, scored.multiplier, fixed_value)
     state = replace(state, won=state.won | {event.seat})
     if win_by is WinBy.SELF_DRAW:
         fact = WinFact(source=source, win_by=win_by, winners=(winner,))

@@ -149,7 +149,12 @@ def instruction_id(table_id: str, instruction: BeanInstruction) -> str:
     The key names the source event, reason, referred kong, payer and payees, so two instructions of
     one game never share it (asserted when a line is added) and a replay reproduces it exactly.
     """
-    return str(uuid.uuid5(INSTRUCTION_NAMESPACE, f"{table_id}|{instruction.instruction_id}"))
+    return instruction_id_of_key(table_id, instruction.instruction_id)
+
+
+def instruction_id_of_key(table_id: str, key: str) -> str:
+    """The instruction id of a settlement package instruction key (see `instruction_id`)."""
+    return str(uuid.uuid5(INSTRUCTION_NAMESPACE, f"{table_id}|{key}"))
 
 
 def game_settled_event_id(table_id: str, source: str) -> str:
@@ -264,6 +269,8 @@ def _add_line(
         multiplier=0 if fans is None else fans.multiplier,
         coefficient=opened.options.coefficient,
         line=line,
+        # RULES.md 1.9a.1: a kong refund or call transfer moves at most what these paid the payer.
+        income_instruction_ids=[instruction_id_of_key(opened.table_id, key) for key in instruction.income_of],
     )
     assert all(envelope.event_id != message.instruction_id for envelope in envelopes), (
         f"two instructions share the id {message.instruction_id}"

@@ -185,7 +185,10 @@ CASES = [
             ("flower_pig", "p3", (("p0", 16), ("p1", 16), ("p2", 16))),
             ("not_ready", "p0", (("p1", 1),)),
             ("not_ready", "p2", (("p1", 1),)),
-            ("kong_refund", "p0", (("p1", 2), ("p2", 2), ("p3", 2))),
+            # RULES.md 1.9a.2: one refund instruction per original payer.
+            ("kong_refund", "p0", (("p1", 2),)),
+            ("kong_refund", "p0", (("p2", 2),)),
+            ("kong_refund", "p0", (("p3", 2),)),
         ],
     ),
     Case(

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emahjong/v1/ledger_events.proto\x12\nmahjong.v1\")\n\x07Posting\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\r\n\x05\x62\x65\x61ns\x18\x02 \x01(\x03\"\xc3\x01\n\x0eTransferPosted\x12\x13\n\x0btransfer_id\x18\x01 \x01(\t\x12\x16\n\x0einstruction_id\x18\x02 \x01(\t\x12\x10\n\x08table_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12%\n\x08postings\x18\x05 \x03(\x0b\x32\x13.mahjong.v1.Posting\x12\x17\n\x0frequested_beans\x18\x06 \x01(\x03\x12\x14\n\x0cposted_beans\x18\x07 \x01(\x03\x12\x0c\n\x04memo\x18\x08 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emahjong/v1/ledger_events.proto\x12\nmahjong.v1\")\n\x07Posting\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\r\n\x05\x62\x65\x61ns\x18\x02 \x01(\x03\"\xfb\x01\n\x0eTransferPosted\x12\x13\n\x0btransfer_id\x18\x01 \x01(\t\x12\x16\n\x0einstruction_id\x18\x02 \x01(\t\x12\x10\n\x08table_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12%\n\x08postings\x18\x05 \x03(\x0b\x32\x13.mahjong.v1.Posting\x12\x17\n\x0frequested_beans\x18\x06 \x01(\x03\x12\x14\n\x0cposted_beans\x18\x07 \x01(\x03\x12\x0c\n\x04memo\x18\x08 \x01(\t\x12\x1f\n\x12income_limit_beans\x18\t \x01(\x03H\x00\x88\x01\x01\x42\x15\n\x13_income_limit_beansb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,5 +34,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POSTING']._serialized_start=46
   _globals['_POSTING']._serialized_end=87
   _globals['_TRANSFERPOSTED']._serialized_start=90
-  _globals['_TRANSFERPOSTED']._serialized_end=285
+  _globals['_TRANSFERPOSTED']._serialized_end=341
 # @@protoc_insertion_point(module_scope)

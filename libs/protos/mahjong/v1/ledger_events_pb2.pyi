@@ -57,6 +57,7 @@ class TransferPosted(_message.Message):
     REQUESTED_BEANS_FIELD_NUMBER: _builtins.int
     POSTED_BEANS_FIELD_NUMBER: _builtins.int
     MEMO_FIELD_NUMBER: _builtins.int
+    INCOME_LIMIT_BEANS_FIELD_NUMBER: _builtins.int
     transfer_id: _builtins.str
     instruction_id: _builtins.str
     """The settlement instruction id or the deposit idempotency key."""
@@ -67,6 +68,10 @@ class TransferPosted(_message.Message):
     posted_beans: _builtins.int
     memo: _builtins.str
     """The note stored with the transfer (a deposit's memo, the starting grant's); empty for settlements."""
+    income_limit_beans: _builtins.int
+    """For a kong_refund or call_transfer (RULES.md 1.9a.1): the beans the payer had actually
+    received for the kong, the most this transfer could move. Absent for other transfers.
+    """
     @_builtins.property
     def postings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Posting]: ...
     def __init__(
@@ -80,11 +85,14 @@ class TransferPosted(_message.Message):
         requested_beans: _builtins.int = ...,
         posted_beans: _builtins.int = ...,
         memo: _builtins.str = ...,
+        income_limit_beans: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_income_limit_beans", b"_income_limit_beans", "income_limit_beans", b"income_limit_beans"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instruction_id", b"instruction_id", "memo", b"memo", "posted_beans", b"posted_beans", "postings", b"postings", "reason", b"reason", "requested_beans", b"requested_beans", "table_id", b"table_id", "transfer_id", b"transfer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_income_limit_beans", b"_income_limit_beans", "income_limit_beans", b"income_limit_beans", "instruction_id", b"instruction_id", "memo", b"memo", "posted_beans", b"posted_beans", "postings", b"postings", "reason", b"reason", "requested_beans", b"requested_beans", "table_id", b"table_id", "transfer_id", b"transfer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__income_limit_beans: _TypeAlias = _typing.Literal["income_limit_beans"]  # noqa: Y015
+    _WhichOneofArgType__income_limit_beans: _TypeAlias = _typing.Literal["_income_limit_beans", b"_income_limit_beans"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__income_limit_beans) -> _WhichOneofReturnType__income_limit_beans | None: ...
 
 Global___TransferPosted: _TypeAlias = TransferPosted  # noqa: Y015

@@ -78,6 +78,7 @@ class SettlementInstructed(_message.Message):
     COEFFICIENT_FIELD_NUMBER: _builtins.int
     LINE_FIELD_NUMBER: _builtins.int
     PAYER_SEAT_FIELD_NUMBER: _builtins.int
+    INCOME_INSTRUCTION_IDS_FIELD_NUMBER: _builtins.int
     instruction_id: _builtins.str
     """Derived from the source event, so it is an idempotency key."""
     table_id: _builtins.str
@@ -101,6 +102,14 @@ class SettlementInstructed(_message.Message):
     def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]:
         """For wins and checks: the fans and product behind the points."""
 
+    @_builtins.property
+    def income_instruction_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Set on kong_refund and call_transfer (RULES.md 1.9a.1): the instructions of the kong whose
+        income this one moves on. The payees' beans are then an upper bound: the ledger moves at most
+        what it credited the payer for these instructions (what was actually received), and then at
+        most the payer's balance (1.9). Empty on every other instruction.
+        """
+
     def __init__(
         self,
         *,
@@ -116,10 +125,11 @@ class SettlementInstructed(_message.Message):
         coefficient: _builtins.int = ...,
         line: _builtins.int = ...,
         payer_seat: _builtins.int | None = ...,
+        income_instruction_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat", "payer_seat", b"payer_seat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat", "coefficient", b"coefficient", "fans", b"fans", "instruction_id", b"instruction_id", "line", b"line", "multiplier", b"multiplier", "payees", b"payees", "payer_account", b"payer_account", "payer_seat", b"payer_seat", "reason", b"reason", "room_id", b"room_id", "source_event_id", b"source_event_id", "table_id", b"table_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat", "coefficient", b"coefficient", "fans", b"fans", "income_instruction_ids", b"income_instruction_ids", "instruction_id", b"instruction_id", "line", b"line", "multiplier", b"multiplier", "payees", b"payees", "payer_account", b"payer_account", "payer_seat", b"payer_seat", "reason", b"reason", "room_id", b"room_id", "source_event_id", b"source_event_id", "table_id", b"table_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__payer_seat: _TypeAlias = _typing.Literal["payer_seat"]  # noqa: Y015
     _WhichOneofArgType__payer_seat: _TypeAlias = _typing.Literal["_payer_seat", b"_payer_seat"]  # noqa: Y015

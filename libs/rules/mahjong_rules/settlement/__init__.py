@@ -5,7 +5,17 @@ No I/O: the caller passes already-computed facts (seats 0..3, multipliers, ready
 player's maximum wait multiplier, whether a player holds three suits).
 """
 
-from .beans import apply_balance, beans_by_party, points_by_party, rake_instructions, to_beans
+from .beans import (
+    apply_balance,
+    beans_by_party,
+    limit_to_income,
+    points_by_party,
+    post_in_order,
+    post_instruction,
+    rake_instructions,
+    received_from,
+    to_beans,
+)
 from .checks import (
     flower_pig_instructions,
     kong_refund_instructions,
@@ -76,10 +86,14 @@ __all__ = [
     "flower_pig_instructions",
     "kong_instructions",
     "kong_refund_instructions",
+    "limit_to_income",
     "new_game",
     "not_ready_instructions",
     "points_by_party",
+    "post_in_order",
+    "post_instruction",
     "rake_instructions",
+    "received_from",
     "settle",
     "settle_game",
     "to_beans",

@@ -28,7 +28,9 @@ def to_beans(instruction: Instruction, options: SettlementOptions) -> BeanInstru
         BeanPayment(payment.payee, payment.points * options.coefficient, payment.reason)
         for payment in instruction.payments
     )
-    return BeanInstruction(instruction.payer, payments, instruction.source, instruction.refers_to)
+    return BeanInstruction(
+        instruction.payer, payments, instruction.source, instruction.refers_to, instruction.income_of
+    )
 
 
 def rake_instructions(
@@ -67,7 +69,9 @@ def _posted(instruction: BeanInstruction, posted_beans: list[int]) -> BeanInstru
         BeanPayment(payment.payee, beans, payment.reason)
         for payment, beans in zip(instruction.payments, posted_beans, strict=True)
     )
-    return BeanInstruction(instruction.payer, payments, instruction.source, instruction.refers_to)
+    return BeanInstruction(
+        instruction.payer, payments, instruction.source, instruction.refers_to, instruction.income_of
+    )
 
 
 def _general_shortfall(instruction: BeanInstruction, balance_beans: int) -> list[int]:
@@ -129,6 +133,61 @@ def apply_balance(instruction: BeanInstruction, payer_balance_beans: int) -> Bea
     posted = _posted(instruction, shares)
     assert posted.total_beans == payer_balance_beans, "the shortfall split conserves the balance"
     return posted
+
+
+def limit_to_income(instruction: BeanInstruction, income_beans: int) -> BeanInstruction:
+    """What a kong refund or call transfer owes once limited to the income behind it (1.9a.1).
+
+    `income_beans` is what the payer actually received from the instructions named in
+    `income_of` (as posted, after 1.9's pro-rata). The instruction owes at most that: a refund
+    never returns beans that were never paid, a transfer never moves more than was received.
+    With several payees (never produced by the rules, accepted for safety) the income is split
+    among them as a balance would be (1.9). An instruction without `income_of` is unchanged.
+    """
+    assert income_beans >= 0, f"income is never negative, got {income_beans}"
+    if not instruction.income_of:
+        return instruction
+    assert not any(payment.payee == HOUSE_ESCAPE for payment in instruction.payments)
+    return apply_balance(instruction, min(income_beans, instruction.total_beans))
+
+
+def post_instruction(
+    instruction: BeanInstruction, payer_balance_beans: int, income_beans: int = 0
+) -> BeanInstruction:
+    """What is posted for one instruction (RULES.md 1.9, 1.9a.1, 1.10): first limited to the
+    income behind it (kong refund, call transfer), then to the payer's balance."""
+    return apply_balance(limit_to_income(instruction, income_beans), payer_balance_beans)
+
+
+def received_from(posted: Mapping[str, BeanInstruction], keys: Iterable[str], payee: Party) -> int:
+    """What `payee` was credited by the posted instructions of `keys` (missing keys: nothing)."""
+    return sum(
+        payment.beans
+        for key in keys
+        if key in posted
+        for payment in posted[key].payments
+        if payment.payee == payee
+    )
+
+
+def post_in_order(
+    instructions: Iterable[BeanInstruction], balances: Mapping[Party, int]
+) -> tuple[tuple[BeanInstruction, ...], dict[Party, int]]:
+    """Post a game's bean instructions in order on `balances` (seats and house accounts): what
+    each moved and the final balances. The model of the ledger's postings for one game (the
+    ledger runs `post_instruction` on its own stored postings)."""
+    current: dict[Party, int] = dict(balances)
+    posted_by_key: dict[str, BeanInstruction] = {}
+    posted_list: list[BeanInstruction] = []
+    for instruction in instructions:
+        income_beans = received_from(posted_by_key, instruction.income_of, instruction.payer)
+        posted = post_instruction(instruction, current.get(instruction.payer, 0), income_beans)
+        current[instruction.payer] = current.get(instruction.payer, 0) - posted.total_beans
+        for payment in posted.payments:
+            current[payment.payee] = current.get(payment.payee, 0) + payment.beans
+        posted_by_key[instruction.instruction_id] = posted
+        posted_list.append(posted)
+    return tuple(posted_list), current
 
 
 def points_by_party(instructions: Iterable[Instruction]) -> Mapping[Party, int]:

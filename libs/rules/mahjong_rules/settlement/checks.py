@@ -101,20 +101,29 @@ def kong_refund_instructions(
 ) -> tuple[Instruction, ...]:
     """退税 (RULES.md 1.8 step 3): players still in the game and not ready return their kong income.
 
-    Flower pigs are not ready, so they refund too. One instruction per kong, paying back each
-    player who paid for it, except kongs moved by call transfer (1.5) and except players who left
-    the table (1.8, 1.10: an escapee receives nothing further).
+    Flower pigs are not ready, so they refund too. Kongs moved by call transfer (1.5) are skipped,
+    and so are players who left the table (1.8, 1.10: an escapee receives nothing further).
+    RULES.md 1.9a.2: each refund to one original payer is one instruction, kongs in the order
+    declared (payers in turn order after the kong player). 1.9a.1: the points are what the payer
+    was charged; `income_of` names the payer's kong instruction, so the refund returns at most
+    what that payer actually paid.
     """
     check_hands(hands)
     instructions = []
     for kong in state.kongs:
         if kong.transferred or not state.in_game(kong.declarer) or is_ready(state, kong.declarer, hands):
             continue
-        owed = [(payer, points) for payer, points in kong.paid_points if payer not in state.escaped]
-        instruction = _owed_instruction(kong.declarer, owed, Reason.KONG_REFUND, source)
-        if instruction is not None:
+        for payer, points in kong.paid_points:
+            if payer in state.escaped or points == 0:
+                continue
             instructions.append(
-                Instruction(instruction.payer, instruction.payments, source=source, refers_to=kong.source)
+                Instruction(
+                    payer=kong.declarer,
+                    payments=(Payment(payer, points, Reason.KONG_REFUND),),
+                    source=source,
+                    refers_to=kong.source,
+                    income_of=(kong.instruction_key_of(payer),),
+                )
             )
     return tuple(instructions)
 

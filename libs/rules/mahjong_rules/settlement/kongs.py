@@ -61,7 +61,10 @@ def kong_instructions(state: SettlementState, fact: KongFact) -> tuple[Instructi
 def kong_income(fact: KongFact, instructions: tuple[Instruction, ...]) -> KongIncome:
     """The income record of a kong, kept for call transfer (1.5) and kong refund (1.8)."""
     paid_points = tuple((instruction.payer, instruction.total_points) for instruction in instructions)
-    return KongIncome(source=fact.source, declarer=fact.declarer, paid_points=paid_points)
+    keys = tuple(instruction.instruction_id for instruction in instructions)
+    return KongIncome(
+        source=fact.source, declarer=fact.declarer, paid_points=paid_points, instruction_keys=keys
+    )
 
 
 def call_transfer_instruction(
@@ -71,6 +74,9 @@ def call_transfer_instruction(
 
     `source` is the win that triggers it; with several winners (or a kong that earned nothing)
     there is nothing to move. The caller marks the kong transferred so kong refund skips it.
+    The points are the kong's nominal income; `income_of` names the kong's instructions, so what
+    moves is at most what the kong player actually received for them (RULES.md 1.9a.1), and the
+    caller settles it right after the win (1.9a.7).
     """
     if len(winner_seats) != 1 or kong.total_points == 0:
         return None
@@ -81,4 +87,5 @@ def call_transfer_instruction(
         payments=(Payment(winner, kong.total_points, Reason.CALL_TRANSFER),),
         source=source,
         refers_to=kong.source,
+        income_of=kong.instruction_keys,
     )

@@ -151,12 +151,16 @@ class Instruction:
 
     `source` is the id of the game fact (event) it came from; `refers_to` names the earlier fact
     it settles, when there is one (the kong moved by a call transfer or returned by a kong refund).
+    `income_of` names the instructions (their `instruction_id`) whose payments to this payer it
+    moves on: a kong refund or a call transfer moves at most what the payer actually received
+    from them, after 1.9's pro-rata (RULES.md 1.9a.1); empty for every other instruction.
     """
 
     payer: int
     payments: tuple[Payment, ...]
     source: str
     refers_to: str | None = None
+    income_of: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_party(self.payer)
@@ -197,12 +201,17 @@ class BeanPayment:
 
 @dataclass(frozen=True)
 class BeanInstruction:
-    """An instruction converted into beans, or the rake; what the ledger applies."""
+    """An instruction converted into beans, or the rake; what the ledger applies.
+
+    `income_of` as in `Instruction`: the amounts are then an upper bound, limited by
+    `limit_to_income` to what the payer received from those instructions (RULES.md 1.9a.1).
+    """
 
     payer: int
     payments: tuple[BeanPayment, ...]
     source: str
     refers_to: str | None = None
+    income_of: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_party(self.payer)
@@ -266,10 +275,14 @@ class KongFact:
 
 @dataclass(frozen=True)
 class Winner:
-    """One winner of a win fact and their hand's multiplier (RULES.md 1.7, all extras included)."""
+    """One winner of a win fact and their hand's multiplier (RULES.md 1.7, all extras included).
+
+    `fixed_value` marks 天胡/地胡: with `add_one` they get no 自摸加底 point (RULES.md 1.9a.5).
+    """
 
     seat: int
     multiplier: int
+    fixed_value: bool = False
 
 
 @dataclass(frozen=True)
@@ -319,6 +332,16 @@ class KongIncome:
     declarer: int
     paid_points: tuple[tuple[int, int], ...]  # (payer seat, points), in turn order after declarer
     transferred: bool = False
+    instruction_keys: tuple[str, ...] = ()
+    """The `instruction_id` of each payer's kong instruction, in `paid_points` order: what was
+    actually received for the kong is what the ledger posted for them (RULES.md 1.9a.1)."""
+
+    def instruction_key_of(self, payer: int) -> str:
+        """The key of the instruction by which `payer` paid for this kong."""
+        for (seat, _), key in zip(self.paid_points, self.instruction_keys, strict=True):
+            if seat == payer:
+                return key
+        raise InvalidSettlementFactError(f"seat {payer} did not pay for kong {self.source!r}")
 
     @property
     def total_points(self) -> int:

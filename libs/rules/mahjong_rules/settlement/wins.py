@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .model import (
+    SEAT_COUNT,
     Instruction,
     InvalidSettlementFactError,
     Payment,
@@ -18,15 +19,18 @@ from .model import (
 )
 
 
-def win_payment_points(multiplier: int, win_by: WinBy, options: SettlementOptions) -> int:
+def win_payment_points(
+    multiplier: int, win_by: WinBy, options: SettlementOptions, *, fixed_value: bool = False
+) -> int:
     """What one payer pays one winner: multiplier × base 1 point, capped, then the self-draw bonus.
 
     RULES.md 1.9 caps every payment between two players for one win; with `add_one` (1.7) the
-    self-draw extra point comes after the cap, so a capped self-draw pays cap + 1.
+    self-draw extra point comes after the cap, so a capped self-draw pays cap + 1. 天胡 and 地胡
+    (`fixed_value`) are fixed-value hands: no extra point (RULES.md 1.9a.5).
     """
     check_multiplier(multiplier, "win multiplier")
     points = options.capped_points(multiplier)
-    if win_by is WinBy.SELF_DRAW and options.self_draw_bonus is SelfDrawBonus.ADD_ONE:
+    if win_by is WinBy.SELF_DRAW and options.self_draw_bonus is SelfDrawBonus.ADD_ONE and not fixed_value:
         points += 1
     return points
 
@@ -60,13 +64,20 @@ def win_instructions(state: SettlementState, fact: WinFact) -> tuple[Instruction
     """The payments for a win (RULES.md 1.6), one instruction per payer and winner.
 
     Self-draw: every other player still in the game pays the winner. Discard: the discarder pays
-    each winner (multi-win: one instruction per winner). Robbing a kong: the declarer pays.
+    each winner (multi-win: one instruction per winner, in turn order after the discarder,
+    RULES.md 1.9a.2, whatever order the wins were claimed in). Robbing a kong: the declarer pays.
     Call transfer is not included here (see `call_transfer_instruction`).
     """
     _check_win_fact(state, fact)
     instructions: list[Instruction] = []
-    for winner in fact.winners:
-        points = win_payment_points(winner.multiplier, fact.win_by, state.options)
+    winners = fact.winners
+    if fact.payer is not None:
+        payer = fact.payer
+        winners = tuple(sorted(winners, key=lambda winner: (winner.seat - payer) % SEAT_COUNT))
+    for winner in winners:
+        points = win_payment_points(
+            winner.multiplier, fact.win_by, state.options, fixed_value=winner.fixed_value
+        )
         if fact.win_by is WinBy.SELF_DRAW:
             payers = tuple(seat for seat in seats_after(winner.seat) if state.in_game(seat))
         else:
