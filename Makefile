@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := libs/rules libs/protos libs/platform libs/mjctl infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
-.PHONY: setup proto proto-check lint test test-unit test-integration run bench bench-system kafka-start kafka-stop clean
+.PHONY: setup proto proto-check api-release lint test test-unit test-integration run bench bench-system kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
@@ -24,9 +24,25 @@ proto: setup
 proto-check: setup
 	$(BIN)/python -m mahjong_infra.protogen --check
 
-lint: setup
+# buf (the protos' lint and breaking-change checks) from the npm registry, into .cache/, pinned.
+BUF_VERSION := 1.75.0
+BUF := .cache/buf-$(BUF_VERSION)/node_modules/.bin/buf
+# The last released API: `buf breaking` compares protos/ with it. Refresh it when releasing.
+RELEASED_API := protos/released/mahjong-v1.binpb
+
+$(BUF):
+	@command -v npm >/dev/null || { echo "make lint needs npm (Node.js) to fetch @bufbuild/buf"; exit 1; }
+	mkdir -p .cache/buf-$(BUF_VERSION)
+	cd .cache/buf-$(BUF_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+
+api-release: $(BUF)
+	$(BUF) build --exclude-source-info -o $(RELEASED_API)
+
+lint: setup $(BUF)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BUF) lint
+	$(BUF) breaking --against $(RELEASED_API)
 	$(BIN)/mypy libs/rules libs/platform libs/mjctl/mjctl $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
 
 test: setup proto-check

@@ -1,7 +1,9 @@
-"""Generate the Python code of protos/ into libs/protos (imported as ``mahjong.v1``).
+"""Generate the Python code of protos/ into libs/protos (imported as ``mahjong.v1``) and the API
+reference page docs/api.md (`mahjong_infra.apidoc`).
 
 ``python -m mahjong_infra.protogen`` regenerates in place; ``--check`` generates into a temporary
-folder and fails when the committed code differs, so CI catches a proto edited without ``make proto``.
+folder and fails when the committed code or page differs, so CI catches a proto edited without
+``make proto``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPOSITORY / "protos"
 PACKAGE_ROOT = REPOSITORY / "libs" / "protos"
 GENERATED = PACKAGE_ROOT / "mahjong" / "v1"
+API_REFERENCE = REPOSITORY / "docs" / "api.md"
 PACKAGE_INIT = '"""Generated from protos/mahjong/v1 by `make proto`. Never edit by hand."""\n'
 
 
@@ -55,6 +58,13 @@ def generate(output_root: Path) -> None:
     (output_root / "mahjong" / "v1" / "py.typed").write_text("")
 
 
+def api_reference() -> str:
+    """The API reference page of the current protos."""
+    from mahjong_infra import apidoc
+
+    return apidoc.render(apidoc.descriptor_set(PROTO_ROOT, proto_files()))
+
+
 def differences(expected: Path, actual: Path) -> list[str]:
     """Names of files that differ, are missing or are extra between two generated trees."""
     comparison = filecmp.dircmp(expected, actual, ignore=["__pycache__"])
@@ -71,11 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     if not arguments.check:
         shutil.rmtree(GENERATED, ignore_errors=True)
         generate(PACKAGE_ROOT)
+        API_REFERENCE.parent.mkdir(exist_ok=True)
+        API_REFERENCE.write_text(api_reference())
         print(f"generated {len(proto_files())} protos into {GENERATED.relative_to(REPOSITORY)}")
         return 0
     with tempfile.TemporaryDirectory() as temporary:
         generate(Path(temporary))
         found = differences(Path(temporary) / "mahjong" / "v1", GENERATED)
+    if not API_REFERENCE.exists() or API_REFERENCE.read_text() != api_reference():
+        found.append(f"changed: {API_REFERENCE.relative_to(REPOSITORY)}")
     if found:
         print("generated code differs from protos/ — run `make proto` and commit:", *found, sep="\n  ")
         return 1

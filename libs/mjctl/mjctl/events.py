@@ -275,8 +275,8 @@ def _settlement_instructed(instructed: settlement_events_pb2.SettlementInstructe
     formula = story.formula or any(fan.count > 1 for fan in instructed.fans)
     fans = fans_text(instructed.fans, formula)
     if fans and formula:
-        total = fan_sum(instructed.fans)
-        detail = f" [{fans} = {total} fan, ×{instructed.multiplier}, N={instructed.coefficient}]"
+        total = instructed.multiplier or fan_sum(instructed.fans)  # Formula: the fan total
+        detail = f" [{fans} = {total} fan, N={instructed.coefficient}]"
     elif fans:
         detail = f" [{fans} = ×{instructed.multiplier}, N={instructed.coefficient}]"
     else:

@@ -95,7 +95,7 @@ def test_a_formula_settlement_line_shows_the_fan_total_it_was_paid_on() -> None:
             common_pb2.Fan(name="碰碰和", multiplier=6),
             common_pb2.Fan(name="花牌", multiplier=1, count=2),
         ],
-        multiplier=16,
+        multiplier=8,
         coefficient=10,
     )
     text = describe_event(payload_of(line), story)

@@ -29,19 +29,21 @@ class _Variant:
 class _VariantEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Variant.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     VARIANT_UNSPECIFIED: _Variant.ValueType  # 0
+    """Not set; a request with it is rejected (INVALID_ARGUMENT)."""
     VARIANT_SICHUAN_BLOODY: _Variant.ValueType  # 1
-    """血战到底"""
+    """血战到底, Sichuan Bloody (RULES.md 1): three suits, play goes on until three players have won."""
     VARIANT_FORMULA: _Variant.ValueType  # 2
-    """公式"""
+    """公式, Formula (RULES.md 2): MCR fans with a wildcard, flowers and the bird; one win ends the game."""
 
 class Variant(_Variant, metaclass=_VariantEnumTypeWrapper):
     """The room family (RULES.md 1 and 2)."""
 
 VARIANT_UNSPECIFIED: Variant.ValueType  # 0
+"""Not set; a request with it is rejected (INVALID_ARGUMENT)."""
 VARIANT_SICHUAN_BLOODY: Variant.ValueType  # 1
-"""血战到底"""
+"""血战到底, Sichuan Bloody (RULES.md 1): three suits, play goes on until three players have won."""
 VARIANT_FORMULA: Variant.ValueType  # 2
-"""公式"""
+"""公式, Formula (RULES.md 2): MCR fans with a wildcard, flowers and the bird; one win ends the game."""
 Global___Variant: _TypeAlias = Variant  # noqa: Y015
 
 class _KongExposure:
@@ -51,23 +53,25 @@ class _KongExposure:
 class _KongExposureEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KongExposure.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     KONG_EXPOSURE_UNSPECIFIED: _KongExposure.ValueType  # 0
+    """Not a kong (the value on every other meld)."""
     KONG_EXPOSURE_EXPOSED: _KongExposure.ValueType  # 1
-    """直杠: three concealed + a discard"""
+    """直杠: three concealed tiles + another seat's discard."""
     KONG_EXPOSURE_ADDED: _KongExposure.ValueType  # 2
-    """补杠: the fourth tile added to an own exposed pong"""
+    """补杠: the fourth tile added to an own exposed pong."""
     KONG_EXPOSURE_CONCEALED: _KongExposure.ValueType  # 3
-    """暗杠: four concealed"""
+    """暗杠: four concealed tiles (shown face down to the other seats)."""
 
 class KongExposure(_KongExposure, metaclass=_KongExposureEnumTypeWrapper):
     """How a kong was made (RULES.md 1.5)."""
 
 KONG_EXPOSURE_UNSPECIFIED: KongExposure.ValueType  # 0
+"""Not a kong (the value on every other meld)."""
 KONG_EXPOSURE_EXPOSED: KongExposure.ValueType  # 1
-"""直杠: three concealed + a discard"""
+"""直杠: three concealed tiles + another seat's discard."""
 KONG_EXPOSURE_ADDED: KongExposure.ValueType  # 2
-"""补杠: the fourth tile added to an own exposed pong"""
+"""补杠: the fourth tile added to an own exposed pong."""
 KONG_EXPOSURE_CONCEALED: KongExposure.ValueType  # 3
-"""暗杠: four concealed"""
+"""暗杠: four concealed tiles (shown face down to the other seats)."""
 Global___KongExposure: _TypeAlias = KongExposure  # noqa: Y015
 
 class _WinBy:
@@ -77,17 +81,25 @@ class _WinBy:
 class _WinByEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WinBy.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     WIN_BY_UNSPECIFIED: _WinBy.ValueType  # 0
+    """Not set; a request with it is rejected (INVALID_ARGUMENT)."""
     WIN_BY_SELF_DRAW: _WinBy.ValueType  # 1
+    """自摸: on a tile the winner drew; every other seat still playing pays."""
     WIN_BY_DISCARD: _WinBy.ValueType  # 2
+    """点炮: on another seat's discard; the discarder pays."""
     WIN_BY_ROB_KONG: _WinBy.ValueType  # 3
+    """抢杠: on the tile another seat added to its pong (the added kong is void)."""
 
 class WinBy(_WinBy, metaclass=_WinByEnumTypeWrapper):
     """How a win was made (RULES.md 1.6)."""
 
 WIN_BY_UNSPECIFIED: WinBy.ValueType  # 0
+"""Not set; a request with it is rejected (INVALID_ARGUMENT)."""
 WIN_BY_SELF_DRAW: WinBy.ValueType  # 1
+"""自摸: on a tile the winner drew; every other seat still playing pays."""
 WIN_BY_DISCARD: WinBy.ValueType  # 2
+"""点炮: on another seat's discard; the discarder pays."""
 WIN_BY_ROB_KONG: WinBy.ValueType  # 3
+"""抢杠: on the tile another seat added to its pong (the added kong is void)."""
 Global___WinBy: _TypeAlias = WinBy  # noqa: Y015
 
 @_typing.final
@@ -103,11 +115,11 @@ class Meld(_message.Message):
     kind: _builtins.str
     """"pong", "kong" or (formula) "chow"."""
     tile: _builtins.str
-    """The meld's tile; for a chow the lowest tile of the run."""
+    """The meld's tile code; for a chow the lowest tile of the run."""
     exposure: Global___KongExposure.ValueType
-    """Kongs only."""
+    """Kongs only; KONG_EXPOSURE_UNSPECIFIED for pongs and chows."""
     from_seat: _builtins.int
-    """Seat whose discard completed the meld; -1 when none (concealed or added kong)."""
+    """Seat (0..3) whose discard completed the meld; -1 when none (concealed or added kong)."""
     def __init__(
         self,
         *,
@@ -135,11 +147,13 @@ class Fan(_message.Message):
     MULTIPLIER_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    """Stable identifier of the fan (ASCII), as listed in RULES.md and by `mjctl evaluate`."""
     name: _builtins.str
+    """The Chinese name exactly as in RULES.md (e.g. "清一色")."""
     multiplier: _builtins.int
-    """Sichuan: the factor this fan multiplies in. Formula: the fan value."""
+    """Sichuan: the factor this fan multiplies in (≥ 1). Formula: the fan value (1..88)."""
     count: _builtins.int
-    """Formula: how many times the fan is counted."""
+    """Formula: how many times the fan is counted (≥ 1). Sichuan: 0 or 1, counted once."""
     def __init__(
         self,
         *,

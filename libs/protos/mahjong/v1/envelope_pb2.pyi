@@ -25,6 +25,10 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class Envelope(_message.Message):
+    """One event with its identity, position and causes. TableService.Watch and WatchView send table
+    events in envelopes, redacted for the caller's seat (full information only for ops).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_ID_FIELD_NUMBER: _builtins.int
@@ -66,69 +70,116 @@ class Envelope(_message.Message):
     sequence: _builtins.int
     """1-based position within the stream (unique with stream_id)."""
     correlation_id: _builtins.str
-    """The request or flow this event belongs to, and the event or command that caused it."""
+    """The request or flow this event belongs to (e.g. the table id for a game's events)."""
     causation_id: _builtins.str
+    """The event or command that caused this one; empty when none is known."""
     @_builtins.property
-    def occurred_at(self) -> _timestamp_pb2.Timestamp: ...
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """When the event happened (UTC), set by the service that decided it."""
+
     @_builtins.property
     def ticket_queued(self) -> _match_events_pb2.TicketQueued:
-        """mahjong.match.v1: 10–29"""
+        """mahjong.match.v1: 10–29. A player joined a room's queue."""
 
     @_builtins.property
-    def ticket_cancelled(self) -> _match_events_pb2.TicketCancelled: ...
+    def ticket_cancelled(self) -> _match_events_pb2.TicketCancelled:
+        """A ticket left the queue before a table formed."""
+
     @_builtins.property
-    def table_assigned(self) -> _match_events_pb2.TableAssigned: ...
+    def table_assigned(self) -> _match_events_pb2.TableAssigned:
+        """Four tickets formed a table."""
+
     @_builtins.property
     def table_opened(self) -> _table_events_pb2.TableOpened:
-        """mahjong.table.v1: 30–79"""
+        """mahjong.table.v1: 30–79. The game opened (rules, seats, the wall)."""
 
     @_builtins.property
-    def hands_dealt(self) -> _table_events_pb2.HandsDealt: ...
+    def hands_dealt(self) -> _table_events_pb2.HandsDealt:
+        """The deal."""
+
     @_builtins.property
-    def exchange_picked(self) -> _table_events_pb2.ExchangePicked: ...
+    def exchange_picked(self) -> _table_events_pb2.ExchangePicked:
+        """A seat's hidden exchange-three pick (Sichuan)."""
+
     @_builtins.property
-    def tiles_exchanged(self) -> _table_events_pb2.TilesExchanged: ...
+    def tiles_exchanged(self) -> _table_events_pb2.TilesExchanged:
+        """The exchange happened (Sichuan)."""
+
     @_builtins.property
-    def missing_suit_chosen(self) -> _table_events_pb2.MissingSuitChosen: ...
+    def missing_suit_chosen(self) -> _table_events_pb2.MissingSuitChosen:
+        """A seat's hidden missing-suit choice (Sichuan)."""
+
     @_builtins.property
-    def missing_suits_declared(self) -> _table_events_pb2.MissingSuitsDeclared: ...
+    def missing_suits_declared(self) -> _table_events_pb2.MissingSuitsDeclared:
+        """All missing suits, now public (Sichuan)."""
+
     @_builtins.property
-    def tile_drawn(self) -> _table_events_pb2.TileDrawn: ...
+    def tile_drawn(self) -> _table_events_pb2.TileDrawn:
+        """A draw."""
+
     @_builtins.property
-    def tile_discarded(self) -> _table_events_pb2.TileDiscarded: ...
+    def tile_discarded(self) -> _table_events_pb2.TileDiscarded:
+        """A discard."""
+
     @_builtins.property
-    def claim_passed(self) -> _table_events_pb2.ClaimPassed: ...
+    def claim_passed(self) -> _table_events_pb2.ClaimPassed:
+        """A seat passed on a claimable tile."""
+
     @_builtins.property
-    def pong_claimed(self) -> _table_events_pb2.PongClaimed: ...
+    def pong_claimed(self) -> _table_events_pb2.PongClaimed:
+        """A pong of a discard."""
+
     @_builtins.property
-    def kong_declared(self) -> _table_events_pb2.KongDeclared: ...
+    def kong_declared(self) -> _table_events_pb2.KongDeclared:
+        """A kong (exposed, added or concealed)."""
+
     @_builtins.property
-    def kong_robbed(self) -> _table_events_pb2.KongRobbed: ...
+    def kong_robbed(self) -> _table_events_pb2.KongRobbed:
+        """An added kong was robbed by a win."""
+
     @_builtins.property
-    def player_won(self) -> _table_events_pb2.PlayerWon: ...
+    def player_won(self) -> _table_events_pb2.PlayerWon:
+        """A win with its fans."""
+
     @_builtins.property
-    def player_left(self) -> _table_events_pb2.PlayerLeft: ...
+    def player_left(self) -> _table_events_pb2.PlayerLeft:
+        """A player left (escaped) before the end."""
+
     @_builtins.property
-    def turn_timed_out(self) -> _table_events_pb2.TurnTimedOut: ...
+    def turn_timed_out(self) -> _table_events_pb2.TurnTimedOut:
+        """A deadline expired; the server acts next."""
+
     @_builtins.property
-    def wall_exhausted(self) -> _table_events_pb2.WallExhausted: ...
+    def wall_exhausted(self) -> _table_events_pb2.WallExhausted:
+        """The wall ran out."""
+
     @_builtins.property
-    def game_ended(self) -> _table_events_pb2.GameEnded: ...
+    def game_ended(self) -> _table_events_pb2.GameEnded:
+        """The game is over; hands revealed."""
+
     @_builtins.property
-    def chow_claimed(self) -> _table_events_pb2.ChowClaimed: ...
+    def chow_claimed(self) -> _table_events_pb2.ChowClaimed:
+        """A chow of the previous seat's discard (Formula)."""
+
     @_builtins.property
-    def flower_replaced(self) -> _table_events_pb2.FlowerReplaced: ...
+    def flower_replaced(self) -> _table_events_pb2.FlowerReplaced:
+        """A flower set aside (Formula)."""
+
     @_builtins.property
-    def bird_revealed(self) -> _table_events_pb2.BirdRevealed: ...
+    def bird_revealed(self) -> _table_events_pb2.BirdRevealed:
+        """The bird after the win (Formula)."""
+
     @_builtins.property
     def settlement_instructed(self) -> _settlement_events_pb2.SettlementInstructed:
-        """mahjong.settlement.v1: 80–99"""
+        """mahjong.settlement.v1: 80–99. One settlement line to pay."""
 
     @_builtins.property
-    def game_settled(self) -> _settlement_events_pb2.GameSettled: ...
+    def game_settled(self) -> _settlement_events_pb2.GameSettled:
+        """The game's settlement is complete."""
+
     @_builtins.property
     def transfer_posted(self) -> _ledger_events_pb2.TransferPosted:
-        """mahjong.ledger.v1: 100–119"""
+        """mahjong.ledger.v1: 100–119. What the ledger moved."""
 
     def __init__(
         self,
@@ -191,15 +242,23 @@ class DeadLetter(_message.Message):
     CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
     FAILED_AT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    """The topic the message was read from."""
     partition: _builtins.int
+    """Its partition (0-based)."""
     offset: _builtins.int
+    """Its offset within the partition."""
     key: _builtins.bytes
+    """The original message key (the stream id), unchanged."""
     value: _builtins.bytes
     """The original message value, unchanged."""
     error: _builtins.str
+    """Why it failed: the exception's type and message."""
     consumer_group: _builtins.str
+    """The consumer group that gave up on it."""
     @_builtins.property
-    def failed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def failed_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was dead-lettered (UTC)."""
+
     def __init__(
         self,
         *,

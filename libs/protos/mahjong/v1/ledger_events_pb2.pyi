@@ -27,6 +27,7 @@ class Posting(_message.Message):
     ACCOUNT_FIELD_NUMBER: _builtins.int
     BEANS_FIELD_NUMBER: _builtins.int
     account: _builtins.str
+    """"player:<id>", "house:rake", "house:escape" or "world" (where deposits come from)."""
     beans: _builtins.int
     """Signed: negative debits the account, positive credits it."""
     def __init__(
@@ -59,13 +60,17 @@ class TransferPosted(_message.Message):
     MEMO_FIELD_NUMBER: _builtins.int
     INCOME_LIMIT_BEANS_FIELD_NUMBER: _builtins.int
     transfer_id: _builtins.str
+    """Unique id of the transfer (UUID)."""
     instruction_id: _builtins.str
     """The settlement instruction id or the deposit idempotency key."""
     table_id: _builtins.str
+    """The game the transfer settles; empty for deposits and grants."""
     reason: _builtins.str
+    """The instruction's reason (see SettlementInstructed.reason), or "deposit" / "starting_grant"."""
     requested_beans: _builtins.int
-    """Beans the instruction asked for and beans that moved (less when the payer was short)."""
+    """Beans the instruction or deposit asked to move (≥ 0)."""
     posted_beans: _builtins.int
+    """Beans that moved (0 ≤ posted_beans ≤ requested_beans; RULES.md 1.9 pro-rata when short)."""
     memo: _builtins.str
     """The note stored with the transfer (a deposit's memo, the starting grant's); empty for settlements."""
     income_limit_beans: _builtins.int
@@ -73,7 +78,9 @@ class TransferPosted(_message.Message):
     received for the kong, the most this transfer could move. Absent for other transfers.
     """
     @_builtins.property
-    def postings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Posting]: ...
+    def postings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Posting]:
+        """The legs; they sum to zero."""
+
     def __init__(
         self,
         *,

@@ -24,6 +24,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GetBalanceRequest(_message.Message):
+    """Which account to read."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCOUNT_FIELD_NUMBER: _builtins.int
@@ -44,12 +46,16 @@ Global___GetBalanceRequest: _TypeAlias = GetBalanceRequest  # noqa: Y015
 
 @_typing.final
 class GetBalanceResponse(_message.Message):
+    """An account's balance."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCOUNT_FIELD_NUMBER: _builtins.int
     BALANCE_BEANS_FIELD_NUMBER: _builtins.int
     account: _builtins.str
+    """The account read."""
     balance_beans: _builtins.int
+    """Its balance in beans (≥ 0 for player accounts; "world" goes negative by what was deposited)."""
     def __init__(
         self,
         *,
@@ -66,13 +72,17 @@ Global___GetBalanceResponse: _TypeAlias = GetBalanceResponse  # noqa: Y015
 
 @_typing.final
 class ListEntriesRequest(_message.Message):
+    """Which account's postings to list, and which page."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCOUNT_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     account: _builtins.str
+    """As GetBalanceRequest.account; empty = the caller's own."""
     page_size: _builtins.int
+    """Entries per page, 1..500 (0 or unset: 50; more is capped at 500)."""
     page_token: _builtins.str
     """Opaque; from the previous response."""
     def __init__(
@@ -92,6 +102,8 @@ Global___ListEntriesRequest: _TypeAlias = ListEntriesRequest  # noqa: Y015
 
 @_typing.final
 class Entry(_message.Message):
+    """One posting on the account, with the balance it left."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TRANSFER_ID_FIELD_NUMBER: _builtins.int
@@ -102,13 +114,21 @@ class Entry(_message.Message):
     BALANCE_AFTER_BEANS_FIELD_NUMBER: _builtins.int
     POSTED_AT_FIELD_NUMBER: _builtins.int
     transfer_id: _builtins.str
+    """The transfer (UUID)."""
     instruction_id: _builtins.str
+    """The settlement instruction id or deposit key the transfer applied."""
     table_id: _builtins.str
+    """The game it settles; empty for deposits and grants."""
     reason: _builtins.str
+    """Why: the instruction's reason, "deposit" or "starting_grant"."""
     beans: _builtins.int
+    """Signed beans for this account: negative = paid, positive = received."""
     balance_after_beans: _builtins.int
+    """The account's balance right after this posting."""
     @_builtins.property
-    def posted_at(self) -> _timestamp_pb2.Timestamp: ...
+    def posted_at(self) -> _timestamp_pb2.Timestamp:
+        """When the ledger posted it (UTC)."""
+
     def __init__(
         self,
         *,
@@ -130,13 +150,18 @@ Global___Entry: _TypeAlias = Entry  # noqa: Y015
 
 @_typing.final
 class ListEntriesResponse(_message.Message):
+    """One page of entries."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Pass as page_token for the next page; empty on the last page."""
     @_builtins.property
-    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Entry]: ...
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Entry]:
+        """Newest first."""
+
     def __init__(
         self,
         *,
@@ -153,6 +178,8 @@ Global___ListEntriesResponse: _TypeAlias = ListEntriesResponse  # noqa: Y015
 
 @_typing.final
 class DepositRequest(_message.Message):
+    """Move beans from "world" to an account."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCOUNT_FIELD_NUMBER: _builtins.int
@@ -160,9 +187,15 @@ class DepositRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     MEMO_FIELD_NUMBER: _builtins.int
     account: _builtins.str
+    """The account to credit, e.g. "player:alice". Required."""
     beans: _builtins.int
+    """Beans to credit, > 0."""
     idempotency_key: _builtins.str
+    """Required, 1..300 characters; a retry with the same key and request returns the first answer,
+    the same key with a different request is FAILED_PRECONDITION. "grant:" and "internal:" are reserved.
+    """
     memo: _builtins.str
+    """A note kept with the transfer (≤ 500 characters), e.g. the payment reference."""
     def __init__(
         self,
         *,
@@ -181,13 +214,18 @@ Global___DepositRequest: _TypeAlias = DepositRequest  # noqa: Y015
 
 @_typing.final
 class DepositResponse(_message.Message):
+    """What a deposit did."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TRANSFER_FIELD_NUMBER: _builtins.int
     BALANCE_BEANS_FIELD_NUMBER: _builtins.int
     balance_beans: _builtins.int
+    """The account's balance after the deposit."""
     @_builtins.property
-    def transfer(self) -> _ledger_events_pb2.TransferPosted: ...
+    def transfer(self) -> _ledger_events_pb2.TransferPosted:
+        """The transfer posted (or, for a retry, the one posted first)."""
+
     def __init__(
         self,
         *,
@@ -204,10 +242,13 @@ Global___DepositResponse: _TypeAlias = DepositResponse  # noqa: Y015
 
 @_typing.final
 class GetGameStatementRequest(_message.Message):
+    """Which game's statement to read."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table id of the game. Required, 1..200 characters."""
     def __init__(
         self,
         *,
@@ -223,16 +264,23 @@ Global___GetGameStatementRequest: _TypeAlias = GetGameStatementRequest  # noqa: 
 
 @_typing.final
 class GetGameStatementResponse(_message.Message):
+    """One game's money: every transfer, and the net per account."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
     TRANSFERS_FIELD_NUMBER: _builtins.int
     NET_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The game."""
     @_builtins.property
-    def transfers(self) -> _containers.RepeatedCompositeFieldContainer[_ledger_events_pb2.TransferPosted]: ...
+    def transfers(self) -> _containers.RepeatedCompositeFieldContainer[_ledger_events_pb2.TransferPosted]:
+        """Every transfer of the game, in posting order."""
+
     @_builtins.property
-    def net(self) -> _containers.RepeatedCompositeFieldContainer[_ledger_events_pb2.Posting]: ...
+    def net(self) -> _containers.RepeatedCompositeFieldContainer[_ledger_events_pb2.Posting]:
+        """Net beans per account over the game (they sum to zero)."""
+
     def __init__(
         self,
         *,
@@ -250,12 +298,16 @@ Global___GetGameStatementResponse: _TypeAlias = GetGameStatementResponse  # noqa
 
 @_typing.final
 class ReconcileRequest(_message.Message):
+    """The window to check; both bounds optional (unset: open), from ≤ to."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FROM_FIELD_NUMBER: _builtins.int
     TO_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def to(self) -> _timestamp_pb2.Timestamp: ...
+    def to(self) -> _timestamp_pb2.Timestamp:
+        """End of the window (exclusive, UTC)."""
+
     def __init__(
         self,
         *,
@@ -271,6 +323,8 @@ Global___ReconcileRequest: _TypeAlias = ReconcileRequest  # noqa: Y015
 
 @_typing.final
 class ReconcileFinding(_message.Message):
+    """One failed check."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CHECK_FIELD_NUMBER: _builtins.int
@@ -279,7 +333,9 @@ class ReconcileFinding(_message.Message):
     check: _builtins.str
     """"trial_balance", "game_sum", "posted_once", "matches_scoring"."""
     subject: _builtins.str
+    """What failed: an account, a game or an instruction id."""
     detail: _builtins.str
+    """What was found, in words."""
     def __init__(
         self,
         *,
@@ -297,6 +353,8 @@ Global___ReconcileFinding: _TypeAlias = ReconcileFinding  # noqa: Y015
 
 @_typing.final
 class ReconcileResponse(_message.Message):
+    """The books' health over the window."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
@@ -305,11 +363,17 @@ class ReconcileResponse(_message.Message):
     INSTRUCTIONS_CHECKED_FIELD_NUMBER: _builtins.int
     FINDINGS_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """True when every check passed (findings is empty)."""
     accounts_sum_beans: _builtins.int
+    """The sum of every account's balance: 0 when the books balance (trial balance)."""
     games_checked: _builtins.int
+    """How many games the per-game checks covered."""
     instructions_checked: _builtins.int
+    """How many settlement instructions were checked against scoring."""
     @_builtins.property
-    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReconcileFinding]: ...
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReconcileFinding]:
+        """Every failed check; empty when ok."""
+
     def __init__(
         self,
         *,

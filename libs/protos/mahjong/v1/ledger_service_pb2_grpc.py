@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class LedgerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
+    a bearer JWT. A player reads only their own account ("player:<their id>"); the ops and finance
+    roles read any account and alone may call Deposit and Reconcile. Amounts are integer beans.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -62,16 +65,22 @@ class LedgerServiceStub:
 
 
 class LedgerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
+    a bearer JWT. A player reads only their own account ("player:<their id>"); the ops and finance
+    roles read any account and alone may call Deposit and Reconcile. Amounts are integer beans.
+    """
 
     def GetBalance(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """An account's balance. A player account the ledger has never seen first gets its starting grant.
+        Players: their own account only; ops/finance: any.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListEntries(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """An account's postings, newest first, a page at a time. Players: their own account only; ops/finance: any.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -84,13 +93,14 @@ class LedgerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetGameStatement(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every transfer of one game and the net per account. Ops/finance, or a player of that game.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Reconcile(self, request, context):
-        """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger").
+        """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -133,7 +143,10 @@ def add_LedgerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class LedgerService:
-    """Missing associated documentation comment in .proto file."""
+    """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
+    a bearer JWT. A player reads only their own account ("player:<their id>"); the ops and finance
+    roles read any account and alone may call Deposit and Reconcile. Amounts are integer beans.
+    """
 
     @staticmethod
     def GetBalance(request,

@@ -29,43 +29,72 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class LedgerServiceStub:
+    """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
+    a bearer JWT. A player reads only their own account ("player:<their id>"); the ops and finance
+    roles read any account and alone may call Deposit and Reconcile. Amounts are integer beans.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> LedgerServiceAsyncStub: ...
     GetBalance: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.GetBalanceRequest, _ledger_service_pb2.GetBalanceResponse]
+    """An account's balance. A player account the ledger has never seen first gets its starting grant.
+    Players: their own account only; ops/finance: any.
+    """
     ListEntries: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.ListEntriesRequest, _ledger_service_pb2.ListEntriesResponse]
+    """An account's postings, newest first, a page at a time. Players: their own account only; ops/finance: any."""
     Deposit: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.DepositRequest, _ledger_service_pb2.DepositResponse]
     """Move beans from "world" to an account (ops/finance), idempotent on the key."""
     GetGameStatement: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.GetGameStatementRequest, _ledger_service_pb2.GetGameStatementResponse]
+    """Every transfer of one game and the net per account. Ops/finance, or a player of that game."""
     Reconcile: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.ReconcileRequest, _ledger_service_pb2.ReconcileResponse]
-    """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger")."""
+    """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only."""
 
 @_typing.type_check_only
 class LedgerServiceAsyncStub(LedgerServiceStub):
+    """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
+    a bearer JWT. A player reads only their own account ("player:<their id>"); the ops and finance
+    roles read any account and alone may call Deposit and Reconcile. Amounts are integer beans.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetBalance: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.GetBalanceRequest, _ledger_service_pb2.GetBalanceResponse]  # type: ignore[assignment]
+    """An account's balance. A player account the ledger has never seen first gets its starting grant.
+    Players: their own account only; ops/finance: any.
+    """
     ListEntries: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.ListEntriesRequest, _ledger_service_pb2.ListEntriesResponse]  # type: ignore[assignment]
+    """An account's postings, newest first, a page at a time. Players: their own account only; ops/finance: any."""
     Deposit: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.DepositRequest, _ledger_service_pb2.DepositResponse]  # type: ignore[assignment]
     """Move beans from "world" to an account (ops/finance), idempotent on the key."""
     GetGameStatement: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.GetGameStatementRequest, _ledger_service_pb2.GetGameStatementResponse]  # type: ignore[assignment]
+    """Every transfer of one game and the net per account. Ops/finance, or a player of that game."""
     Reconcile: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.ReconcileRequest, _ledger_service_pb2.ReconcileResponse]  # type: ignore[assignment]
-    """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger")."""
+    """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only."""
 
 class LedgerServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
+    a bearer JWT. A player reads only their own account ("player:<their id>"); the ops and finance
+    roles read any account and alone may call Deposit and Reconcile. Amounts are integer beans.
+    """
+
     @_abc_1.abstractmethod
     def GetBalance(
         self,
         request: _ledger_service_pb2.GetBalanceRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_ledger_service_pb2.GetBalanceResponse, _abc.Awaitable[_ledger_service_pb2.GetBalanceResponse]]: ...
+    ) -> _typing.Union[_ledger_service_pb2.GetBalanceResponse, _abc.Awaitable[_ledger_service_pb2.GetBalanceResponse]]:
+        """An account's balance. A player account the ledger has never seen first gets its starting grant.
+        Players: their own account only; ops/finance: any.
+        """
 
     @_abc_1.abstractmethod
     def ListEntries(
         self,
         request: _ledger_service_pb2.ListEntriesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_ledger_service_pb2.ListEntriesResponse, _abc.Awaitable[_ledger_service_pb2.ListEntriesResponse]]: ...
+    ) -> _typing.Union[_ledger_service_pb2.ListEntriesResponse, _abc.Awaitable[_ledger_service_pb2.ListEntriesResponse]]:
+        """An account's postings, newest first, a page at a time. Players: their own account only; ops/finance: any."""
 
     @_abc_1.abstractmethod
     def Deposit(
@@ -80,7 +109,8 @@ class LedgerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _ledger_service_pb2.GetGameStatementRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_ledger_service_pb2.GetGameStatementResponse, _abc.Awaitable[_ledger_service_pb2.GetGameStatementResponse]]: ...
+    ) -> _typing.Union[_ledger_service_pb2.GetGameStatementResponse, _abc.Awaitable[_ledger_service_pb2.GetGameStatementResponse]]:
+        """Every transfer of one game and the net per account. Ops/finance, or a player of that game."""
 
     @_abc_1.abstractmethod
     def Reconcile(
@@ -88,6 +118,6 @@ class LedgerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _ledger_service_pb2.ReconcileRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_ledger_service_pb2.ReconcileResponse, _abc.Awaitable[_ledger_service_pb2.ReconcileResponse]]:
-        """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger")."""
+        """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only."""
 
 def add_LedgerServiceServicer_to_server(servicer: LedgerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -29,8 +29,11 @@ class TicketQueued(_message.Message):
     PLAYER_ID_FIELD_NUMBER: _builtins.int
     ROOM_ID_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
+    """The new ticket (UUID)."""
     player_id: _builtins.str
+    """Who queued (the token's subject)."""
     room_id: _builtins.str
+    """The room they queued for."""
     def __init__(
         self,
         *,
@@ -56,7 +59,9 @@ class TicketCancelled(_message.Message):
     PLAYER_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
+    """The cancelled ticket."""
     player_id: _builtins.str
+    """Whose ticket it was."""
     reason: _builtins.str
     """"cancelled" (by the player) or another short reason."""
     def __init__(
@@ -84,8 +89,11 @@ class SeatAssignment(_message.Message):
     PLAYER_ID_FIELD_NUMBER: _builtins.int
     TICKET_ID_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """0..3, turn order."""
     player_id: _builtins.str
+    """Who sits there."""
     ticket_id: _builtins.str
+    """The ticket that got the seat; empty at tables not formed by matchmaking (tests, tools)."""
     def __init__(
         self,
         *,
@@ -113,11 +121,15 @@ class TableAssigned(_message.Message):
     SEED_FIELD_NUMBER: _builtins.int
     ROOM_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The new table (UUID); also its stream id in the table service."""
     room_id: _builtins.str
+    """The room the tickets queued for."""
     seed: _builtins.int
     """The shuffle seed the table engine uses to build and record the wall (RULES.md 1.1)."""
     @_builtins.property
-    def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatAssignment]: ...
+    def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatAssignment]:
+        """The four seats, seat 0..3."""
+
     @_builtins.property
     def room(self) -> _rooms_pb2.Room:
         """The room as it was when the table formed; the table plays by these rules to the end."""

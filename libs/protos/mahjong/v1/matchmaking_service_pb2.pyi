@@ -23,6 +23,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ListRoomsRequest(_message.Message):
+    """No fields: the whole catalog."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -38,11 +40,15 @@ Global___ListRoomsRequest: _TypeAlias = ListRoomsRequest  # noqa: Y015
 
 @_typing.final
 class ListRoomsResponse(_message.Message):
+    """The room catalog."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ROOMS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def rooms(self) -> _containers.RepeatedCompositeFieldContainer[_rooms_pb2.Room]: ...
+    def rooms(self) -> _containers.RepeatedCompositeFieldContainer[_rooms_pb2.Room]:
+        """Every room, with caller_may_enter set for the caller."""
+
     def __init__(
         self,
         *,
@@ -58,11 +64,14 @@ Global___ListRoomsResponse: _TypeAlias = ListRoomsResponse  # noqa: Y015
 
 @_typing.final
 class EnqueueRequest(_message.Message):
+    """Join a room's queue."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ROOM_ID_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     room_id: _builtins.str
+    """A Room.room_id from ListRooms. Required."""
     idempotency_key: _builtins.str
     """Client-chosen; a retry with the same key returns the first answer."""
     def __init__(
@@ -81,10 +90,13 @@ Global___EnqueueRequest: _TypeAlias = EnqueueRequest  # noqa: Y015
 
 @_typing.final
 class EnqueueResponse(_message.Message):
+    """The ticket created (or, for a retry, the first one)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TICKET_ID_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
+    """Follow it with WatchTicket."""
     def __init__(
         self,
         *,
@@ -100,12 +112,16 @@ Global___EnqueueResponse: _TypeAlias = EnqueueResponse  # noqa: Y015
 
 @_typing.final
 class CancelRequest(_message.Message):
+    """Leave the queue."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TICKET_ID_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
+    """The caller's ticket. Required."""
     idempotency_key: _builtins.str
+    """Required, as EnqueueRequest.idempotency_key."""
     def __init__(
         self,
         *,
@@ -122,6 +138,8 @@ Global___CancelRequest: _TypeAlias = CancelRequest  # noqa: Y015
 
 @_typing.final
 class CancelResponse(_message.Message):
+    """No fields: the ticket is cancelled (or already was, for a retry)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -137,10 +155,13 @@ Global___CancelResponse: _TypeAlias = CancelResponse  # noqa: Y015
 
 @_typing.final
 class WatchTicketRequest(_message.Message):
+    """Which ticket to follow."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TICKET_ID_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
+    """The caller's ticket. Required."""
     def __init__(
         self,
         *,
@@ -156,6 +177,8 @@ Global___WatchTicketRequest: _TypeAlias = WatchTicketRequest  # noqa: Y015
 
 @_typing.final
 class TicketUpdate(_message.Message):
+    """The ticket's state, sent on every change."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TICKET_ID_FIELD_NUMBER: _builtins.int
@@ -164,11 +187,15 @@ class TicketUpdate(_message.Message):
     SEAT_FIELD_NUMBER: _builtins.int
     ROOM_ID_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
+    """The ticket."""
     state: _builtins.str
     """"queued", "seated" or "cancelled"."""
     table_id: _builtins.str
+    """The table once seated ("" before); pass it to TableService."""
     seat: _builtins.int
+    """The caller's seat at that table, 0..3 (meaningful once seated)."""
     room_id: _builtins.str
+    """The room the ticket queued for."""
     def __init__(
         self,
         *,

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class MatchmakingServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Rooms, tickets and seat assignment. Every call needs a bearer JWT; the player is the token's
+    subject, and a player sees and cancels only their own tickets. Any player may call every method.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -57,7 +59,9 @@ class MatchmakingServiceStub:
 
 
 class MatchmakingServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Rooms, tickets and seat assignment. Every call needs a bearer JWT; the player is the token's
+    subject, and a player sees and cancels only their own tickets. Any player may call every method.
+    """
 
     def ListRooms(self, request, context):
         """The room catalog (RULES.md 3).
@@ -120,7 +124,9 @@ def add_MatchmakingServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MatchmakingService:
-    """Missing associated documentation comment in .proto file."""
+    """Rooms, tickets and seat assignment. Every call needs a bearer JWT; the player is the token's
+    subject, and a player sees and cancels only their own tickets. Any player may call every method.
+    """
 
     @staticmethod
     def ListRooms(request,

@@ -29,6 +29,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class MatchmakingServiceStub:
+    """Rooms, tickets and seat assignment. Every call needs a bearer JWT; the player is the token's
+    subject, and a player sees and cancels only their own tickets. Any player may call every method.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
@@ -46,6 +50,10 @@ class MatchmakingServiceStub:
 
 @_typing.type_check_only
 class MatchmakingServiceAsyncStub(MatchmakingServiceStub):
+    """Rooms, tickets and seat assignment. Every call needs a bearer JWT; the player is the token's
+    subject, and a player sees and cancels only their own tickets. Any player may call every method.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListRooms: _aio.UnaryUnaryMultiCallable[_matchmaking_service_pb2.ListRoomsRequest, _matchmaking_service_pb2.ListRoomsResponse]  # type: ignore[assignment]
     """The room catalog (RULES.md 3)."""
@@ -59,6 +67,10 @@ class MatchmakingServiceAsyncStub(MatchmakingServiceStub):
     """Stream the ticket's state until it is seated or cancelled."""
 
 class MatchmakingServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Rooms, tickets and seat assignment. Every call needs a bearer JWT; the player is the token's
+    subject, and a player sees and cancels only their own tickets. Any player may call every method.
+    """
+
     @_abc_1.abstractmethod
     def ListRooms(
         self,

@@ -48,41 +48,63 @@ class RoomRules(_message.Message):
     ESCAPE_PENALTY_POINTS_FIELD_NUMBER: _builtins.int
     ESCAPE_COMPENSATION_POINTS_FIELD_NUMBER: _builtins.int
     variant: _common_pb2.Variant.ValueType
-    """--- common ---"""
+    """--- common ---
+    The family the table plays (RULES.md 1 or 2).
+    """
     coefficient: _builtins.int
-    """N, room coefficient (房间系数): beans = points × N."""
+    """N, room coefficient (房间系数): beans = points × N (≥ 1)."""
     rake_beans: _builtins.int
-    """A, rake (系统回收) every seated player pays after the game, in beans."""
+    """A, rake (系统回收) every seated player pays after the game, in beans (≥ 0)."""
     entry_floor_beans: _builtins.int
-    """Entry floor (场次下限) in beans."""
+    """Entry floor (场次下限) in beans: Enqueue needs a balance of at least this much."""
     turn_timeout_ms: _builtins.int
+    """Milliseconds a seat has to act before the server acts for it (discards the drawn tile,
+    passes a claim, picks automatically); > 0.
+    """
     reconnect_grace_ms: _builtins.int
+    """Milliseconds a disconnected player (no Watch/WatchView stream open) may stay away before
+    they count as escaped (RULES.md 1.10; default 60000).
+    """
     members_only: _builtins.bool
     """Only members of the Happy Points loyalty program (欢乐积分计划) may enter (RULES.md 3; the token's
     `member` claim). Default true for Formula rooms, false for Sichuan rooms.
     """
     dealer_rotation: _builtins.str
     """--- Sichuan Bloody (RULES.md 1) ---
-    "dice" or "first_winner".
+    How the next game's dealer is chosen (RULES.md 1.1): "dice" (default) or "first_winner".
     """
     exchange_three: _builtins.bool
+    """换三张: every seat passes three tiles of one suit after the deal (RULES.md 1.2; default on)."""
     skip_win_lock: _builtins.bool
+    """过手胡: a seat that passes a win cannot win on a discard until its next draw (RULES.md 1.4)."""
     cap_points: _builtins.int
-    """0 = no cap."""
+    """The most points one payment for one win may be (RULES.md 1.9); 0 = no cap."""
     self_draw_bonus: _builtins.str
-    """"double" or "add_one"."""
+    """自摸 bonus (RULES.md 1.7): "double" (default) or "add_one"."""
     flower_pig_points: _builtins.int
+    """Points a flower pig pays every player who is not one (RULES.md 1.8; default 16)."""
     escape_cap_points: _builtins.int
+    """Escape penalty cap when the room has no cap (RULES.md 1.10; default 64 points)."""
     escape_correction: _builtins.int
+    """K, the escape compensation factor (RULES.md 1.10; default 1)."""
     escape_penalty_floor: _builtins.int
+    """The least escape penalty to the house, in points (RULES.md 1.10; default 16)."""
     escape_compensation_floor: _builtins.int
+    """The least escape compensation to each other player, in points (RULES.md 1.10; default 4)."""
     min_fan: _builtins.int
-    """--- Formula (RULES.md 2) ---"""
+    """--- Formula (RULES.md 2) ---
+    The least total fan to win, flowers excluded (RULES.md 2.1; default 8, 0 in the no-fan room).
+    """
     no_wildcard_fan: _builtins.int
+    """Fan value of 无财神, a win without wildcards (RULES.md 2.2; default 2)."""
     fan_term: _builtins.str
-    """"fan", "fan_plus_8" or "flat_10"."""
+    """What each payer pays per win (RULES.md 2.3): "fan" (the fan total), "fan_plus_8" (8番场:
+    total + 8) or "flat_10" (无番场).
+    """
     escape_penalty_points: _builtins.int
+    """Points an escapee pays the house (RULES.md 2.3; default 16)."""
     escape_compensation_points: _builtins.int
+    """Points an escapee pays each other player (RULES.md 2.3; default 8)."""
     def __init__(
         self,
         *,
@@ -119,6 +141,8 @@ Global___RoomRules: _TypeAlias = RoomRules  # noqa: Y015
 
 @_typing.final
 class Room(_message.Message):
+    """One room of the catalog (RULES.md 3)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ROOM_ID_FIELD_NUMBER: _builtins.int
@@ -126,13 +150,17 @@ class Room(_message.Message):
     RULES_FIELD_NUMBER: _builtins.int
     CALLER_MAY_ENTER_FIELD_NUMBER: _builtins.int
     room_id: _builtins.str
+    """Stable id, e.g. "sichuan-novice"; what EnqueueRequest.room_id names."""
     display_name: _builtins.str
+    """Name to show a person, e.g. "四川 新手场"."""
     caller_may_enter: _builtins.bool
     """In a ListRooms answer: whether the calling player may enter this room now (a members-only room
     and a caller whose token carries no `member` claim: false). Not part of the catalog.
     """
     @_builtins.property
-    def rules(self) -> Global___RoomRules: ...
+    def rules(self) -> Global___RoomRules:
+        """The rules a table of this room plays by."""
+
     def __init__(
         self,
         *,

@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class EvaluateHandRequest(_message.Message):
+    """A winning hand to score, with the circumstances of the win (the fields of `mjctl evaluate`)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     VARIANT_FIELD_NUMBER: _builtins.int
@@ -43,26 +45,43 @@ class EvaluateHandRequest(_message.Message):
     ROUND_WIND_FIELD_NUMBER: _builtins.int
     MIN_FAN_FIELD_NUMBER: _builtins.int
     variant: _common_pb2.Variant.ValueType
+    """The family whose rules score the hand. Required."""
     concealed: _builtins.str
     """The hand without the winning tile, compact notation."""
     win_tile: _builtins.str
+    """The winning tile. Required."""
     win_by: _common_pb2.WinBy.ValueType
+    """How it was won; unset = on a discard."""
     after_kong: _builtins.bool
+    """Won on a kong replacement draw or the discard after a kong."""
     last_tile: _builtins.bool
+    """Won on the last tile of the wall."""
     first_turn: _builtins.bool
+    """Won on the first draw or discard of the game."""
     dealer: _builtins.bool
+    """The winner is the dealer."""
     missing_suit: _builtins.str
+    """Sichuan: the missing suit ("m", "p", "s"); "" = the suit absent from the hand, if any."""
     cap_points: _builtins.int
+    """Sichuan: the most points per payer (RULES.md 1.9), ≥ 0; 0 = no cap."""
     self_draw_bonus: _builtins.str
+    """Sichuan: "double" (default when "") or "add_one" (RULES.md 1.7)."""
     wildcard: _builtins.str
-    """Formula only."""
+    """Formula only (fields 20..25): the wildcard (财神) tile code; "" = no wildcard."""
     flowers: _builtins.int
+    """Flowers the winner set aside, 0..8 (1 fan each, not toward the minimum)."""
     fourth_tile: _builtins.bool
+    """和绝张: the winning tile is the last copy, the other three visible."""
     seat_wind: _builtins.str
+    """The winner's seat wind, "1z".."4z" (东 南 西 北); "" = East."""
     round_wind: _builtins.str
+    """The round wind, "1z".."4z"; "" = East."""
     min_fan: _builtins.int
+    """The least fan to win, flowers excluded; 0 = no minimum."""
     @_builtins.property
-    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
+    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]:
+        """The hand's melds (at most 4)."""
+
     def __init__(
         self,
         *,
@@ -95,6 +114,8 @@ Global___EvaluateHandRequest: _TypeAlias = EvaluateHandRequest  # noqa: Y015
 
 @_typing.final
 class EvaluateHandResponse(_message.Message):
+    """The hand's score."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WIN_FIELD_NUMBER: _builtins.int
@@ -105,18 +126,25 @@ class EvaluateHandResponse(_message.Message):
     WILDCARDS_AS_FIELD_NUMBER: _builtins.int
     POINTS_PER_PAYER_FIELD_NUMBER: _builtins.int
     win: _builtins.bool
+    """True when the tiles form a winning hand (Formula: before the minimum; see meets_min)."""
     multiplier: _builtins.int
+    """Sichuan: the product of the fans (RULES.md 1.7). Formula: 0 (see fan)."""
     fan: _builtins.int
-    """Formula only."""
+    """Formula only (fields 4..6): the total fan, flowers included."""
     meets_min: _builtins.bool
+    """Formula: the fan (flowers excluded) reaches min_fan."""
     points_per_payer: _builtins.int
     """Sichuan Bloody: what each payer pays in points, the multiplier with the self-draw bonus and
     the cap applied (RULES.md 1.6, 1.7, 1.9; as mjctl evaluate's points_per_payer).
     """
     @_builtins.property
-    def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]: ...
+    def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]:
+        """The fans scored."""
+
     @_builtins.property
-    def wildcards_as(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def wildcards_as(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Formula: what each wildcard stood for, tile codes in hand order."""
+
     def __init__(
         self,
         *,
@@ -138,6 +166,8 @@ Global___EvaluateHandResponse: _TypeAlias = EvaluateHandResponse  # noqa: Y015
 
 @_typing.final
 class ListWaitsRequest(_message.Message):
+    """A 13-tile position (or fewer with melds) whose waits to list."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     VARIANT_FIELD_NUMBER: _builtins.int
@@ -150,16 +180,25 @@ class ListWaitsRequest(_message.Message):
     ROUND_WIND_FIELD_NUMBER: _builtins.int
     MIN_FAN_FIELD_NUMBER: _builtins.int
     variant: _common_pb2.Variant.ValueType
+    """The family whose rules apply. Required."""
     concealed: _builtins.str
+    """The concealed tiles, compact notation."""
     missing_suit: _builtins.str
+    """Sichuan: as EvaluateHandRequest.missing_suit."""
     wildcard: _builtins.str
-    """Formula only."""
+    """Formula only (fields 20..25): as EvaluateHandRequest."""
     flowers: _builtins.int
+    """Formula: as EvaluateHandRequest.flowers."""
     seat_wind: _builtins.str
+    """Formula: as EvaluateHandRequest.seat_wind."""
     round_wind: _builtins.str
+    """Formula: as EvaluateHandRequest.round_wind."""
     min_fan: _builtins.int
+    """Formula: as EvaluateHandRequest.min_fan."""
     @_builtins.property
-    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
+    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]:
+        """The melds (at most 4)."""
+
     def __init__(
         self,
         *,
@@ -183,6 +222,8 @@ Global___ListWaitsRequest: _TypeAlias = ListWaitsRequest  # noqa: Y015
 
 @_typing.final
 class Wait(_message.Message):
+    """One tile that would complete the hand."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TILE_FIELD_NUMBER: _builtins.int
@@ -192,14 +233,21 @@ class Wait(_message.Message):
     MEETS_MIN_FIELD_NUMBER: _builtins.int
     WILDCARDS_AS_FIELD_NUMBER: _builtins.int
     tile: _builtins.str
+    """The tile code."""
     multiplier: _builtins.int
+    """Sichuan: the wait multiplier if won on it on a discard (RULES.md 1.7). Formula: 0."""
     fan: _builtins.int
-    """Formula only."""
+    """Formula only (fields 4..6): the total fan if won on this tile, flowers included."""
     meets_min: _builtins.bool
+    """Formula: that fan reaches min_fan."""
     @_builtins.property
-    def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]: ...
+    def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]:
+        """The fans behind it."""
+
     @_builtins.property
-    def wildcards_as(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def wildcards_as(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Formula: what each wildcard would stand for."""
+
     def __init__(
         self,
         *,
@@ -220,13 +268,18 @@ Global___Wait: _TypeAlias = Wait  # noqa: Y015
 
 @_typing.final
 class ListWaitsResponse(_message.Message):
+    """The position's waits."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     READY_FIELD_NUMBER: _builtins.int
     WAITS_FIELD_NUMBER: _builtins.int
     ready: _builtins.bool
+    """True when the hand waits on at least one tile (听牌)."""
     @_builtins.property
-    def waits(self) -> _containers.RepeatedCompositeFieldContainer[Global___Wait]: ...
+    def waits(self) -> _containers.RepeatedCompositeFieldContainer[Global___Wait]:
+        """Every waited tile, in tile order."""
+
     def __init__(
         self,
         *,
@@ -243,10 +296,13 @@ Global___ListWaitsResponse: _TypeAlias = ListWaitsResponse  # noqa: Y015
 
 @_typing.final
 class GetGameSettlementRequest(_message.Message):
+    """Which game's settlement to read."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table id of the game. Required, 1..200 characters."""
     def __init__(
         self,
         *,
@@ -262,6 +318,8 @@ Global___GetGameSettlementRequest: _TypeAlias = GetGameSettlementRequest  # noqa
 
 @_typing.final
 class GetGameSettlementResponse(_message.Message):
+    """One game's settlement as scoring computed it (before balance limits: what moved is in the ledger)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
@@ -269,11 +327,17 @@ class GetGameSettlementResponse(_message.Message):
     TOTALS_FIELD_NUMBER: _builtins.int
     SETTLED_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The game."""
     settled: _builtins.bool
+    """True once GameSettled was emitted: no more lines will come."""
     @_builtins.property
-    def lines(self) -> _containers.RepeatedCompositeFieldContainer[_settlement_events_pb2.SettlementInstructed]: ...
+    def lines(self) -> _containers.RepeatedCompositeFieldContainer[_settlement_events_pb2.SettlementInstructed]:
+        """Every SettlementInstructed line of the game, in line order."""
+
     @_builtins.property
-    def totals(self) -> _containers.RepeatedCompositeFieldContainer[_settlement_events_pb2.PlayerSettlement]: ...
+    def totals(self) -> _containers.RepeatedCompositeFieldContainer[_settlement_events_pb2.PlayerSettlement]:
+        """Per-seat totals of the lines so far (final once settled)."""
+
     def __init__(
         self,
         *,

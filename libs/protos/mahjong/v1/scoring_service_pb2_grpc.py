@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class ScoringServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
+    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
+    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -52,24 +55,28 @@ class ScoringServiceStub:
 
 
 class ScoringServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
+    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
+    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """
 
     def EvaluateHand(self, request, context):
-        """Evaluate a winning hand (same fields as `mjctl evaluate`).
+        """Evaluate a winning hand (same fields as `mjctl evaluate`). Any caller.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListWaits(self, request, context):
-        """Waits of a 13-tile position with their wait multipliers (Formula: with their fans).
+        """Waits of a 13-tile position with their wait multipliers (Formula: with their fans). Any caller.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetGameSettlement(self, request, context):
-        """Every settlement line of a game with its reason and fans, and the totals.
+        """Every settlement line of a game with its reason and fans, and the totals. The game's players
+        and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,7 +109,10 @@ def add_ScoringServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ScoringService:
-    """Missing associated documentation comment in .proto file."""
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
+    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
+    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """
 
     @staticmethod
     def EvaluateHand(request,

@@ -27,35 +27,54 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ScoringServiceStub:
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
+    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
+    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ScoringServiceAsyncStub: ...
     EvaluateHand: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.EvaluateHandRequest, _scoring_service_pb2.EvaluateHandResponse]
-    """Evaluate a winning hand (same fields as `mjctl evaluate`)."""
+    """Evaluate a winning hand (same fields as `mjctl evaluate`). Any caller."""
     ListWaits: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.ListWaitsRequest, _scoring_service_pb2.ListWaitsResponse]
-    """Waits of a 13-tile position with their wait multipliers (Formula: with their fans)."""
+    """Waits of a 13-tile position with their wait multipliers (Formula: with their fans). Any caller."""
     GetGameSettlement: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.GetGameSettlementRequest, _scoring_service_pb2.GetGameSettlementResponse]
-    """Every settlement line of a game with its reason and fans, and the totals."""
+    """Every settlement line of a game with its reason and fans, and the totals. The game's players
+    and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
+    """
 
 @_typing.type_check_only
 class ScoringServiceAsyncStub(ScoringServiceStub):
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
+    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
+    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     EvaluateHand: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.EvaluateHandRequest, _scoring_service_pb2.EvaluateHandResponse]  # type: ignore[assignment]
-    """Evaluate a winning hand (same fields as `mjctl evaluate`)."""
+    """Evaluate a winning hand (same fields as `mjctl evaluate`). Any caller."""
     ListWaits: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.ListWaitsRequest, _scoring_service_pb2.ListWaitsResponse]  # type: ignore[assignment]
-    """Waits of a 13-tile position with their wait multipliers (Formula: with their fans)."""
+    """Waits of a 13-tile position with their wait multipliers (Formula: with their fans). Any caller."""
     GetGameSettlement: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.GetGameSettlementRequest, _scoring_service_pb2.GetGameSettlementResponse]  # type: ignore[assignment]
-    """Every settlement line of a game with its reason and fans, and the totals."""
+    """Every settlement line of a game with its reason and fans, and the totals. The game's players
+    and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
+    """
 
 class ScoringServiceServicer(metaclass=_abc_1.ABCMeta):
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
+    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
+    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """
+
     @_abc_1.abstractmethod
     def EvaluateHand(
         self,
         request: _scoring_service_pb2.EvaluateHandRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scoring_service_pb2.EvaluateHandResponse, _abc.Awaitable[_scoring_service_pb2.EvaluateHandResponse]]:
-        """Evaluate a winning hand (same fields as `mjctl evaluate`)."""
+        """Evaluate a winning hand (same fields as `mjctl evaluate`). Any caller."""
 
     @_abc_1.abstractmethod
     def ListWaits(
@@ -63,7 +82,7 @@ class ScoringServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scoring_service_pb2.ListWaitsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scoring_service_pb2.ListWaitsResponse, _abc.Awaitable[_scoring_service_pb2.ListWaitsResponse]]:
-        """Waits of a 13-tile position with their wait multipliers (Formula: with their fans)."""
+        """Waits of a 13-tile position with their wait multipliers (Formula: with their fans). Any caller."""
 
     @_abc_1.abstractmethod
     def GetGameSettlement(
@@ -71,6 +90,8 @@ class ScoringServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scoring_service_pb2.GetGameSettlementRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scoring_service_pb2.GetGameSettlementResponse, _abc.Awaitable[_scoring_service_pb2.GetGameSettlementResponse]]:
-        """Every settlement line of a game with its reason and fans, and the totals."""
+        """Every settlement line of a game with its reason and fans, and the totals. The game's players
+        and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
+        """
 
 def add_ScoringServiceServicer_to_server(servicer: ScoringServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

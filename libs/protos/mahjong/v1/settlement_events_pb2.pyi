@@ -31,8 +31,11 @@ class Payee(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     SEAT_FIELD_NUMBER: _builtins.int
     account: _builtins.str
+    """The account credited: "player:<id>", "house:rake" or "house:escape"."""
     points: _builtins.int
+    """Points of this line (beans ÷ the room coefficient N); 0 for the rake, which is in beans only."""
     beans: _builtins.int
+    """Beans asked for this payee (≥ 0, = points × N except the rake). What moved is in TransferPosted."""
     reason: _builtins.str
     """This line's reason when it differs from the instruction's (an escape pays the penalty and the
     compensations in one instruction); empty = the instruction's reason.
@@ -82,22 +85,32 @@ class SettlementInstructed(_message.Message):
     instruction_id: _builtins.str
     """Derived from the source event, so it is an idempotency key."""
     table_id: _builtins.str
+    """The game (table id)."""
     room_id: _builtins.str
+    """The game's room."""
     reason: _builtins.str
     """exposed_kong, added_kong, concealed_kong, win, call_transfer, flower_pig, not_ready,
     kong_refund, escape_penalty, escape_compensation, rake.
     """
     payer_account: _builtins.str
+    """The account that pays: always "player:<id>"."""
     source_event_id: _builtins.str
     """The table event this instruction came from."""
     multiplier: _builtins.int
+    """Sichuan: the product of the fans (with the self-draw bonus and cap, RULES.md 1.7–1.9).
+    Formula: the fan total (RULES.md 2.2), which the room's fan term turns into points.
+    0 when the line has no fans (kongs, rake, escapes).
+    """
     coefficient: _builtins.int
+    """The room coefficient N: beans = points × N."""
     line: _builtins.int
     """Position of this instruction within the game, for ordering in statements."""
     payer_seat: _builtins.int
     """The payer's seat at the table (the payer is always a player)."""
     @_builtins.property
-    def payees(self) -> _containers.RepeatedCompositeFieldContainer[Global___Payee]: ...
+    def payees(self) -> _containers.RepeatedCompositeFieldContainer[Global___Payee]:
+        """Who is paid and how much (1..8 payees)."""
+
     @_builtins.property
     def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]:
         """For wins and checks: the fans and product behind the points."""
@@ -139,6 +152,8 @@ Global___SettlementInstructed: _TypeAlias = SettlementInstructed  # noqa: Y015
 
 @_typing.final
 class PlayerSettlement(_message.Message):
+    """One player's settlement totals of a game."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCOUNT_FIELD_NUMBER: _builtins.int
@@ -147,10 +162,15 @@ class PlayerSettlement(_message.Message):
     BEANS_FIELD_NUMBER: _builtins.int
     RAKE_BEANS_FIELD_NUMBER: _builtins.int
     account: _builtins.str
+    """"player:<id>"."""
     seat: _builtins.int
+    """0..3."""
     points: _builtins.int
+    """Net points of the game (signed; received minus paid)."""
     beans: _builtins.int
+    """Net beans of the game as instructed (signed), before balance limits; the rake not included."""
     rake_beans: _builtins.int
+    """Beans the player pays as rake (≥ 0)."""
     def __init__(
         self,
         *,
@@ -179,10 +199,15 @@ class GameSettled(_message.Message):
     PLAYERS_FIELD_NUMBER: _builtins.int
     INSTRUCTION_COUNT_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The game (table id)."""
     room_id: _builtins.str
+    """The game's room."""
     instruction_count: _builtins.int
+    """How many SettlementInstructed lines the game produced (their `line` runs 1..count)."""
     @_builtins.property
-    def players(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlayerSettlement]: ...
+    def players(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlayerSettlement]:
+        """One entry per seat."""
+
     def __init__(
         self,
         *,

@@ -47,11 +47,17 @@ class TableOpened(_message.Message):
     WILDCARD_INDICATOR_FIELD_NUMBER: _builtins.int
     WILDCARD_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table (UUID, from TableAssigned); also the stream id of its events."""
     room_id: _builtins.str
+    """The room the table was formed in."""
     dice_roller_seat: _builtins.int
+    """Seat (0..3) that rolled the dice."""
     die_1: _builtins.int
+    """First die, 1..6."""
     die_2: _builtins.int
+    """Second die, 1..6."""
     dealer_seat: _builtins.int
+    """The dealer: (roller + die_1 + die_2 − 1) mod 4 (RULES.md 1.1)."""
     exchange_direction: _builtins.str
     """Exchange three direction drawn at the opening, announced only by TilesExchanged (RULES.md 1.2):
     "clockwise", "counter_clockwise" or "opposite".
@@ -59,13 +65,20 @@ class TableOpened(_message.Message):
     wildcard_indicator: _builtins.str
     """Formula: the wildcard indicator and the wildcard (RULES.md 2.1)."""
     wildcard: _builtins.str
+    """The wildcard (财神), the indicator's successor; "" in Sichuan rooms."""
     @_builtins.property
-    def rules(self) -> _rooms_pb2.RoomRules: ...
+    def rules(self) -> _rooms_pb2.RoomRules:
+        """The rules the table plays by, copied from the room when the table formed."""
+
     @_builtins.property
-    def seats(self) -> _containers.RepeatedCompositeFieldContainer[_match_events_pb2.SeatAssignment]: ...
+    def seats(self) -> _containers.RepeatedCompositeFieldContainer[_match_events_pb2.SeatAssignment]:
+        """The four seats, seat 0..3."""
+
     @_builtins.property
     def wall(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Wall order, head first: normal draws take from the head, kong replacements from the tail."""
+        """Wall order, head first: normal draws take from the head, kong replacements from the tail.
+        Hidden: empty for players (Watch, WatchView, Act).
+        """
 
     def __init__(
         self,
@@ -100,8 +113,13 @@ class DealtHand(_message.Message):
     SEAT_FIELD_NUMBER: _builtins.int
     TILES_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """0..3."""
     @_builtins.property
-    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The seat's starting tiles (14 for the dealer, 13 for the others; Formula: flowers included).
+        Hidden: a player sees only their own.
+        """
+
     def __init__(
         self,
         *,
@@ -125,8 +143,11 @@ class HandsDealt(_message.Message):
     HANDS_FIELD_NUMBER: _builtins.int
     WALL_REMAINING_FIELD_NUMBER: _builtins.int
     wall_remaining: _builtins.int
+    """Tiles left in the wall after the deal."""
     @_builtins.property
-    def hands(self) -> _containers.RepeatedCompositeFieldContainer[Global___DealtHand]: ...
+    def hands(self) -> _containers.RepeatedCompositeFieldContainer[Global___DealtHand]:
+        """One hand per seat, seat 0..3."""
+
     def __init__(
         self,
         *,
@@ -151,9 +172,13 @@ class ExchangePicked(_message.Message):
     TILES_FIELD_NUMBER: _builtins.int
     AUTOMATIC_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that picked."""
     automatic: _builtins.bool
+    """True when the server picked for a seat whose turn timed out."""
     @_builtins.property
-    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The three tiles of one suit it will pass (hidden from the other seats)."""
+
     def __init__(
         self,
         *,
@@ -171,15 +196,21 @@ Global___ExchangePicked: _TypeAlias = ExchangePicked  # noqa: Y015
 
 @_typing.final
 class ExchangeTransfer(_message.Message):
+    """One seat's three tiles moving to another seat."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FROM_SEAT_FIELD_NUMBER: _builtins.int
     TO_SEAT_FIELD_NUMBER: _builtins.int
     TILES_FIELD_NUMBER: _builtins.int
     from_seat: _builtins.int
+    """Seat passing the tiles."""
     to_seat: _builtins.int
+    """Seat receiving them."""
     @_builtins.property
-    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def tiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The three tiles."""
+
     def __init__(
         self,
         *,
@@ -204,8 +235,11 @@ class TilesExchanged(_message.Message):
     DIRECTION_FIELD_NUMBER: _builtins.int
     TRANSFERS_FIELD_NUMBER: _builtins.int
     direction: _builtins.str
+    """"clockwise", "counter_clockwise" or "opposite" (drawn at the opening)."""
     @_builtins.property
-    def transfers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExchangeTransfer]: ...
+    def transfers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExchangeTransfer]:
+        """Four transfers, one from each seat."""
+
     def __init__(
         self,
         *,
@@ -230,9 +264,11 @@ class MissingSuitChosen(_message.Message):
     SUIT_FIELD_NUMBER: _builtins.int
     AUTOMATIC_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that chose."""
     suit: _builtins.str
-    """"m", "p" or "s"."""
+    """"m", "p" or "s" (hidden from the other seats until MissingSuitsDeclared)."""
     automatic: _builtins.bool
+    """True when the server chose for a seat whose turn timed out."""
     def __init__(
         self,
         *,
@@ -274,6 +310,8 @@ Global___MissingSuitsDeclared: _TypeAlias = MissingSuitsDeclared  # noqa: Y015
 
 @_typing.final
 class TileDrawn(_message.Message):
+    """A seat drew a tile (from the head of the wall, or a replacement from the tail)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
@@ -281,10 +319,13 @@ class TileDrawn(_message.Message):
     FROM_TAIL_FIELD_NUMBER: _builtins.int
     WALL_REMAINING_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that drew."""
     tile: _builtins.str
+    """The tile drawn (hidden from the other seats)."""
     from_tail: _builtins.bool
     """Kong replacement draws come from the tail (RULES.md 1.5)."""
     wall_remaining: _builtins.int
+    """Tiles left in the wall after this draw."""
     def __init__(
         self,
         *,
@@ -303,13 +344,17 @@ Global___TileDrawn: _TypeAlias = TileDrawn  # noqa: Y015
 
 @_typing.final
 class TileDiscarded(_message.Message):
+    """A seat discarded a tile, face up."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
     TILE_FIELD_NUMBER: _builtins.int
     AUTOMATIC_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that discarded."""
     tile: _builtins.str
+    """The tile discarded."""
     automatic: _builtins.bool
     """True when the server discarded for a player whose turn timed out."""
     def __init__(
@@ -339,10 +384,15 @@ class ClaimPassed(_message.Message):
     PASSED_WIN_MULTIPLIER_FIELD_NUMBER: _builtins.int
     AUTOMATIC_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that passed."""
     tile: _builtins.str
+    """The tile it passed on."""
     passed_win: _builtins.bool
+    """True when the seat could have won on the tile (the skip-win lock then applies)."""
     passed_win_multiplier: _builtins.int
+    """The multiplier of the win it passed (0 when passed_win is false)."""
     automatic: _builtins.bool
+    """True when the server passed for a seat whose claim window timed out."""
     def __init__(
         self,
         *,
@@ -362,14 +412,19 @@ Global___ClaimPassed: _TypeAlias = ClaimPassed  # noqa: Y015
 
 @_typing.final
 class PongClaimed(_message.Message):
+    """A seat ponged another seat's discard; it must discard next."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
     FROM_SEAT_FIELD_NUMBER: _builtins.int
     TILE_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that ponged."""
     from_seat: _builtins.int
+    """The discarder."""
     tile: _builtins.str
+    """The tile ponged."""
     def __init__(
         self,
         *,
@@ -398,8 +453,11 @@ class ChowClaimed(_message.Message):
     TILE_FIELD_NUMBER: _builtins.int
     CLAIMED_TILE_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that chowed (the discarder's next seat)."""
     from_seat: _builtins.int
+    """The discarder."""
     tile: _builtins.str
+    """Lowest tile of the run."""
     claimed_tile: _builtins.str
     """The claimed discard (one of tile, tile+1, tile+2)."""
     def __init__(
@@ -429,7 +487,9 @@ class FlowerReplaced(_message.Message):
     SEAT_FIELD_NUMBER: _builtins.int
     FLOWER_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that set the flower aside."""
     flower: _builtins.str
+    """The flower, "1f".."8f"."""
     def __init__(
         self,
         *,
@@ -455,7 +515,9 @@ class BirdRevealed(_message.Message):
     TILE_FIELD_NUMBER: _builtins.int
     SEAT_FIELD_NUMBER: _builtins.int
     tile: _builtins.str
+    """The bird tile."""
     seat: _builtins.int
+    """Seat (0..3) it lands on."""
     def __init__(
         self,
         *,
@@ -472,6 +534,8 @@ Global___BirdRevealed: _TypeAlias = BirdRevealed  # noqa: Y015
 
 @_typing.final
 class KongDeclared(_message.Message):
+    """A seat declared a kong; a replacement draw from the tail follows."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
@@ -479,8 +543,11 @@ class KongDeclared(_message.Message):
     EXPOSURE_FIELD_NUMBER: _builtins.int
     FROM_SEAT_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that declared."""
     tile: _builtins.str
+    """The kong's tile."""
     exposure: _common_pb2.KongExposure.ValueType
+    """Exposed, added or concealed (a concealed kong's tile is hidden from the other seats)."""
     from_seat: _builtins.int
     """The discarder for an exposed kong; -1 otherwise."""
     def __init__(
@@ -509,9 +576,13 @@ class KongRobbed(_message.Message):
     TILE_FIELD_NUMBER: _builtins.int
     WINNER_SEATS_FIELD_NUMBER: _builtins.int
     kong_seat: _builtins.int
+    """The seat whose added kong was robbed."""
     tile: _builtins.str
+    """The tile of the robbed kong (the tile the winners won on)."""
     @_builtins.property
-    def winner_seats(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def winner_seats(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The seats that won on it (one or more), in turn order."""
+
     def __init__(
         self,
         *,
@@ -529,6 +600,8 @@ Global___KongRobbed: _TypeAlias = KongRobbed  # noqa: Y015
 
 @_typing.final
 class PlayerWon(_message.Message):
+    """A seat won (RULES.md 1.6, 2.1); its hand is revealed."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
@@ -546,14 +619,21 @@ class PlayerWon(_message.Message):
     FAN_TOTAL_FIELD_NUMBER: _builtins.int
     FOURTH_TILE_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The winner."""
     win_tile: _builtins.str
+    """The winning tile."""
     win_by: _common_pb2.WinBy.ValueType
+    """Self-draw, discard or robbing a kong."""
     from_seat: _builtins.int
     """The discarder or robbed kong declarer; -1 for a self-draw."""
     multiplier: _builtins.int
+    """Sichuan: the product of the fans (RULES.md 1.7). Formula: 0 (see fan_total)."""
     after_kong: _builtins.bool
+    """Won on a kong replacement draw (杠上开花) or on the discard after a kong (杠上炮)."""
     last_tile: _builtins.bool
+    """Won on the last tile of the wall (海底)."""
     first_turn: _builtins.bool
+    """Won on the first draw or discard of the game (天胡, 地胡)."""
     win_order: _builtins.int
     """Order of this win in the game (1, 2, 3)."""
     fan_total: _builtins.int
@@ -565,9 +645,13 @@ class PlayerWon(_message.Message):
         """The winner's concealed tiles without the winning tile, revealed at the win."""
 
     @_builtins.property
-    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
+    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]:
+        """The winner's melds."""
+
     @_builtins.property
-    def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]: ...
+    def fans(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Fan]:
+        """The fans scored (Sichuan: factors that multiply; Formula: values that add)."""
+
     def __init__(
         self,
         *,
@@ -604,9 +688,11 @@ class PlayerLeft(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     HAD_WON_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat that left."""
     reason: _builtins.str
     """"leave" (explicit) or "disconnected"."""
     had_won: _builtins.bool
+    """True when the seat had already won (it then pays no penalty, RULES.md 1.10)."""
     def __init__(
         self,
         *,
@@ -631,6 +717,7 @@ class TurnTimedOut(_message.Message):
     SEAT_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """The seat the server acts for next."""
     phase: _builtins.str
     """"exchange", "missing_suit", "turn" or "claim"."""
     def __init__(
@@ -649,6 +736,8 @@ Global___TurnTimedOut: _TypeAlias = TurnTimedOut  # noqa: Y015
 
 @_typing.final
 class WallExhausted(_message.Message):
+    """The wall ran out; the end-of-wall checks follow (RULES.md 1.8)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -664,6 +753,8 @@ Global___WallExhausted: _TypeAlias = WallExhausted  # noqa: Y015
 
 @_typing.final
 class RevealedHand(_message.Message):
+    """One seat's hand at the end of the game, revealed to all."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
@@ -672,12 +763,19 @@ class RevealedHand(_message.Message):
     WON_FIELD_NUMBER: _builtins.int
     LEFT_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """0..3."""
     won: _builtins.bool
+    """True when the seat won during the game."""
     left: _builtins.bool
+    """True when the seat left (escaped) before the end."""
     @_builtins.property
-    def concealed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def concealed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Concealed tiles."""
+
     @_builtins.property
-    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
+    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]:
+        """Melds laid open (and concealed kongs)."""
+
     def __init__(
         self,
         *,
@@ -697,6 +795,8 @@ Global___RevealedHand: _TypeAlias = RevealedHand  # noqa: Y015
 
 @_typing.final
 class GameEnded(_message.Message):
+    """The game is over; every hand is revealed."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
@@ -704,7 +804,9 @@ class GameEnded(_message.Message):
     reason: _builtins.str
     """"three_wins", "wall_exhausted", "escapes" or (formula) "win", "drawn"."""
     @_builtins.property
-    def hands(self) -> _containers.RepeatedCompositeFieldContainer[Global___RevealedHand]: ...
+    def hands(self) -> _containers.RepeatedCompositeFieldContainer[Global___RevealedHand]:
+        """One per seat, seat 0..3."""
+
     def __init__(
         self,
         *,

@@ -23,6 +23,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ExchangeThree(_message.Message):
+    """Sichuan (RULES.md 1.2): pass three tiles of one suit in the exchange phase."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TILES_FIELD_NUMBER: _builtins.int
@@ -43,6 +45,8 @@ Global___ExchangeThree: _TypeAlias = ExchangeThree  # noqa: Y015
 
 @_typing.final
 class DeclareMissingSuit(_message.Message):
+    """Sichuan (RULES.md 1.3): choose the suit you will not keep, in the missing-suit phase."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SUIT_FIELD_NUMBER: _builtins.int
@@ -63,10 +67,13 @@ Global___DeclareMissingSuit: _TypeAlias = DeclareMissingSuit  # noqa: Y015
 
 @_typing.final
 class Discard(_message.Message):
+    """Discard one tile on your turn."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TILE_FIELD_NUMBER: _builtins.int
     tile: _builtins.str
+    """The tile code, one of the discard legal action's tiles."""
     def __init__(
         self,
         *,
@@ -82,6 +89,8 @@ Global___Discard: _TypeAlias = Discard  # noqa: Y015
 
 @_typing.final
 class Pong(_message.Message):
+    """Pong the discard open for claims (two matching tiles in hand)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -97,6 +106,8 @@ Global___Pong: _TypeAlias = Pong  # noqa: Y015
 
 @_typing.final
 class Kong(_message.Message):
+    """Kong: claim the open discard (exposed), or on your turn add to a pong or lay four concealed."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TILE_FIELD_NUMBER: _builtins.int
@@ -117,6 +128,8 @@ Global___Kong: _TypeAlias = Kong  # noqa: Y015
 
 @_typing.final
 class Win(_message.Message):
+    """Win on the open discard (or robbed kong) or, on your turn, by self-draw."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -132,6 +145,8 @@ Global___Win: _TypeAlias = Win  # noqa: Y015
 
 @_typing.final
 class Pass(_message.Message):
+    """Decline the open discard (passing a possible win sets the skip-win lock, RULES.md 1.4)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -147,6 +162,8 @@ Global___Pass: _TypeAlias = Pass  # noqa: Y015
 
 @_typing.final
 class Leave(_message.Message):
+    """Leave the table for good (an escape when you have not won yet, RULES.md 1.10)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -170,6 +187,7 @@ class Chow(_message.Message):
 
     TILE_FIELD_NUMBER: _builtins.int
     tile: _builtins.str
+    """The lowest tile of the run (e.g. "3m" for 3m4m5m); the run must include the open discard."""
     def __init__(
         self,
         *,
@@ -185,6 +203,8 @@ Global___Chow: _TypeAlias = Chow  # noqa: Y015
 
 @_typing.final
 class ActRequest(_message.Message):
+    """One command for the caller's seat at one table."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
@@ -200,26 +220,43 @@ class ActRequest(_message.Message):
     LEAVE_FIELD_NUMBER: _builtins.int
     CHOW_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table (from TicketUpdate.table_id). Required."""
     idempotency_key: _builtins.str
     """Client-chosen; a retry with the same key returns the first answer and appends nothing."""
     expected_sequence: _builtins.int
     """The table sequence the client last saw; optional optimistic check."""
     @_builtins.property
-    def exchange_three(self) -> Global___ExchangeThree: ...
+    def exchange_three(self) -> Global___ExchangeThree:
+        """Sichuan, exchange phase."""
+
     @_builtins.property
-    def declare_missing_suit(self) -> Global___DeclareMissingSuit: ...
+    def declare_missing_suit(self) -> Global___DeclareMissingSuit:
+        """Sichuan, missing-suit phase."""
+
     @_builtins.property
-    def discard(self) -> Global___Discard: ...
+    def discard(self) -> Global___Discard:
+        """Your turn."""
+
     @_builtins.property
-    def pong(self) -> Global___Pong: ...
+    def pong(self) -> Global___Pong:
+        """Claim window."""
+
     @_builtins.property
-    def kong(self) -> Global___Kong: ...
+    def kong(self) -> Global___Kong:
+        """Claim window or your turn."""
+
     @_builtins.property
-    def win(self) -> Global___Win: ...
+    def win(self) -> Global___Win:
+        """Claim window or your turn."""
+
     @_builtins.property
-    def leave(self) -> Global___Leave: ...
+    def leave(self) -> Global___Leave:
+        """Any time before the game ends."""
+
     @_builtins.property
-    def chow(self) -> Global___Chow: ...
+    def chow(self) -> Global___Chow:
+        """Formula, claim window, only on the previous seat's discard."""
+
     def __init__(
         self,
         *,
@@ -247,6 +284,8 @@ Global___ActRequest: _TypeAlias = ActRequest  # noqa: Y015
 
 @_typing.final
 class ActResponse(_message.Message):
+    """What a command did."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEQUENCE_FIELD_NUMBER: _builtins.int
@@ -273,12 +312,16 @@ Global___ActResponse: _TypeAlias = ActResponse  # noqa: Y015
 
 @_typing.final
 class WatchRequest(_message.Message):
+    """Which table's events to stream."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table. Required."""
     after_sequence: _builtins.int
+    """Stream the events after this sequence (0: from the opening; ≥ 0). Resume with the last seen."""
     def __init__(
         self,
         *,
@@ -295,10 +338,13 @@ Global___WatchRequest: _TypeAlias = WatchRequest  # noqa: Y015
 
 @_typing.final
 class GetViewRequest(_message.Message):
+    """Which table's view to read."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table. Required; the caller must be seated there."""
     def __init__(
         self,
         *,
@@ -314,11 +360,14 @@ Global___GetViewRequest: _TypeAlias = GetViewRequest  # noqa: Y015
 
 @_typing.final
 class WatchViewRequest(_message.Message):
+    """Which table's feed to follow."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table. Required; the caller must be seated there."""
     after_sequence: _builtins.int
     """Events after this sequence come with the first update (0: from the opening)."""
     def __init__(
@@ -337,6 +386,8 @@ Global___WatchViewRequest: _TypeAlias = WatchViewRequest  # noqa: Y015
 
 @_typing.final
 class TableUpdate(_message.Message):
+    """One change of a seated player's feed."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENTS_FIELD_NUMBER: _builtins.int
@@ -365,6 +416,8 @@ Global___TableUpdate: _TypeAlias = TableUpdate  # noqa: Y015
 
 @_typing.final
 class SeatView(_message.Message):
+    """What every seat sees of one seat."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEAT_FIELD_NUMBER: _builtins.int
@@ -379,21 +432,31 @@ class SeatView(_message.Message):
     MISSING_SUIT_CHOSEN_FIELD_NUMBER: _builtins.int
     FLOWERS_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
+    """0..3."""
     player_id: _builtins.str
+    """Who sits there."""
     concealed_count: _builtins.int
+    """How many concealed tiles the seat holds (the tiles themselves are hidden)."""
     missing_suit: _builtins.str
     """Empty until all missing suits are declared."""
     won: _builtins.bool
+    """True once the seat has won (Sichuan play goes on for the others)."""
     left: _builtins.bool
+    """True once the seat has left (escaped)."""
     exchange_picked: _builtins.bool
     """Whether the seat has made its hidden exchange pick / missing-suit choice (not what it was)."""
     missing_suit_chosen: _builtins.bool
+    """Whether the seat has made its hidden missing-suit choice."""
     flowers: _builtins.str
     """Formula: the flowers the seat has set aside (public, RULES.md 2.1), e.g. "1f5f"."""
     @_builtins.property
-    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]: ...
+    def melds(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Meld]:
+        """Its melds (another seat's concealed kong shows no tile)."""
+
     @_builtins.property
-    def discards(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def discards(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Its discards in order (tiles claimed by others included)."""
+
     def __init__(
         self,
         *,
@@ -455,6 +518,8 @@ Global___LegalAction: _TypeAlias = LegalAction  # noqa: Y015
 
 @_typing.final
 class TableView(_message.Message):
+    """One seat's view of a table: everything that seat may know, and what it may do now."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_ID_FIELD_NUMBER: _builtins.int
@@ -481,41 +546,56 @@ class TableView(_message.Message):
     BIRD_SEAT_FIELD_NUMBER: _builtins.int
     WAITS_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
+    """The table."""
     room_id: _builtins.str
+    """Its room."""
     sequence: _builtins.int
     """The table's last event sequence; pass it to Watch as after_sequence to follow from here."""
     your_seat: _builtins.int
+    """The caller's seat, 0..3."""
     hand: _builtins.str
     """Your concealed tiles, compact notation (including a just-drawn tile)."""
     dealer_seat: _builtins.int
+    """The dealer, 0..3."""
     phase: _builtins.str
     """"exchange", "missing_suit", "turn", "claim" or "ended"."""
     turn_seat: _builtins.int
+    """Whose turn it is (0..3); meaningful in the "turn" phase."""
     wall_remaining: _builtins.int
+    """Tiles left in the wall."""
     claimable_tile: _builtins.str
     """The discard (or added-kong tile) open for claims, and who it came from."""
     claim_from_seat: _builtins.int
+    """The seat whose discard is open for claims (-1 when none)."""
     drawn_tile: _builtins.str
     """The tile you just drew, when it is your turn after a draw."""
     exchange_pick: _builtins.str
     """Your exchange pick, once made; the direction once announced."""
     exchange_direction: _builtins.str
+    """Direction of the exchange, once announced ("" before)."""
     end_reason: _builtins.str
+    """Why the game ended ("" while it runs): see GameEnded.reason."""
     wildcard_indicator: _builtins.str
     """Formula (RULES.md 2.1): the wildcard indicator and the wildcard, visible to all; "" otherwise."""
     wildcard: _builtins.str
+    """The wildcard (财神), "" in Sichuan rooms."""
     bird_tile: _builtins.str
     """Formula (RULES.md 2.3): the bird tile and the seat it landed on, once revealed ("" / -1 before)."""
     bird_seat: _builtins.int
+    """Seat the bird landed on; -1 before the bird."""
     waits: _builtins.str
     """Your waits (听牌) while you hold a waiting hand, compact notation ("" otherwise). Sichuan
     Bloody: every tile that completes the hand (RULES.md 1.6). Formula: every tile a discard of
     which you could win on, the room's minimum fan reached (RULES.md 2.1).
     """
     @_builtins.property
-    def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatView]: ...
+    def seats(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatView]:
+        """Every seat, seat 0..3 (the caller's own included)."""
+
     @_builtins.property
-    def legal_actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LegalAction]: ...
+    def legal_actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LegalAction]:
+        """What the caller may send now (empty: wait)."""
+
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """When the server acts for whoever it is waiting on (turn_timeout_ms after the last event)."""

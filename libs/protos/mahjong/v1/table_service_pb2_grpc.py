@@ -27,7 +27,11 @@ if _version_not_supported:
 
 
 class TableServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Play a table: the seated players act and watch; ops watch any table with full information.
+    Every call needs a bearer JWT. A player may act only for their own seat and see only their own
+    tables (PERMISSION_DENIED otherwise); an unknown table is NOT_FOUND; a command the rules do not
+    allow now is FAILED_PRECONDITION and changes nothing.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -58,24 +62,30 @@ class TableServiceStub:
 
 
 class TableServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Play a table: the seated players act and watch; ops watch any table with full information.
+    Every call needs a bearer JWT. A player may act only for their own seat and see only their own
+    tables (PERMISSION_DENIED otherwise); an unknown table is NOT_FOUND; a command the rules do not
+    allow now is FAILED_PRECONDITION and changes nothing.
+    """
 
     def Act(self, request, context):
-        """One command; the answer says what happened. A rejected command changes nothing.
+        """One command for the caller's seat; the answer says what happened. A rejected command changes
+        nothing; a retry with the same idempotency_key returns the first answer. Seated players only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Watch(self, request, context):
-        """The events the caller may see (redacted per viewer), from after_sequence on; resumable.
+        """The table's events from after_sequence on, until GameEnded; resumable. A seated player gets
+        them redacted for their seat; the ops role gets full information (hands, wall, picks).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetView(self, request, context):
-        """The caller's current view of the table.
+        """The caller's current view of the table. Seated players only (ops use Watch).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,7 +133,11 @@ def add_TableServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TableService:
-    """Missing associated documentation comment in .proto file."""
+    """Play a table: the seated players act and watch; ops watch any table with full information.
+    Every call needs a bearer JWT. A player may act only for their own seat and see only their own
+    tables (PERMISSION_DENIED otherwise); an unknown table is NOT_FOUND; a command the rules do not
+    allow now is FAILED_PRECONDITION and changes nothing.
+    """
 
     @staticmethod
     def Act(request,

@@ -28,16 +28,26 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class TableServiceStub:
+    """Play a table: the seated players act and watch; ops watch any table with full information.
+    Every call needs a bearer JWT. A player may act only for their own seat and see only their own
+    tables (PERMISSION_DENIED otherwise); an unknown table is NOT_FOUND; a command the rules do not
+    allow now is FAILED_PRECONDITION and changes nothing.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> TableServiceAsyncStub: ...
     Act: _grpc.UnaryUnaryMultiCallable[_table_service_pb2.ActRequest, _table_service_pb2.ActResponse]
-    """One command; the answer says what happened. A rejected command changes nothing."""
+    """One command for the caller's seat; the answer says what happened. A rejected command changes
+    nothing; a retry with the same idempotency_key returns the first answer. Seated players only.
+    """
     Watch: _grpc.UnaryStreamMultiCallable[_table_service_pb2.WatchRequest, _envelope_pb2.Envelope]
-    """The events the caller may see (redacted per viewer), from after_sequence on; resumable."""
+    """The table's events from after_sequence on, until GameEnded; resumable. A seated player gets
+    them redacted for their seat; the ops role gets full information (hands, wall, picks).
+    """
     GetView: _grpc.UnaryUnaryMultiCallable[_table_service_pb2.GetViewRequest, _table_service_pb2.TableView]
-    """The caller's current view of the table."""
+    """The caller's current view of the table. Seated players only (ops use Watch)."""
     WatchView: _grpc.UnaryStreamMultiCallable[_table_service_pb2.WatchViewRequest, _table_service_pb2.TableUpdate]
     """A seated player's feed: first the view now, then after every change the new events (redacted
     for the seat) together with the view after them, until the game ends; resumable from
@@ -47,13 +57,23 @@ class TableServiceStub:
 
 @_typing.type_check_only
 class TableServiceAsyncStub(TableServiceStub):
+    """Play a table: the seated players act and watch; ops watch any table with full information.
+    Every call needs a bearer JWT. A player may act only for their own seat and see only their own
+    tables (PERMISSION_DENIED otherwise); an unknown table is NOT_FOUND; a command the rules do not
+    allow now is FAILED_PRECONDITION and changes nothing.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     Act: _aio.UnaryUnaryMultiCallable[_table_service_pb2.ActRequest, _table_service_pb2.ActResponse]  # type: ignore[assignment]
-    """One command; the answer says what happened. A rejected command changes nothing."""
+    """One command for the caller's seat; the answer says what happened. A rejected command changes
+    nothing; a retry with the same idempotency_key returns the first answer. Seated players only.
+    """
     Watch: _aio.UnaryStreamMultiCallable[_table_service_pb2.WatchRequest, _envelope_pb2.Envelope]  # type: ignore[assignment]
-    """The events the caller may see (redacted per viewer), from after_sequence on; resumable."""
+    """The table's events from after_sequence on, until GameEnded; resumable. A seated player gets
+    them redacted for their seat; the ops role gets full information (hands, wall, picks).
+    """
     GetView: _aio.UnaryUnaryMultiCallable[_table_service_pb2.GetViewRequest, _table_service_pb2.TableView]  # type: ignore[assignment]
-    """The caller's current view of the table."""
+    """The caller's current view of the table. Seated players only (ops use Watch)."""
     WatchView: _aio.UnaryStreamMultiCallable[_table_service_pb2.WatchViewRequest, _table_service_pb2.TableUpdate]  # type: ignore[assignment]
     """A seated player's feed: first the view now, then after every change the new events (redacted
     for the seat) together with the view after them, until the game ends; resumable from
@@ -62,13 +82,21 @@ class TableServiceAsyncStub(TableServiceStub):
     """
 
 class TableServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Play a table: the seated players act and watch; ops watch any table with full information.
+    Every call needs a bearer JWT. A player may act only for their own seat and see only their own
+    tables (PERMISSION_DENIED otherwise); an unknown table is NOT_FOUND; a command the rules do not
+    allow now is FAILED_PRECONDITION and changes nothing.
+    """
+
     @_abc_1.abstractmethod
     def Act(
         self,
         request: _table_service_pb2.ActRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_table_service_pb2.ActResponse, _abc.Awaitable[_table_service_pb2.ActResponse]]:
-        """One command; the answer says what happened. A rejected command changes nothing."""
+        """One command for the caller's seat; the answer says what happened. A rejected command changes
+        nothing; a retry with the same idempotency_key returns the first answer. Seated players only.
+        """
 
     @_abc_1.abstractmethod
     def Watch(
@@ -76,7 +104,9 @@ class TableServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _table_service_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_envelope_pb2.Envelope], _abc.AsyncIterator[_envelope_pb2.Envelope]]:
-        """The events the caller may see (redacted per viewer), from after_sequence on; resumable."""
+        """The table's events from after_sequence on, until GameEnded; resumable. A seated player gets
+        them redacted for their seat; the ops role gets full information (hands, wall, picks).
+        """
 
     @_abc_1.abstractmethod
     def GetView(
@@ -84,7 +114,7 @@ class TableServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _table_service_pb2.GetViewRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_table_service_pb2.TableView, _abc.Awaitable[_table_service_pb2.TableView]]:
-        """The caller's current view of the table."""
+        """The caller's current view of the table. Seated players only (ops use Watch)."""
 
     @_abc_1.abstractmethod
     def WatchView(
