@@ -1,8 +1,8 @@
 """Fuzzing every request of every service (issue 17): bad input is a clear error, never INTERNAL.
 
-All four services run in one in-process gRPC server on migrated SQLite databases, with the
-production role tables, error mappings and the auth interceptor (matchmaking asks the in-process
-ledger for balances). Hypothesis builds every request message of every method from the generated
+All four services run in process on migrated SQLite databases, with the production role tables,
+error mappings and auth interceptors: matchmaking, scoring and ledger in one thread-pool server, the
+table service on its asyncio server (matchmaking asks an in-process ledger for balances). Hypothesis builds every request message of every method from the generated
 descriptors, field by field, mixing random values with hand-picked edge values (huge and negative
 integers, very long strings, unknown enum numbers, out-of-range timestamps, SQL-looking ids, the
 real table's id) and calls it as a seated player, a stranger, ops or finance. For every call:
@@ -49,6 +49,7 @@ from mahjong_ledger.servicer import METHOD_ROLES as LEDGER_ROLES
 from mahjong_ledger.settings import LedgerSettings
 from mahjong_matchmaking.__main__ import DEFINITION as MATCHMAKING
 from mahjong_matchmaking.servicer import METHOD_ROLES as MATCHMAKING_ROLES
+from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioRunningServer, serve_aio
 from mahjong_platform.auth import AuthInterceptor, mint_token
 from mahjong_platform.config import Settings, load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
@@ -212,7 +213,9 @@ def build(message_class: Any, values: dict[str, Any]) -> Any:
 class Stack:
     server: RunningServer
     ledger: RunningServer
+    table: AioRunningServer
     channel: grpc.Channel
+    table_channel: grpc.Channel
     table_id: str
     databases: dict[str, Path]
     """Each service's database, by the service's full name."""
@@ -267,7 +270,6 @@ def start_stack(directory: Path) -> Stack:
     table_process = TableProcess(table_engine, Presence())
     registrations = [
         *MATCHMAKING.registrations(engines["matchmaking"], with_ledger, topics),
-        *table_process.registrations(engines["table"], with_ledger, topics),
         *SCORING.registrations(engines["scoring"], with_ledger, topics),
         *ledger_process.registrations(engines["ledger"], with_ledger, topics),
     ]
@@ -275,17 +277,25 @@ def start_stack(directory: Path) -> Stack:
         registrations,
         "127.0.0.1:0",
         with_ledger,
-        interceptors=[
-            AuthInterceptor(SECRET, {**MATCHMAKING_ROLES, **TABLE_ROLES, **SCORING_ROLES, **LEDGER_ROLES})
-        ],
-        extra_error_mapping={**TABLE_ERROR_MAPPING, **LEDGER_ERRORS},
+        interceptors=[AuthInterceptor(SECRET, {**MATCHMAKING_ROLES, **SCORING_ROLES, **LEDGER_ROLES})],
+        extra_error_mapping=LEDGER_ERRORS,
+    )
+    table = serve_aio(
+        table_process.registrations(engines["table"], with_ledger, topics),
+        "127.0.0.1:0",
+        with_ledger,
+        interceptors=[AioAuthInterceptor(SECRET, TABLE_ROLES)],
+        extra_error_mapping=TABLE_ERROR_MAPPING,
     )
     table_id = open_table(table_engine, engines["table"])
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    table_channel = grpc.insecure_channel(f"127.0.0.1:{table.port}")
     return Stack(
         server,
         ledger,
+        table,
         channel,
+        table_channel,
         table_id,
         {f"mahjong.v1.{name.capitalize()}Service": directory / f"{name}.sqlite3" for name in urls},
     )
@@ -296,6 +306,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = start_stack(tmp_path_factory.mktemp("fuzz"))
     yield running
     running.channel.close()
+    running.table_channel.close()
+    running.table.stop(0)
     running.server.stop(0)
     running.ledger.stop(0)
 
@@ -328,9 +340,10 @@ def call(stack: Stack, method: MethodDescriptor, request: Any, identity: str) ->
     path = f"/{method.containing_service.full_name}/{method.name}"
     response_class = message_factory.GetMessageClass(method.output_type)
     metadata = metadata_of(identity)
+    channel = stack.table_channel if method.containing_service.name == "TableService" else stack.channel
     try:
         if method.server_streaming:
-            stream = stack.channel.unary_stream(
+            stream = channel.unary_stream(
                 path,
                 request_serializer=lambda m: m.SerializeToString(),
                 response_deserializer=response_class.FromString,
@@ -340,7 +353,7 @@ def call(stack: Stack, method: MethodDescriptor, request: Any, identity: str) ->
             finally:
                 stream.cancel()
         else:
-            stack.channel.unary_unary(
+            channel.unary_unary(
                 path,
                 request_serializer=lambda m: m.SerializeToString(),
                 response_deserializer=response_class.FromString,
