@@ -2,8 +2,9 @@
 
 All four services run in process on migrated SQLite databases, with the production role tables,
 error mappings and auth interceptors: matchmaking, scoring and ledger in one thread-pool server, the
-table service on its asyncio server (matchmaking asks an in-process ledger for balances). Hypothesis builds every request message of every method from the generated
-descriptors, field by field, mixing random values with hand-picked edge values (huge and negative
+table service on its asyncio server (matchmaking asks an in-process ledger for balances).
+Hypothesis builds every request message of every method from the generated descriptors, field by
+field, mixing random values with hand-picked edge values (huge and negative
 integers, very long strings, unknown enum numbers, out-of-range timestamps, SQL-looking ids, the
 real table's id) and calls it as a seated player, a stranger, ops or finance. For every call:
 
