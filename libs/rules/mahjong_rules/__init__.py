@@ -47,7 +47,15 @@ from mahjong_rules.tiles import (
     suit_of,
     tile_code,
 )
-from mahjong_rules.waits import Wait, Waits, find_waits, max_wait_multiplier, wait_multiplier, winning_tiles
+from mahjong_rules.waits import (
+    Wait,
+    Waits,
+    find_waits,
+    max_wait_multiplier,
+    wait_multiplier,
+    winning_tiles,
+    winning_tiles_of_counts,
+)
 from mahjong_rules.wall import (
     SICHUAN_TILES,
     WALL_TILE_COUNT,
@@ -108,4 +116,5 @@ __all__ = [
     "tile_code",
     "wait_multiplier",
     "winning_tiles",
+    "winning_tiles_of_counts",
 ]

@@ -37,6 +37,8 @@ def rank_unit(rank: int) -> int:
 
 
 RANK_UNITS: tuple[int, ...] = tuple(rank_unit(rank) for rank in range(RANK_COUNT))
+ODD_COUNT_BITS = sum(RANK_UNITS)
+"""The lowest bit of every rank's count: ``key & ODD_COUNT_BITS == 0`` when every count is even."""
 
 
 def decode_suit_key(key: int) -> list[int]:
@@ -49,6 +51,7 @@ def encode_suit_key(counts: list[int]) -> int:
     return sum(count << (BITS_PER_RANK * rank) for rank, count in enumerate(counts))
 
 
+@cache
 def _add_set(sub_readings: int, is_pair: int, is_pong: int, is_terminal: int) -> int:
     """Readings after adding one set (or the pair) to every decomposition in ``sub_readings``."""
     flags = (is_pong << 1) | is_terminal
@@ -70,9 +73,8 @@ def suit_readings(key: int) -> int:
     """
     if key == 0:
         return EMPTY_SUIT_READINGS
-    counts = decode_suit_key(key)
-    rank = next(index for index, count in enumerate(counts) if count)
-    count = counts[rank]
+    rank = ((key & -key).bit_length() - 1) // BITS_PER_RANK  # the lowest rank held
+    count = key >> (BITS_PER_RANK * rank) & RANK_MASK
     unit = RANK_UNITS[rank]
     terminal = 1 if rank in (0, 8) else 0
     readings = 0
@@ -80,7 +82,11 @@ def suit_readings(key: int) -> int:
         readings |= _add_set(suit_readings(key - 3 * unit), 0, 1, terminal)
     if count >= 2:
         readings |= _add_set(suit_readings(key - 2 * unit), 1, 1, terminal)
-    if rank <= 6 and counts[rank + 1] and counts[rank + 2]:
+    if (
+        rank <= 6
+        and key >> (BITS_PER_RANK * (rank + 1)) & RANK_MASK
+        and key >> (BITS_PER_RANK * (rank + 2)) & RANK_MASK
+    ):
         run_terminal = 1 if rank in (0, 6) else 0
         run_key = key - unit - RANK_UNITS[rank + 1] - RANK_UNITS[rank + 2]
         readings |= _add_set(suit_readings(run_key), 0, 0, run_terminal)

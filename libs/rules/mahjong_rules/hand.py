@@ -7,9 +7,11 @@ keys (see ``decomposition``) and a ``MeldFacts`` summary, which the win check, w
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from operator import mul
 from typing import Literal
 
-from mahjong_rules.decomposition import BITS_PER_RANK, RANK_MASK, SUIT_SUMMARIES, suit_summary
+from mahjong_rules.decomposition import BITS_PER_RANK, RANK_MASK, RANK_UNITS, SUIT_SUMMARIES, suit_summary
 from mahjong_rules.errors import HandSizeError, InvalidMeldError, InvalidTileError, TileCountError
 from mahjong_rules.tiles import (
     COPIES_PER_TILE,
@@ -97,6 +99,12 @@ def meld_facts(melds: Sequence[Meld]) -> MeldFacts:
     """Validate Sichuan melds (suited tiles, at most four, no tile in two melds) and summarise them."""
     if not melds:
         return NO_MELDS
+    return _meld_facts(tuple(melds))
+
+
+@lru_cache(maxsize=4096)
+def _meld_facts(melds: tuple[Meld, ...]) -> MeldFacts:
+    """`meld_facts`, memoised: a hand keeps its melds for many turns."""
     if len(melds) > MAX_MELD_COUNT:
         raise HandSizeError(f"a hand has at most {MAX_MELD_COUNT} melds, not {len(melds)}")
     suit_mask = 0
@@ -134,10 +142,14 @@ def concealed_count(suit_keys: Sequence[int], tile: Tile) -> int:
 
 def check_hand_size(concealed: Sequence[Tile], expected_tile_count: int, what: str) -> None:
     """Raise ``HandSizeError`` unless there are ``expected_tile_count`` concealed tiles."""
-    if len(concealed) != expected_tile_count:
+    check_tile_total(len(concealed), expected_tile_count, what)
+
+
+def check_tile_total(tile_count: int, expected_tile_count: int, what: str) -> None:
+    """Raise ``HandSizeError`` unless ``tile_count`` is ``expected_tile_count``."""
+    if tile_count != expected_tile_count:
         raise HandSizeError(
-            f"expected {expected_tile_count} concealed tiles ({what}) for this many melds, "
-            f"got {len(concealed)}"
+            f"expected {expected_tile_count} concealed tiles ({what}) for this many melds, got {tile_count}"
         )
 
 
@@ -159,6 +171,16 @@ def suit_keys(concealed: Sequence[Tile]) -> list[int]:
         bad = next(tile for tile in concealed if tile >= SUITED_TILE_KIND_COUNT or tile < 0)
         raise InvalidTileError(f"tile {tile_code(bad)} is not used in Sichuan Bloody")
     return keys
+
+
+def suit_keys_of_counts(counts: Sequence[int]) -> list[int]:
+    """Validate 27 concealed tile counts (1m..9s, each 0..4) and return their suit keys (m, p, s,
+    and 0 for the other tiles): the table engine keeps hands as counts, so it need not list tiles."""
+    if len(counts) != SUITED_TILE_KIND_COUNT or min(counts) < 0 or max(counts) > COPIES_PER_TILE:
+        raise TileCountError(
+            f"expected {SUITED_TILE_KIND_COUNT} tile counts of 0..{COPIES_PER_TILE}, got {counts!r}"
+        )
+    return [sum(map(mul, counts[start : start + 9], RANK_UNITS)) for start in (0, 9, 18)] + [0]
 
 
 def check_copies(suit_keys_of_hand: Sequence[int], melds: Sequence[Meld]) -> None:

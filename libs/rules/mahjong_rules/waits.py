@@ -12,11 +12,13 @@ from functools import lru_cache
 
 from mahjong_rules.decomposition import (
     BITS_PER_RANK,
+    ODD_COUNT_BITS,
     RANK_MASK,
     RANK_UNITS,
     SUIT_SUMMARIES,
     combine_readings,
     decode_suit_key,
+    suit_readings,
     suit_summary,
 )
 from mahjong_rules.fans import Fan, best_reading, fan_list
@@ -26,9 +28,11 @@ from mahjong_rules.hand import (
     MeldFacts,
     check_copies,
     check_hand_size,
+    check_tile_total,
     meld_facts,
     missing_suit_index,
     suit_keys,
+    suit_keys_of_counts,
 )
 from mahjong_rules.tiles import COPIES_PER_TILE, Suit, Tile
 
@@ -91,6 +95,19 @@ def winning_tiles(
     return tuple(tile for _, _, tile in _winning_candidates(keys, facts, melds, missing_index))
 
 
+def winning_tiles_of_counts(
+    counts: Sequence[int], melds: Sequence[Meld], missing_suit: Suit | None
+) -> tuple[Tile, ...]:
+    """``winning_tiles`` of concealed tiles given as their 27 counts (1m..9s), as the table
+    engine keeps hands."""
+    facts = meld_facts(melds)
+    keys = suit_keys_of_counts(counts)
+    check_tile_total(sum(counts), WINNING_HAND_TILE_COUNT - 1 - 3 * facts.count, "a waiting hand")
+    check_copies(keys, melds)
+    missing_index = missing_suit_index(missing_suit)
+    return tuple(tile for _, _, tile in _winning_candidates(keys, facts, melds, missing_index))
+
+
 def _waiting_position(
     concealed: Sequence[Tile], melds: Sequence[Meld], missing_suit: Suit | None
 ) -> tuple[list[int], MeldFacts, int]:
@@ -141,8 +158,9 @@ def _completing_ranks(key: int, other_readings: int, seven_pairs_possible: bool)
     for rank in sorted(near):
         if 0 <= rank < 9 and counts[rank] < 4:
             new_key = key + RANK_UNITS[rank]
-            summary = SUIT_SUMMARIES.get(new_key) or suit_summary(new_key)
-            if combine_readings(summary[0], other_readings) >> 4 or (seven_pairs_possible and summary[1]):
+            if combine_readings(suit_readings(new_key), other_readings) >> 4 or (
+                seven_pairs_possible and not new_key & ODD_COUNT_BITS
+            ):
                 ranks.append(rank)
     return tuple(ranks)
 

@@ -8,7 +8,16 @@ from collections import Counter
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from mahjong_rules import Meld, Suit, WinContext, evaluate_win, find_waits, is_winning_hand, winning_tiles
+from mahjong_rules import (
+    Meld,
+    Suit,
+    WinContext,
+    evaluate_win,
+    find_waits,
+    is_winning_hand,
+    winning_tiles,
+    winning_tiles_of_counts,
+)
 from mahjong_rules.decomposition import encode_suit_key, hand_pair_readings, suit_summary
 
 SUIT_LETTERS: tuple[Suit, Suit, Suit] = ("m", "p", "s")
@@ -156,3 +165,5 @@ def test_waits_agree_with_trying_all_27_tiles(hand: tuple[list[int], list[Meld],
     assert {wait.tile: wait.multiplier for wait in result.waits} == expected
     assert result.ready == bool(expected)
     assert winning_tiles(position13, melds, missing) == tuple(wait.tile for wait in result.waits)
+    counts = [position13.count(tile) for tile in range(27)]
+    assert winning_tiles_of_counts(counts, melds, missing) == tuple(wait.tile for wait in result.waits)

@@ -3,12 +3,14 @@
 import pytest
 from mahjong_rules import (
     Meld,
+    RulesError,
     find_waits,
     max_wait_multiplier,
     parse_tile,
     parse_tiles,
     tile_code,
     wait_multiplier,
+    winning_tiles_of_counts,
 )
 
 
@@ -69,3 +71,27 @@ def test_max_and_single_wait_multiplier_helpers() -> None:
 def test_single_wait_with_melds_is_ready_on_its_pair() -> None:
     melds = [Meld("pong", parse_tile(code)) for code in ("1m", "4m", "6p", "9p")]
     assert waits_of("7p", melds) == [("7p", 4)]
+
+
+def counts_of(concealed: str) -> list[int]:
+    tiles = parse_tiles(concealed)
+    return [tiles.count(tile) for tile in range(27)]
+
+
+def test_winning_tiles_of_counts_are_the_waits_of_the_same_tiles() -> None:
+    assert [tile_code(tile) for tile in winning_tiles_of_counts(counts_of("1112345678999m"), [], None)] == [
+        tile_code(wait.tile) for wait in find_waits(parse_tiles("1112345678999m"), [], None).waits
+    ]
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        [5] + [0] * 26,  # a fifth copy
+        counts_of("111234567899m"),  # 12 tiles, not 13
+        counts_of("1112345678999m")[:26],  # not 27 counts
+    ],
+)
+def test_winning_tiles_of_counts_reject_impossible_hands(counts: list[int]) -> None:
+    with pytest.raises(RulesError):
+        winning_tiles_of_counts(counts, [], None)

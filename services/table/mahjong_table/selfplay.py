@@ -24,7 +24,7 @@ from mahjong_table.domain.commands import (
     Win,
 )
 from mahjong_table.domain.decide import waited_on
-from mahjong_table.domain.rules_adapter import parse_code
+from mahjong_table.domain.rules_adapter import code_of
 from mahjong_table.domain.state import Phase, TableState
 from mahjong_table.domain.views import (
     ACTION_CHOW,
@@ -127,16 +127,17 @@ def greedy_command(state: TableState) -> TableCommand:
     return Discard(seat, min(actions[ACTION_DISCARD].tiles, key=lambda code: _usefulness(concealed, code)))
 
 
-_NEIGHBOURS = tuple(
-    tuple(tile + step for step in (-2, -1, 1, 2) if 0 <= tile % 9 + step <= 8) for tile in range(27)
-)
-"""The tiles of the same suit within two ranks of each Sichuan tile."""
+_NEIGHBOURS = {
+    code_of(tile): (tile, tuple(tile + step for step in (-2, -1, 1, 2) if 0 <= tile % 9 + step <= 8))
+    for tile in range(27)
+}
+"""Each Sichuan tile code: its tile, and the tiles of the same suit within two ranks."""
 
 
 def _usefulness(concealed: tuple[int, ...], code: str) -> int:
     """How much a tile helps the hand: copies held and neighbours held (lower is discarded first)."""
-    tile = parse_code(code)
-    return 3 * concealed[tile] + sum([concealed[neighbour] for neighbour in _NEIGHBOURS[tile]])
+    tile, neighbours = _NEIGHBOURS[code]
+    return 3 * concealed[tile] + sum(map(concealed.__getitem__, neighbours))
 
 
 def formula_greedy_command(state: FormulaTableState) -> TableCommand:

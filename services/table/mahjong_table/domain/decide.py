@@ -218,7 +218,11 @@ def expire_deadline(state: TableState) -> list[TableEvent]:
 def _act(emitter: _Emitter, command: TableCommand) -> None:
     seat = getattr(command, "seat", NO_SEAT)
     _check_seat(seat)
-    if isinstance(command, ExchangeThree):
+    if isinstance(command, Discard):  # the most frequent command first
+        tile = _parse_tile(command.tile)
+        _require_in_game(emitter.state, seat)
+        _discard(emitter, seat, tile, automatic=False)
+    elif isinstance(command, ExchangeThree):
         tiles = _parse_tiles(command.tiles)
         _require_in_game(emitter.state, seat)
         _exchange(emitter, seat, tiles)
@@ -227,10 +231,6 @@ def _act(emitter: _Emitter, command: TableCommand) -> None:
             raise InvalidCommandError(f"missing suit must be 'm', 'p' or 's', got {command.suit!r}")
         _require_in_game(emitter.state, seat)
         _declare_missing_suit(emitter, seat, SUIT_CODES.index(command.suit))
-    elif isinstance(command, Discard):
-        tile = _parse_tile(command.tile)
-        _require_in_game(emitter.state, seat)
-        _discard(emitter, seat, tile, automatic=False)
     elif isinstance(command, Kong):
         kong_tile = None if command.tile is None else _parse_tile(command.tile)
         _require_in_game(emitter.state, seat)
@@ -704,7 +704,7 @@ def _end_if_due(emitter: _Emitter) -> bool:
         return True
     if state.win_count >= 3:
         reason = END_REASON_THREE_WINS
-    elif sum(player.in_game for player in state.players) < 2:
+    elif [player.in_game for player in state.players].count(True) < 2:
         reason = END_REASON_ESCAPES
     else:
         return False

@@ -133,15 +133,15 @@ def _fan(fan_id: str, name: str, multiplier: int) -> Fan:
 def waiting_tiles(
     counts: tuple[int, ...], melds: tuple[tuple[int, str], ...], missing_suit: int | None
 ) -> frozenset[int]:
-    """The tiles that would complete a waiting hand (rules library `winning_tiles`), memoised.
+    """The tiles that would complete a waiting hand (rules library `winning_tiles_of_counts`), memoised.
 
     A hand stays the same while the other three players discard, so the claim window asks the
     same question several times; the answer is cached by the hand itself. `counts` are the 27
     concealed counts (13 - 3 x melds tiles).
     """
     return frozenset(
-        rules.winning_tiles(
-            _tiles_of(counts),
+        rules.winning_tiles_of_counts(
+            counts,
             [_rules_meld(tile, exposure) for tile, exposure in melds],
             None if missing_suit is None else SUIT_CODES_TYPED[missing_suit],
         )
