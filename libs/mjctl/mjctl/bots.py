@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +29,8 @@ import grpc
 from mahjong.v1 import matchmaking_service_pb2 as matchmaking_messages
 from mahjong.v1 import matchmaking_service_pb2_grpc, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as table_messages
+
+from mjctl import client
 
 GAME_MAX_SECONDS = 600.0
 CALL_TIMEOUT_SECONDS = 30.0
@@ -115,8 +119,20 @@ class GameResult:
     seconds: float
 
 
+class BelowEntryFloorError(RuntimeError):
+    """Matchmaking refused the bot: its balance is below the room's entry floor (RULES.md 1.9)."""
+
+
+class BotStoppedError(RuntimeError):
+    """The run was stopped (another bot cannot play) before this bot was seated."""
+
+
 class BotPlayer:
-    """One bot: its own channels (carrying its own token), its Act latencies, its finished games."""
+    """One bot: its own channels (carrying its own token), its Act latencies, its finished games.
+
+    Every call goes through `mjctl.client`: retried with backoff while a service restarts (the same
+    request, so the same idempotency key), the feeds resumed from the last event seen, one decision
+    per view sequence, so a bot never plays a decision twice."""
 
     def __init__(
         self,
@@ -133,42 +149,76 @@ class BotPlayer:
         self._matchmaking = matchmaking_service_pb2_grpc.MatchmakingServiceStub(matchmaking)
         self._table = table_service_pb2_grpc.TableServiceStub(table)
         self.act_latencies_seconds: list[float] = []
+        self.retries = 0
         self._log = log
+        self._backoff = client.Backoff(on_retry=self._count_retry)
+        self._ticket_id: str | None = None
+        self._stopped = threading.Event()
         # When the last table's GameEnded event occurred (the table engine's clock), for lag figures.
         self.game_ended_at: datetime.datetime | None = None
+
+    def _count_retry(self, _line: str) -> None:
+        self.retries += 1
 
     def find_table(self, room_id: str) -> tuple[str, int]:
         request = matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4()))
         deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
         while True:
+            if self._stopped.is_set():
+                raise BotStoppedError(f"{self.player_id}: stopped before being seated")
             try:
-                ticket = self._matchmaking.Enqueue(request, timeout=CALL_TIMEOUT_SECONDS)
+                ticket = client.call(self._matchmaking.Enqueue, request, self._backoff, CALL_TIMEOUT_SECONDS)
                 break
             except grpc.RpcError as error:
+                details = error.details() or ""
+                if "entry floor" in details:
+                    raise BelowEntryFloorError(f"{self.player_id}: {details}") from None
                 # Matchmaking frees the seat when it reads GameEnded from Kafka, a moment after
                 # the game ended for the bot.
-                seat_not_yet_freed = "already seated" in (error.details() or "")
+                seat_not_yet_freed = "already seated" in details
                 if not seat_not_yet_freed or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        for update in self._matchmaking.WatchTicket(
-            matchmaking_messages.WatchTicketRequest(ticket_id=ticket.ticket_id), timeout=GAME_MAX_SECONDS
-        ):
-            if update.state == "seated":
-                return update.table_id, update.seat
-            if update.state == "cancelled":
-                raise RuntimeError(f"{self.player_id}: ticket {ticket.ticket_id} was cancelled")
+        self._ticket_id = ticket.ticket_id
+        try:
+            if self._stopped.is_set():
+                self.cancel_ticket()
+            for update in client.watch_ticket(
+                self._matchmaking, ticket.ticket_id, self._backoff, GAME_MAX_SECONDS
+            ):
+                if update.state == "seated":
+                    return update.table_id, update.seat
+                if update.state == "cancelled":
+                    if self._stopped.is_set():
+                        raise BotStoppedError(f"{self.player_id}: stopped before being seated")
+                    raise RuntimeError(f"{self.player_id}: ticket {ticket.ticket_id} was cancelled")
+        finally:
+            self._ticket_id = None
         raise RuntimeError(f"{self.player_id}: ticket stream ended before a seat was assigned")
+
+    def stop(self) -> None:
+        """Stop looking for tables: cancel the ticket this bot waits on, enqueue no more."""
+        self._stopped.set()
+        self.cancel_ticket()
+
+    def cancel_ticket(self) -> None:
+        ticket_id = self._ticket_id
+        if ticket_id is None:
+            return
+        request = matchmaking_messages.CancelRequest(ticket_id=ticket_id, idempotency_key=str(uuid.uuid4()))
+        try:
+            client.call(self._matchmaking.Cancel, request, client.Backoff(give_up_after_seconds=30))
+        except grpc.RpcError as error:  # seated meanwhile: the bot plays that game out
+            self._log(f"{self.player_id}: could not cancel ticket {ticket_id[:8]}: {error.details()}")
 
     def wait_until_open(self, table_id: str) -> None:
         """The seat is assigned by matchmaking before the table engine has read the assignment
         from Kafka and opened the table: until then the table is NOT_FOUND."""
         deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
+        request = table_messages.GetViewRequest(table_id=table_id)
         while True:
             try:
-                self._table.GetView(
-                    table_messages.GetViewRequest(table_id=table_id), timeout=CALL_TIMEOUT_SECONDS
-                )
+                client.call(self._table.GetView, request, self._backoff, CALL_TIMEOUT_SECONDS)
                 return
             except grpc.RpcError as error:
                 if error.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
@@ -176,38 +226,35 @@ class BotPlayer:
                 time.sleep(0.05)
 
     def play(self, table_id: str) -> table_messages.TableView:
-        """Play the table to its end on its WatchView feed; return the final view."""
+        """Play the table to its end on its WatchView feed (resumed after any reconnect); return
+        the final view."""
         self.wait_until_open(table_id)
-        updates = self._table.WatchView(
-            table_messages.WatchViewRequest(table_id=table_id), timeout=GAME_MAX_SECONDS
-        )
-        try:
-            for update in updates:
-                received = time.time()
-                for envelope in update.events:
-                    self.delivery_latencies_seconds.append(
-                        received - envelope.occurred_at.ToNanoseconds() / 1e9
-                    )
-                    if envelope.WhichOneof("payload") == "game_ended":
-                        self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
-                view: table_messages.TableView = update.view
-                if view.phase == "ended":
-                    return view
-                request = choose_command(view)
-                if request is not None:
-                    if self.think_seconds:
-                        time.sleep(self.think_seconds)  # a human-paced player (--think-ms)
-                    # A view already overtaken by a queued update is refused (ABORTED) and skipped.
-                    request.expected_sequence = view.sequence
-                    self._act(request)
-            raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
-        finally:
-            updates.cancel()
+        decisions = client.Decisions()
+        for update in client.watch_view(
+            self._table, table_id, self._backoff, timeout_seconds=GAME_MAX_SECONDS
+        ):
+            received = time.time()
+            for envelope in update.events:
+                self.delivery_latencies_seconds.append(received - envelope.occurred_at.ToNanoseconds() / 1e9)
+                if envelope.WhichOneof("payload") == "game_ended":
+                    self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
+            view: table_messages.TableView = update.view
+            if view.phase == "ended":
+                return view
+            # The view seen again after a reconnect gets the same request (the same key).
+            request = decisions.for_view(view.sequence, functools.partial(choose_command, view))
+            if request is not None:
+                if self.think_seconds:
+                    time.sleep(self.think_seconds)  # a human-paced player (--think-ms)
+                # A view already overtaken by a queued update is refused (ABORTED) and skipped.
+                request.expected_sequence = view.sequence
+                self._act(request)
+        raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
 
     def _act(self, request: table_messages.ActRequest) -> None:
         before = time.perf_counter()
         try:
-            self._table.Act(request, timeout=CALL_TIMEOUT_SECONDS)
+            client.call(self._table.Act, request, self._backoff, CALL_TIMEOUT_SECONDS, "Act")
         except grpc.RpcError as error:
             # The table moved on (a timeout acted for us, another claim won): look again.
             if error.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED):
@@ -239,6 +286,7 @@ class BotRunReport:
     seconds: float
     act_latencies_seconds: list[float]
     delivery_latencies_seconds: list[float] = dataclasses.field(default_factory=list)
+    retries: int = 0
 
     def summary_lines(self) -> list[str]:
         latencies = sorted(self.act_latencies_seconds) or [0.0]
@@ -247,6 +295,7 @@ class BotRunReport:
         return [
             f"{len(self.games)} games in {self.seconds:.1f} s = {len(self.games) / self.seconds:.2f} games/s",
             f"Act latency over {len(self.act_latencies_seconds)} calls: p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+            f"calls retried after a failure to get through (service restarting): {self.retries}",
         ]
 
 
@@ -286,6 +335,11 @@ def run_bots(
     table_ids: list[str] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
+    below_floor: list[BelowEntryFloorError] = []
+
+    def stop_everyone() -> None:
+        for other in bots:
+            other.stop()
 
     def bot_loop(bot: BotPlayer) -> None:
         try:
@@ -300,6 +354,13 @@ def run_bots(
                         finished.append(line)
                         table_ids.append(table_id)
                     log(line)
+        except BelowEntryFloorError as error:
+            # The others would wait forever for a fourth player: stop them all.
+            log(str(error))
+            below_floor.append(error)
+            stop_everyone()
+        except BotStoppedError:
+            pass
         except BaseException as error:  # reported by the caller; other bots go on
             errors.append(error)
 
@@ -311,10 +372,17 @@ def run_bots(
         thread.join()
     if errors:
         raise RuntimeError(f"{len(errors)} bots failed; first: {errors[0]!r}") from errors[0]
+    if below_floor:
+        raise BelowEntryFloorError(
+            f"{len(below_floor)} of {players} bots are below room {room_id!r}'s entry floor and cannot "
+            f"be seated, so the run stopped after {len(finished)} games (first: {below_floor[0]}); "
+            "deposit beans for them or choose a room with a lower floor"
+        )
     seconds = time.monotonic() - started
     latencies = [latency for bot in bots for latency in bot.act_latencies_seconds]
     deliveries = [latency for bot in bots for latency in bot.delivery_latencies_seconds]
-    return BotRunReport(finished, table_ids, seconds, latencies, deliveries)
+    retries = sum(bot.retries for bot in bots)
+    return BotRunReport(finished, table_ids, seconds, latencies, deliveries, retries)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -364,14 +432,18 @@ def _run(arguments: argparse.Namespace) -> int:
 
         finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
         probe = SettlementLagProbe(open_channel(settings.grpc_target("ledger"), finance_token))
-    report = run_bots(
-        arguments.room,
-        arguments.players,
-        arguments.games,
-        channel_for,
-        on_game_ended=None if probe is None else probe.game_ended,
-        think_seconds=arguments.think_ms / 1000,
-    )
+    try:
+        report = run_bots(
+            arguments.room,
+            arguments.players,
+            arguments.games,
+            channel_for,
+            on_game_ended=None if probe is None else probe.game_ended,
+            think_seconds=arguments.think_ms / 1000,
+        )
+    except BelowEntryFloorError as error:
+        print(f"mjctl bots: {error}", file=sys.stderr)
+        return 2
     for line in report.summary_lines():
         print(line)
     if probe is not None:

@@ -1,0 +1,187 @@
+"""A game client that survives service restarts and deploys: the reconnect logic in one small file.
+
+It needs only ``grpcio`` and the generated ``mahjong.v1`` stubs, so a mobile backend can copy it.
+Three rules make a client restart-proof; ``mjctl bots`` and the README's example follow them:
+
+1. **Retry a call that did not get through, with backoff, with the same request.** UNAVAILABLE
+   (the service is restarting, a connection dropped) and RESOURCE_EXHAUSTED are retried after a
+   pause that doubles (with jitter) up to ``max_pause_seconds``; DEADLINE_EXCEEDED too, because
+   every call retried here is idempotent. A write carries its ``idempotency_key``; retrying the
+   *same* request means the server applies it at most once and answers the first answer again.
+2. **Resume a stream from what you have seen** (after the codes above, and CANCELLED: the server
+   cancels a stream idle too long). ``watch_view`` reopens ``WatchView`` with
+   ``after_sequence`` = the last event it yielded, so no event is lost or yielded twice;
+   ``watch_ticket`` reopens ``WatchTicket`` (its first update is the ticket's state now).
+3. **Decide once per view.** ``Decisions`` keeps the request chosen for a view sequence: when a
+   reconnect shows the same view again, the same request (same key) is sent, never a second
+   decision.
+
+Everything else (FAILED_PRECONDITION, ABORTED, PERMISSION_DENIED, ...) is the server's answer and
+is raised at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+import grpc
+from mahjong.v1 import matchmaking_service_pb2 as matchmaking_messages
+from mahjong.v1 import table_service_pb2 as table_messages
+
+RETRYABLE_CODES: Final = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+STREAM_RESUMABLE_CODES: Final = RETRYABLE_CODES | {grpc.StatusCode.CANCELLED}
+"""A feed is also resumed after CANCELLED: the server cancels a stream idle for too long."""
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+@dataclasses.dataclass
+class Backoff:
+    """Pauses between attempts: ``first_pause_seconds`` doubling up to ``max_pause_seconds``, each
+    drawn at random from its upper half (jitter, so clients do not come back in lockstep); gives up
+    after ``give_up_after_seconds`` without a success. ``reset()`` after a success."""
+
+    first_pause_seconds: float = 0.1
+    max_pause_seconds: float = 5.0
+    give_up_after_seconds: float = 300.0
+    random_source: random.Random = dataclasses.field(default_factory=random.Random)
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    on_retry: Callable[[str], None] = lambda _line: None
+    _attempt: int = 0
+    _failing_since: float | None = None
+
+    def reset(self) -> None:
+        """The last attempt succeeded."""
+        self._attempt = 0
+        self._failing_since = None
+
+    def pause_or_raise(
+        self, error: grpc.RpcError, what: str, retryable: frozenset[grpc.StatusCode] = RETRYABLE_CODES
+    ) -> None:
+        """Sleep before the next attempt, or re-raise ``error`` when its code is not ``retryable``
+        or the budget is spent."""
+        now = self.clock()
+        if self._failing_since is None:
+            self._failing_since = now
+        if error.code() not in retryable or now - self._failing_since > self.give_up_after_seconds:
+            raise error
+        ceiling = min(self.first_pause_seconds * 2**self._attempt, self.max_pause_seconds)
+        self._attempt += 1
+        pause = ceiling / 2 + self.random_source.random() * ceiling / 2
+        self.on_retry(f"{what}: {error.code().name}; retry {self._attempt} in {pause:.2f} s")
+        self.sleep(pause)
+
+
+def call(
+    method: Callable[..., Response],
+    request: Any,
+    backoff: Backoff,
+    timeout_seconds: float = 30.0,
+    what: str = "call",
+) -> Response:
+    """``method(request)`` retried as rule 1 says, always with this same request."""
+    while True:
+        try:
+            response = method(request, timeout=timeout_seconds)
+        except grpc.RpcError as error:
+            backoff.pause_or_raise(error, what)
+            continue
+        backoff.reset()
+        return response
+
+
+def watch_view(
+    stub: Any,
+    table_id: str,
+    backoff: Backoff,
+    after_sequence: int = 0,
+    timeout_seconds: float = 600.0,
+) -> Iterator[table_messages.TableUpdate]:
+    """Every ``TableUpdate`` of the seat's WatchView feed, the stream reopened after a failure from
+    the last event seen. Each event is yielded once; the first update after a reopen carries the
+    events missed meanwhile and the view now. Ends after the update whose view is ``ended``."""
+    seen = after_sequence
+    while True:
+        stream = stub.WatchView(
+            table_messages.WatchViewRequest(table_id=table_id, after_sequence=seen), timeout=timeout_seconds
+        )
+        try:
+            for update in stream:
+                backoff.reset()
+                seen = max(seen, update.view.sequence)  # a view is never ahead of its events
+                yield update
+                if update.view.phase == "ended":
+                    return
+        except grpc.RpcError as error:
+            backoff.pause_or_raise(error, f"WatchView {table_id[:8]}", STREAM_RESUMABLE_CODES)
+            continue
+        finally:
+            stream.cancel()
+        # The server closed the feed without an error before the end (it is shutting down): reopen.
+        backoff.pause_or_raise(_ended_early(f"WatchView {table_id[:8]}"), f"WatchView {table_id[:8]}")
+
+
+def watch_ticket(
+    stub: Any, ticket_id: str, backoff: Backoff, timeout_seconds: float = 600.0
+) -> Iterator[matchmaking_messages.TicketUpdate]:
+    """The ticket's updates (its state first), the stream reopened after a failure, until the
+    ticket is seated or cancelled."""
+    while True:
+        stream = stub.WatchTicket(
+            matchmaking_messages.WatchTicketRequest(ticket_id=ticket_id), timeout=timeout_seconds
+        )
+        try:
+            for update in stream:
+                backoff.reset()
+                yield update
+                if update.state in ("seated", "cancelled"):
+                    return
+        except grpc.RpcError as error:
+            backoff.pause_or_raise(error, f"WatchTicket {ticket_id[:8]}", STREAM_RESUMABLE_CODES)
+            continue
+        finally:
+            stream.cancel()
+        backoff.pause_or_raise(_ended_early(f"WatchTicket {ticket_id[:8]}"), f"WatchTicket {ticket_id[:8]}")
+
+
+class Decisions:
+    """One decision per view: ``for_view(sequence, decide)`` calls ``decide()`` the first time a
+    view sequence is seen and returns that same request whenever the sequence comes back (after a
+    reconnect), so a retried decision keeps its idempotency key."""
+
+    def __init__(self) -> None:
+        self._sequence: int | None = None
+        self._request: Any = None
+
+    def for_view(self, sequence: int, decide: Callable[[], Request]) -> Request:
+        """The request decided for this view sequence (deciding it now if it is new)."""
+        if sequence != self._sequence:
+            self._sequence, self._request = sequence, decide()
+        request: Request = self._request
+        return request
+
+
+class _EndedEarlyError(grpc.RpcError):  # type: ignore[misc]
+    """A stream the server closed cleanly before its end: treated as UNAVAILABLE."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: stream closed before its end")
+        self._details = f"{what}: stream closed before its end"
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._details
+
+
+def _ended_early(what: str) -> grpc.RpcError:
+    return _EndedEarlyError(what)

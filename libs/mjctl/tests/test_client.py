@@ -1,0 +1,138 @@
+"""The restart-proof client (`mjctl.client`) against an in-process gRPC server that fails the way a
+restarting service does: a call that did not get through is retried with the same request (the
+same idempotency key), a broken feed resumes after the last event seen, and the server's own
+answers are not retried."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
+from mahjong.v1 import table_service_pb2 as messages
+from mjctl import client
+
+
+def update(first: int, last: int, phase: str = "turn") -> messages.TableUpdate:
+    events = [envelope_pb2.Envelope(stream_id="t", sequence=sequence) for sequence in range(first, last + 1)]
+    return messages.TableUpdate(
+        events=events, view=messages.TableView(table_id="t", sequence=last, phase=phase)
+    )
+
+
+class FlakyTable(table_service_pb2_grpc.TableServiceServicer):
+    """WatchView breaks (UNAVAILABLE) after events 1-3; Act fails once per key as UNAVAILABLE."""
+
+    def __init__(self) -> None:
+        self.watch_requests: list[int] = []
+        self.act_keys: list[str] = []
+        self.applied: set[str] = set()
+
+    def WatchView(
+        self, request: messages.WatchViewRequest, context: grpc.ServicerContext
+    ) -> Iterator[messages.TableUpdate]:
+        self.watch_requests.append(request.after_sequence)
+        if request.after_sequence == 0:
+            yield update(1, 2)
+            yield update(3, 3)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "Stream removed")
+        yield update(request.after_sequence + 1, 5, phase="ended")
+
+    def Act(self, request: messages.ActRequest, context: grpc.ServicerContext) -> messages.ActResponse:
+        self.act_keys.append(request.idempotency_key)
+        if request.idempotency_key == "refused":
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not your turn")
+        if self.act_keys.count(request.idempotency_key) == 1:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the table service is restarting")
+        self.applied.add(request.idempotency_key)
+        return messages.ActResponse()
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FlakyTable, table_service_pb2_grpc.TableServiceStub]]:
+    servicer = FlakyTable()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield servicer, table_service_pb2_grpc.TableServiceStub(channel)
+    finally:
+        server.stop(None)
+
+
+def no_wait_backoff(pauses: list[float] | None = None) -> client.Backoff:
+    record = pauses if pauses is not None else []
+    return client.Backoff(random_source=random.Random(7), sleep=record.append)
+
+
+def test_a_broken_feed_resumes_after_the_last_event_seen_and_yields_each_event_once(
+    fake: tuple[FlakyTable, table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    servicer, stub = fake
+    updates = list(client.watch_view(stub, "t", no_wait_backoff()))
+    assert [event.sequence for u in updates for event in u.events] == [1, 2, 3, 4, 5]
+    assert servicer.watch_requests == [0, 3]
+    assert updates[-1].view.phase == "ended"
+
+
+def test_an_act_that_did_not_get_through_is_sent_again_with_the_same_idempotency_key(
+    fake: tuple[FlakyTable, table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    servicer, stub = fake
+    pauses: list[float] = []
+    request = messages.ActRequest(table_id="t", idempotency_key="k-1")
+    client.call(stub.Act, request, no_wait_backoff(pauses))
+    assert servicer.act_keys == ["k-1", "k-1"]
+    assert servicer.applied == {"k-1"}
+    assert len(pauses) == 1
+
+
+def test_the_servers_own_answer_is_raised_at_once(
+    fake: tuple[FlakyTable, table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    servicer, stub = fake
+    with pytest.raises(grpc.RpcError) as refused:
+        client.call(stub.Act, messages.ActRequest(table_id="t", idempotency_key="refused"), no_wait_backoff())
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert servicer.act_keys == ["refused"]
+
+
+def test_a_service_that_stays_down_is_given_up_on_after_the_budget() -> None:
+    with grpc.insecure_channel("127.0.0.1:1") as channel:  # nothing listens on port 1
+        stub = table_service_pb2_grpc.TableServiceStub(channel)
+        clock = iter(range(0, 10_000, 10))
+        backoff = client.Backoff(give_up_after_seconds=60, sleep=lambda _s: None, clock=lambda: next(clock))
+        with pytest.raises(grpc.RpcError) as gave_up:
+            client.call(stub.GetView, messages.GetViewRequest(table_id="t"), backoff, timeout_seconds=5)
+    assert gave_up.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_pauses_double_with_jitter_up_to_the_cap() -> None:
+    pauses: list[float] = []
+    backoff = client.Backoff(first_pause_seconds=0.1, max_pause_seconds=1.0, sleep=pauses.append)
+    unavailable = client._EndedEarlyError("test")
+    for _ in range(6):
+        backoff.pause_or_raise(unavailable, "test")
+    ceilings = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert all(ceiling / 2 <= pause <= ceiling for pause, ceiling in zip(pauses, ceilings, strict=True))
+
+
+def test_a_view_seen_again_after_a_reconnect_gets_the_same_decision() -> None:
+    decisions = client.Decisions()
+    made: list[int] = []
+
+    def decide() -> messages.ActRequest:
+        made.append(1)
+        return messages.ActRequest(idempotency_key=f"key-{len(made)}")
+
+    first = decisions.for_view(7, decide)
+    again = decisions.for_view(7, decide)
+    later = decisions.for_view(8, decide)
+    assert first is again and first.idempotency_key == "key-1"
+    assert later.idempotency_key == "key-2"
+    assert len(made) == 2
