@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := libs/rules libs/protos libs/platform libs/mjctl infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
-.PHONY: setup proto proto-check api-release lint test test-unit test-integration run bench bench-system kafka-start kafka-stop clean
+.PHONY: setup proto proto-check api-release lint test test-unit test-integration run bench bench-system chaos kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
@@ -72,6 +72,12 @@ bench-system: setup
 
 run: setup
 	$(BIN)/mjctl run $(RUN_ARGS)
+
+# Bot games while seeded faults hit every service and the broker; checks the books afterwards.
+CHAOS_SEED ?= 1
+CHAOS_ARGS ?= --games 40 --players 8 --rounds 3
+chaos: setup
+	$(BIN)/mjctl chaos --seed $(CHAOS_SEED) $(CHAOS_ARGS)
 
 kafka-start: setup
 	$(BIN)/python -m mahjong_infra.kafka start

@@ -39,6 +39,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "rebuild", "mjctl.rebuild", "rebuild a projection from the topics and compare it with the live one"
     ),
     Subcommand("reconcile", "mjctl.reconcile", "check the ledger's books against scoring (finance)"),
+    Subcommand("chaos", "mjctl.chaos", "bot games while faults hit every service and the broker"),
 )
 
 EPILOG = f"""exit codes:

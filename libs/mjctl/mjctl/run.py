@@ -121,7 +121,8 @@ class ServiceProcesses:
 
     ``prepare(name)`` (optional) returns what to run before the next start of that service in the
     child (used by ``mjctl chaos`` to start one with a file size limit), or None. ``command(name)``
-    is the command line (default: ``python -m mahjong_<name>``).
+    is the command line (default: ``python -m mahjong_<name>``); ``env`` their environment (default:
+    this process's).
     """
 
     def __init__(
@@ -131,12 +132,14 @@ class ServiceProcesses:
         echo: Callable[[str], None] = print,
         prepare: Callable[[str], Callable[[], None] | None] | None = None,
         command: Callable[[str], list[str]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.names = list(names)
         self.restarts: Counter[str] = Counter()
         self._logs = logs
         self._echo = echo
         self._prepare = prepare
+        self._env = env
         self._command = command or (lambda name: [sys.executable, "-m", f"mahjong_{name}"])
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._started_at: dict[str, float] = {}
@@ -181,7 +184,7 @@ class ServiceProcesses:
                 self._command(name),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env=os.environ.copy(),
+                env=os.environ.copy() if self._env is None else self._env,
                 preexec_fn=preexec,
             )
         with self._lock:
