@@ -147,7 +147,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--games", type=int, default=16, help="play at least this many games")
     parser.add_argument("--players", type=int, default=8, help="bots, a multiple of 4")
     parser.add_argument("--rounds", type=int, default=2, help="fault rounds (each hits everything once)")
-    parser.add_argument("--room", default="sichuan-novice")
+    parser.add_argument("--room", default="sichuan-novice", help="room id the bots play in")
     parser.add_argument("--gap-seconds", type=float, default=4.0, help="mean pause between faults")
     parser.add_argument("--directory", help="keep data and logs here (default: a temporary directory)")
     parser.set_defaults(handler=_run)
