@@ -363,6 +363,7 @@ def run_bots(
             pass
         except BaseException as error:  # reported by the caller; other bots go on
             errors.append(error)
+            log(f"{bot.player_id} failed: {error!r}")  # at once: its table-mates may wait for it
 
     started = time.monotonic()
     threads = [threading.Thread(target=bot_loop, args=(bot,), daemon=True) for bot in bots]

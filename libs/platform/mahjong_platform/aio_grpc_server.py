@@ -178,12 +178,31 @@ async def _responses_of(result: Any) -> AsyncIterator[Any]:
             yield item
 
 
-class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class _CachingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps each method's handler once: a method's handler is the same object call after call, so
+    its wrapped copy is kept instead of being rebuilt for every call."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    def _cached(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
+        cached = self._wrapped.get(method)
+        return cached[1] if cached is not None and cached[0] is handler else None
+
+    def _remember(
+        self, method: str, handler: grpc.RpcMethodHandler, wrapped: grpc.RpcMethodHandler
+    ) -> grpc.RpcMethodHandler:
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+
+class AioErrorMappingInterceptor(_CachingInterceptor):
     """`ErrorMappingInterceptor` for asyncio handlers; expected rejections are counted, not logged."""
 
     def __init__(
         self, extra_mapping: ErrorMapping | None = None, counter: RejectionCounter = REJECTIONS
     ) -> None:
+        super().__init__()
         self._extra_mapping = dict(extra_mapping or {})
         self._counter = counter
 
@@ -197,6 +216,9 @@ class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
         method: str = handler_call_details.method
         if handler is None or is_infrastructure_method(method):
             return handler
+        cached = self._cached(method, handler)
+        if cached is not None:
+            return cached
 
         async def unary_response(
             invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
@@ -220,7 +242,9 @@ class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
             except Exception as error:
                 self._answer_for(error, method, context)
 
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+        return self._remember(
+            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
+        )
 
     def _answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
         status_code = _status_code_for(error, self._extra_mapping)
@@ -238,11 +262,12 @@ class AioErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
         context.set_details(f"internal error (reference {reference})")
 
 
-class AioDeadlineInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AioDeadlineInterceptor(_CachingInterceptor):
     """`DeadlineInterceptor` for asyncio handlers: a call past its deadline (or cancelled) never
     reaches the handler."""
 
     def __init__(self, counter: RejectionCounter = REJECTIONS) -> None:
+        super().__init__()
         self._counter = counter
 
     async def intercept_service(
@@ -255,6 +280,9 @@ class AioDeadlineInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method: str = handler_call_details.method
         if handler is None or is_infrastructure_method(method):
             return handler
+        cached = self._cached(method, handler)
+        if cached is not None:
+            return cached
 
         def expired(context: grpc.aio.ServicerContext) -> bool:
             remaining = remaining_seconds(context)
@@ -284,10 +312,12 @@ class AioDeadlineInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async for item in _responses_of(invoke()):
                 yield item
 
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+        return self._remember(
+            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
+        )
 
 
-class AioAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AioAuthInterceptor(_CachingInterceptor):
     """`AuthInterceptor` for asyncio handlers: the same token and role checks (`auth.authorize`:
     deny by default, a method must be in the role table), the identity visible to the handler
     through `current_identity`."""
@@ -300,6 +330,7 @@ class AioAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         leeway_seconds: int = DEFAULT_LEEWAY_SECONDS,
         counter: RejectionCounter = REJECTIONS,
     ) -> None:
+        super().__init__()
         assert secret, "the JWT secret must not be empty"
         self._secret = secret
         self._method_roles = {method: frozenset(roles) for method, roles in (method_roles or {}).items()}
@@ -317,6 +348,9 @@ class AioAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method: str = handler_call_details.method
         if handler is None or is_infrastructure_method(method) or method in self._public_methods:
             return handler
+        cached = self._cached(method, handler)
+        if cached is not None:
+            return cached
 
         def identify(context: grpc.aio.ServicerContext) -> Any:
             try:
@@ -352,15 +386,18 @@ class AioAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 async for item in _responses_of(invoke()):
                     yield item
 
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+        return self._remember(
+            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
+        )
 
 
-class AioCallerLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AioCallerLimitInterceptor(_CachingInterceptor):
     """`limits.CallerLimitInterceptor` for asyncio handlers, on the same `CallerLimiter`
     bookkeeping: runs inside `AioAuthInterceptor`; a call beyond its caller's limits is
     RESOURCE_EXHAUSTED, and an idle stream swept by the limiter is cancelled on the loop."""
 
     def __init__(self, limiter: CallerLimiter) -> None:
+        super().__init__()
         self._limiter = limiter
 
     async def intercept_service(
@@ -370,8 +407,12 @@ class AioCallerLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mis
     ) -> grpc.RpcMethodHandler | None:
         """Wrap the method's handler so that it runs within its caller's limits."""
         handler = await continuation(handler_call_details)
-        if handler is None or is_infrastructure_method(handler_call_details.method):
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method):
             return handler
+        cached = self._cached(method, handler)
+        if cached is not None:
+            return cached
         limiter = self._limiter
 
         async def unary_response(
@@ -411,7 +452,9 @@ class AioCallerLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mis
             finally:
                 lease.release()
 
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+        return self._remember(
+            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
+        )
 
 
 @dataclass

@@ -29,6 +29,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
@@ -46,6 +47,7 @@ from mahjong_table.variants import decide
 logger = logging.getLogger(__name__)
 
 COMMANDS_PER_BATCH = 256
+SUMMARY_SECONDS = 60.0
 
 SessionScope = Callable[[], AbstractContextManager[Session]]
 AnswerOf = Callable[[TableState, list[envelope_pb2.Envelope]], bytes]
@@ -128,6 +130,7 @@ class GroupCommitter:
         self._autostart = autostart
         self.batches = 0
         self.commands = 0
+        self._last_summary = time.monotonic()
 
     def start(self) -> None:
         with self._wake:
@@ -185,6 +188,15 @@ class GroupCommitter:
         """Decide and write `batch` in one transaction, publish, answer (see the module docstring)."""
         self.batches += 1
         self.commands += len(batch)
+        now = time.monotonic()
+        if now - self._last_summary >= SUMMARY_SECONDS:
+            logger.info(
+                "group commit: %d commands in %d batches (%.1f per batch) since the start",
+                self.commands,
+                self.batches,
+                self.commands / self.batches,
+            )
+            self._last_summary = now
         try:
             outcomes, tables = self._decide_and_write(batch)
         except Exception:
@@ -209,11 +221,13 @@ class GroupCommitter:
             for command in batch:
                 outcome = self._decide(session, command, tables, stored_answers, new_answers)
                 outcomes.append(outcome)
-            for table in tables.values():
-                if table.envelopes:
-                    table.deadline = self._engine.write_appended(
-                        session, table.base, table.envelopes, table.state
-                    )
+            written = [table for table in tables.values() if table.envelopes]
+            if written:
+                deadlines = self._engine.write_batch(
+                    session, [(table.base, table.envelopes, table.state) for table in written]
+                )
+                for table, deadline in zip(written, deadlines, strict=True):
+                    table.deadline = deadline
             remember_answers(session, new_answers)
         return outcomes, tables
 

@@ -371,12 +371,33 @@ class TableEngine:
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
         return self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
 
-    def _write_status(
-        self, session: Session, state: TableState, last_event_at: datetime.datetime
-    ) -> datetime.datetime | None:
+    def write_batch(
+        self,
+        session: Session,
+        appends: Sequence[tuple[TableState, Sequence[envelope_pb2.Envelope], TableState]],
+    ) -> list[datetime.datetime | None]:
+        """`write_appended` for several tables at once (group commit): (the state the envelopes
+        were decided on, the envelopes, the state after them) each, a table at most once. One
+        version query and one insert for all the events (`EventStore.append_batch`: a table that
+        moved raises `WrongExpectedVersionError` and nothing is written), one status update."""
+        self.store.append_batch(
+            session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
+        )
+        rows = [
+            self._status_row(new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+            for _base, envelopes, new in appends
+        ]
+        updated = session.execute(_UPDATE_STATUS, [{"status_of": row["table_id"], **row} for row in rows])
+        if getattr(updated, "rowcount", -1) != len(rows):  # a table without its row yet: one by one
+            for row in rows:
+                self._upsert_status(session, row)
+        return [typing.cast(datetime.datetime | None, row["deadline_at"]) for row in rows]
+
+    def _status_row(self, state: TableState, last_event_at: datetime.datetime) -> dict[str, object]:
         timeout = datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
         deadline = last_event_at + timeout if waited_on(state) and not state.is_over else None
-        values = {
+        return {
+            "table_id": state.table_id,
             "room_id": state.room_id,
             "version": state.version,
             "phase": str(state.phase),
@@ -384,10 +405,19 @@ class TableEngine:
             "last_event_at": last_event_at,
             "deadline_at": deadline,
         }
-        updated = session.execute(_UPDATE_STATUS, {"status_of": state.table_id, **values})
+
+    def _upsert_status(self, session: Session, row: dict[str, object]) -> None:
+        values = {key: value for key, value in row.items() if key != "table_id"}
+        updated = session.execute(_UPDATE_STATUS, {"status_of": row["table_id"], **values})
         if not getattr(updated, "rowcount", 0):
-            session.execute(_INSERT_STATUS, {"table_id": state.table_id, **values})
-        return deadline
+            session.execute(_INSERT_STATUS, row)
+
+    def _write_status(
+        self, session: Session, state: TableState, last_event_at: datetime.datetime
+    ) -> datetime.datetime | None:
+        row = self._status_row(state, last_event_at)
+        self._upsert_status(session, row)
+        return typing.cast(datetime.datetime | None, row["deadline_at"])
 
     def published(
         self,
