@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from functools import partial
 
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT
 from mahjong_rules.tiles import parse_tile
@@ -123,8 +124,8 @@ def greedy_command(state: TableState) -> TableCommand:
         player = state.players[seat]
         sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
         return DeclareMissingSuit(seat, "mps"[min(range(3), key=lambda suit: (sizes[suit], suit))])
-    concealed = state.players[seat].concealed
-    return Discard(seat, min(actions[ACTION_DISCARD].tiles, key=lambda code: _usefulness(concealed, code)))
+    usefulness = partial(_usefulness, state.players[seat].concealed)
+    return Discard(seat, min(actions[ACTION_DISCARD].tiles, key=usefulness))
 
 
 _NEIGHBOURS = {

@@ -718,8 +718,13 @@ def _end_if_due(emitter: _Emitter) -> bool:
 
 def _advance(emitter: _Emitter) -> None:
     """Play on until the table waits for a player again: swaps and reveals once everyone is in,
-    closed claim windows resolved, turns of seats that won or left passed on, the end."""
-    while not _end_if_due(emitter):
+    closed claim windows resolved, turns of seats that won or left passed on, the end.
+
+    Only the command itself can win or leave, so the end by wins or escapes is checked once; the
+    steps here can only end the game by exhausting the wall."""
+    if _end_if_due(emitter):
+        return
+    while not emitter.state.is_over:
         state = emitter.state
         phase = state.phase
         if phase is Phase.TURN:

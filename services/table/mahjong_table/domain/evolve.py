@@ -341,12 +341,13 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
 
 def evolve(state: TableState | None, event: TableEvent) -> TableState:
     """Fold one event into the state. `state` is None only before `TableOpened`."""
-    if isinstance(event, TableOpened):
-        opened = _opened(state, event)
-        return replaced(opened, version=1)
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        assert isinstance(event, TableOpened), f"{type(event).__name__} is not a Sichuan table event"
+        return replaced(_opened(state, event), version=1)
     assert state is not None, f"{type(event).__name__} before TableOpened"
     assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
-    after = _HANDLERS[type(event)](state, event)
+    after = handler(state, event)
     if after is state:
         return replaced(state, version=state.version + 1)
     # `after` is a fresh value no one else holds yet: stamp its version in place.

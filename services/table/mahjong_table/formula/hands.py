@@ -14,7 +14,7 @@ from mahjong_rules.errors import RulesError
 from mahjong_rules.formula.fans import FormulaMeld, FormulaWinContext, WinBy
 from mahjong_rules.formula.waits import formula_waits
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT, is_flower
-from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win
+from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win, winning_substitutions
 
 from mahjong_table.domain.events import EXPOSURE_CONCEALED, NO_SEAT
 from mahjong_table.domain.state import SEAT_COUNT, Phase
@@ -22,6 +22,8 @@ from mahjong_table.formula.state import FormulaPlayer, FormulaTableState
 
 EAST_WIND = 27
 WAITING_TILE_COUNT = 13
+HAND_KIND_COUNT = 34
+"""Suited and honor tiles: the kinds a winning hand is made of (flowers are set aside)."""
 
 
 def seat_wind(state: FormulaTableState, seat: int) -> int:
@@ -101,6 +103,24 @@ def evaluate(
     return evaluation
 
 
+def has_winning_shape(player: FormulaPlayer, wildcard: int, claimed: int | None = None) -> bool:
+    """Whether the hand, with the `claimed` tile (a discard or a robbed kong's tile, at face value)
+    or as it is (a drawn or dealt 14th tile), has a winning shape for some substitution of its
+    wildcards: the test the wildcard search starts from (`winning_substitutions`). Asked before
+    the fan calculator because most claim checks fail it at a fraction of the calculator's cost."""
+    if (
+        player.tile_count + 3 * len(player.melds) != WAITING_TILE_COUNT + (claimed is None)
+        or player.held_flowers()
+    ):
+        return False  # not a hand of 14 with the tile: `evaluate` refuses it too
+    counts = list(player.concealed[:HAND_KIND_COUNT])
+    jokers = counts[wildcard]
+    counts[wildcard] = 0
+    if claimed is not None:
+        counts[claimed] += 1
+    return bool(winning_substitutions(counts, jokers, len(player.melds)))
+
+
 def self_draw_win(state: FormulaTableState, seat: int) -> tuple[FormulaEvaluation, int] | None:
     """The self-draw win open to `seat` on its turn now, if any, and its winning tile.
 
@@ -109,6 +129,8 @@ def self_draw_win(state: FormulaTableState, seat: int) -> tuple[FormulaEvaluatio
     winning tile that scores highest (the lowest such tile on a tie), as a wildcard hand takes
     its best substitution (RULES.md 2.2). After a pong or chow the seat must discard."""
     if state.phase is not Phase.TURN or state.turn_seat != seat or state.turn_after_meld:
+        return None
+    if not has_winning_shape(state.players[seat], state.wildcard):
         return None
     held = state.players[seat].concealed_tiles()
     candidates = (state.drawn_tile,) if state.drawn_tile is not None else tuple(sorted(set(held)))
@@ -132,6 +154,8 @@ def self_draw_win(state: FormulaTableState, seat: int) -> tuple[FormulaEvaluatio
 
 def discard_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvaluation | None:
     """The win `seat` may make on a discard of `tile` (海底捞月 when no wall tile is left)."""
+    if not has_winning_shape(state.players[seat], state.wildcard, tile):
+        return None
     return evaluate(
         state,
         seat,
@@ -144,6 +168,8 @@ def discard_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvalua
 
 def rob_kong_win(state: FormulaTableState, seat: int, tile: int) -> FormulaEvaluation | None:
     """The win `seat` may make by robbing the added kong of `tile` (抢杠和, RULES.md 2.2)."""
+    if not has_winning_shape(state.players[seat], state.wildcard, tile):
+        return None
     return evaluate(state, seat, state.players[seat].concealed_tiles(), tile, WinBy.ROB_KONG)
 
 

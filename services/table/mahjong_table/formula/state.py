@@ -6,13 +6,14 @@ flowers): flowers sit in a hand only between being dealt or drawn and their è¡¥è
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUNT, HONOR_TILE_LIMIT
 
 from mahjong_table.domain.events import NO_SEAT
 from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import Phase, SeatsInTurnOrder
+from mahjong_table.domain.state import MEMO, Phase, SeatsInTurnOrder
 
 TILE_KIND_COUNT = FLOWER_TILE_LIMIT
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
@@ -51,6 +52,11 @@ class FormulaPlayer:
     flowers: tuple[int, ...] = ()
     won: bool = False
     left: bool = False
+    derived: dict[object, Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False, metadata=MEMO
+    )
+    """Memo of what the aggregate derives from this player's facts (`concealed_tiles`, win shapes);
+    empty in every copy `replaced` makes."""
 
     @property
     def in_game(self) -> bool:
@@ -70,8 +76,12 @@ class FormulaPlayer:
         return [tile for tile in range(HONOR_TILE_LIMIT, TILE_KIND_COUNT) for _ in range(counts[tile])]
 
     def concealed_tiles(self) -> list[int]:
-        """The concealed tiles as a sorted list."""
-        return [tile for tile in range(TILE_KIND_COUNT) for _ in range(self.concealed[tile])]
+        """The concealed tiles as a sorted list (a new list: callers may change it)."""
+        tiles: tuple[int, ...] | None = self.derived.get("concealed_tiles")
+        if tiles is None:
+            tiles = tuple(tile for tile in range(TILE_KIND_COUNT) for _ in range(self.concealed[tile]))
+            self.derived["concealed_tiles"] = tiles
+        return list(tiles)
 
 
 @dataclass(frozen=True, slots=True)
