@@ -58,6 +58,17 @@ def installed_services() -> list[str]:
     return [name for name in names if importlib.util.find_spec(f"mahjong_{name}.__main__") is not None]
 
 
+def metrics_urls(settings: Settings, names: list[str]) -> list[str]:
+    """Each service's /metrics URL as a person on this machine opens it."""
+    urls = []
+    for name in names:
+        host, _, port = settings.metrics_address(service_name(name)).rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::"):
+            host = "127.0.0.1"
+        urls.append(f"{name} http://{host}:{port}/metrics")
+    return urls
+
+
 def _run(arguments: argparse.Namespace) -> int:
     from mahjong_platform.config import DEVELOPMENT, ENVIRONMENT_VARIABLE, load_settings
 
@@ -74,6 +85,7 @@ def _run(arguments: argparse.Namespace) -> int:
             _wait_healthy(settings, names)
             addresses = [f"{name} {settings.grpc_target(service_name(name))}" for name in names]
             print(f"services serving: {', '.join(addresses)}")
+            print(f"metrics (Prometheus): {', '.join(metrics_urls(settings, names))}")
             if arguments.games > 0:
                 _demo(settings, arguments)
             if arguments.exit_after_demo:

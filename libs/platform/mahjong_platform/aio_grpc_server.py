@@ -539,12 +539,14 @@ def serve_aio(
     settings: Settings,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     extra_error_mapping: ErrorMapping | None = None,
+    outermost_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> AioRunningServer:
     """Start an asyncio server on ``address`` in a thread of its own (its event loop) hosting
     ``registrations`` (asyncio servicers); return once it accepts calls.
 
     ``interceptors`` (e.g. `AioAuthInterceptor`) run inside the standard ones (error mapping, then
-    deadline). No call limit: a call costs a coroutine, not a thread.
+    deadline); ``outermost_interceptors`` outside them all (the RPC metrics, which must see the
+    final status code). No call limit: a call costs a coroutine, not a thread.
     """
     assert registrations, "a server without services serves nothing"
     service_names = tuple(registration.service_name for registration in registrations)
@@ -557,6 +559,7 @@ def serve_aio(
     async def start() -> None:
         server = grpc.aio.server(
             interceptors=[
+                *outermost_interceptors,
                 AioErrorMappingInterceptor(extra_error_mapping),
                 AioDeadlineInterceptor(),
                 *interceptors,

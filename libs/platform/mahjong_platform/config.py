@@ -3,7 +3,7 @@
 Every setting has one environment variable named ``MAHJONG_<WHAT>``; docker-compose.yml uses the
 same names (a test keeps the two in step through `KNOWN_VARIABLES`). The defaults need nothing but
 Python: SQLite files under ``./data``, a Kafka broker on 127.0.0.1:9092 (started by ``infra/``), and
-the four gRPC services on 127.0.0.1:50051..50054.
+the four gRPC services on 127.0.0.1:50051..50054, their Prometheus metrics on 127.0.0.1:9151..9154.
 
 `load_settings` reads the variables once, validates all of them and returns a frozen `Settings`.
 A value that does not parse raises `ConfigurationError` naming the variable, so a typo in a deploy
@@ -43,6 +43,10 @@ DEFAULT_TOPIC_PARTITIONS: Final = 6
 MAXIMUM_TOPIC_PARTITIONS: Final = 1000
 DEFAULT_GRPC_PORTS: Final[Mapping[ServiceName, int]] = MappingProxyType(
     {"matchmaking": 50051, "table": 50052, "scoring": 50053, "ledger": 50054}
+)
+# Prometheus scrapes each service's /metrics here; 9090-9100 are Prometheus's and node exporter's.
+DEFAULT_METRICS_PORTS: Final[Mapping[ServiceName, int]] = MappingProxyType(
+    {"matchmaking": 9151, "table": 9152, "scoring": 9153, "ledger": 9154}
 )
 # Every open stream (a player's Watch, a WatchTicket) holds a worker thread for its whole life: a
 # table engine serving 64 players at 16 tables needs well over 64.
@@ -95,6 +99,11 @@ def grpc_target_variable(service: ServiceName) -> str:
     return f"MAHJONG_{service.upper()}_GRPC_TARGET"
 
 
+def metrics_address_variable(service: ServiceName) -> str:
+    """Name of the variable holding the host:port ``service``'s Prometheus ``/metrics`` listens on."""
+    return f"MAHJONG_{service.upper()}_METRICS_ADDRESS"
+
+
 KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
     {
         DATA_DIRECTORY_VARIABLE,
@@ -115,6 +124,7 @@ KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
     | {database_url_variable(service) for service in SERVICE_NAMES}
     | {grpc_address_variable(service) for service in SERVICE_NAMES}
     | {grpc_target_variable(service) for service in SERVICE_NAMES}
+    | {metrics_address_variable(service) for service in SERVICE_NAMES}
 )
 """Every environment variable `load_settings` reads; nothing else named MAHJONG_* means anything."""
 
@@ -161,6 +171,12 @@ class Settings:
     grpc_calls_per_caller: int = DEFAULT_GRPC_CALLS_PER_CALLER
     grpc_stream_idle_seconds: int = DEFAULT_GRPC_STREAM_IDLE_SECONDS
     """A stream that sent nothing for this long is cancelled (the client resumes)."""
+    metrics_addresses: Mapping[ServiceName, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType(
+            {service: f"127.0.0.1:{port}" for service, port in DEFAULT_METRICS_PORTS.items()}
+        )
+    )
+    """host:port each service serves its Prometheus metrics on (HTTP, path /metrics)."""
 
     def __repr__(self) -> str:
         fields = []
@@ -184,6 +200,10 @@ class Settings:
     def grpc_address(self, service: ServiceName) -> str:
         """host:port ``service``'s gRPC server binds."""
         return self.grpc_addresses[service]
+
+    def metrics_address(self, service: ServiceName) -> str:
+        """host:port ``service``'s Prometheus ``/metrics`` endpoint binds."""
+        return self.metrics_addresses[service]
 
     def grpc_target(self, service: ServiceName) -> str:
         """host:port a client dials to reach ``service``."""
@@ -218,6 +238,21 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         )
         for service in SERVICE_NAMES
     }
+    metrics_addresses = {
+        service: _parse_host_port(
+            metrics_address_variable(service),
+            _read(environ, metrics_address_variable(service), f"127.0.0.1:{DEFAULT_METRICS_PORTS[service]}"),
+        )
+        for service in SERVICE_NAMES
+    }
+    for service in SERVICE_NAMES:
+        if metrics_addresses[service] == grpc_addresses[service] and not metrics_addresses[service].endswith(
+            ":0"
+        ):
+            raise ConfigurationError(
+                f"{metrics_address_variable(service)} and {grpc_address_variable(service)} must differ, "
+                f"both are {metrics_addresses[service]!r}"
+            )
     return Settings(
         data_directory=data_directory,
         database_urls=MappingProxyType(
@@ -266,6 +301,7 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
             DEFAULT_GRPC_STREAM_IDLE_SECONDS,
             MAXIMUM_GRPC_STREAM_IDLE_SECONDS,
         ),
+        metrics_addresses=MappingProxyType(metrics_addresses),
     )
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
+from mahjong_platform.metrics import count_events_appended
 from mahjong_platform.outbox import add_outbox_messages
 from mahjong_platform.schema import STREAM_ID_MAX_LENGTH, stored_events
 from mahjong_platform.topics import Topics
@@ -206,6 +207,7 @@ class EventStore:
         # Outbox rows first is fine: the transaction makes both visible together or not at all.
         add_outbox_messages(session, outbox_rows)
         session.execute(_INSERT_EVENTS, event_rows)
+        count_events_appended(session, events, [str(row["event_type"]) for row in event_rows])
 
 
 _INSERT_EVENTS = stored_events.insert()

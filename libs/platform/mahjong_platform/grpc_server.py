@@ -317,12 +317,14 @@ def serve(
     settings: Settings,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     extra_error_mapping: ErrorMapping | None = None,
+    outermost_interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> RunningServer:
     """Start a server on ``address`` (host:port; port 0 picks a free port) hosting ``registrations``.
 
     ``interceptors`` run inside the standard ones (error mapping, then deadline), in order;
     ``extra_error_mapping`` maps non-`ServiceError` exception types (say the rules library's) to status
-    codes. Returns once the server accepts calls; the caller then usually does::
+    codes; ``outermost_interceptors`` run outside them all (the RPC metrics, which must see the
+    final status code). Returns once the server accepts calls; the caller then usually does::
 
         running.stop_on_signals()
         running.wait_for_termination()
@@ -334,7 +336,12 @@ def serve(
         futures.ThreadPoolExecutor(
             max_workers=settings.grpc_max_workers, thread_name_prefix="grpc-" + "-".join(service_names)
         ),
-        interceptors=[ErrorMappingInterceptor(extra_error_mapping), DeadlineInterceptor(), *interceptors],
+        interceptors=[
+            *outermost_interceptors,
+            ErrorMappingInterceptor(extra_error_mapping),
+            DeadlineInterceptor(),
+            *interceptors,
+        ],
         maximum_concurrent_rpcs=settings.grpc_max_workers,
         # Without this, a second process binding the same port silently shares the traffic.
         options=[("grpc.so_reuseport", 0)],

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import Clock, utc_now
+from mahjong_platform.metrics import metrics_for_engine
 from mahjong_platform.schema import outbox_messages
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ class OutboxRelay:
         self._publish_timeout_ms = publish_timeout_ms
         self._clock = clock
         self._before_mark_sent = before_mark_sent
+        self._published = metrics_for_engine(engine).outbox_published
         self._producer = create_idempotent_producer(
             bootstrap_servers, client_id=client_id, delivery_timeout_ms=publish_timeout_ms
         )
@@ -211,6 +213,7 @@ class OutboxRelay:
                 if messages:
                     self._publish(messages)
                     self._mark_sent(session, messages)
+            self._published.inc(len(messages))
             return len(messages)
         with transaction(self._session_factory) as session:
             messages = self._read_unsent(session, lock_rows=False)
@@ -218,6 +221,7 @@ class OutboxRelay:
             self._publish(messages)
             with transaction(self._session_factory) as session:
                 self._mark_sent(session, messages)
+            self._published.inc(len(messages))
         return len(messages)
 
     def run_forever(

@@ -32,9 +32,18 @@ from mahjong_platform.database import create_engine_for
 from mahjong_platform.errors import ErrorMapping
 from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
 from mahjong_platform.limits import CallerLimiter, CallerLimitInterceptor
+from mahjong_platform.metrics import (
+    DatabaseGauge,
+    MetricsServer,
+    ServiceMetrics,
+    bind_engine,
+    outbox_gauges,
+    serve_metrics,
+)
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay
 from mahjong_platform.retention import RetentionWorker
+from mahjong_platform.rpc_metrics import AioRpcMetricsInterceptor, RpcMetricsInterceptor
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import BatchHandler, Handler, Relevance, TrackedConsumer
 
@@ -87,6 +96,8 @@ class ServiceDefinition:
     error_mapping: ErrorMapping = dataclasses.field(default_factory=dict)
     # Serve asyncio servicers on `grpc.aio` (`aio_grpc_server`) instead of the thread pool.
     asyncio_server: bool = False
+    # Adds the service's own metrics (counters, observers, database gauges) to its `ServiceMetrics`.
+    instrument: Callable[[ServiceMetrics, Engine], None] = lambda *_: None
 
 
 def migrate(definition: ServiceDefinition, database_url: str) -> None:
@@ -183,10 +194,17 @@ class RunningService:
     server: RunningServer | AioRunningServer
     workers: list[SupervisedWorker]
     stop_event: threading.Event
+    metrics: ServiceMetrics
+    metrics_server: MetricsServer
 
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def metrics_port(self) -> int:
+        """The port of the service's Prometheus ``/metrics`` endpoint."""
+        return self.metrics_server.port
 
     def stop(self, grace_seconds: float | None = None) -> None:
         """Stop serving (gracefully), stop the workers, release the database."""
@@ -194,16 +212,27 @@ class RunningService:
         self.stop_event.set()
         for worker in self.workers:
             worker.join(WORKER_STOP_TIMEOUT_SECONDS)
+        self.metrics_server.stop()
         self.engine.dispose()
 
 
 def start_service(
-    definition: ServiceDefinition, settings: Settings, *, address: str | None = None
+    definition: ServiceDefinition,
+    settings: Settings,
+    *,
+    address: str | None = None,
+    metrics_address: str | None = None,
 ) -> RunningService:
-    """Migrate, ensure topics, start the workers and the gRPC server; return once it serves.
+    """Migrate, ensure topics, start the workers, the metrics endpoint and the gRPC server; return
+    once it serves.
+
+    ``address`` and ``metrics_address`` override the settings' listen addresses. A caller that
+    overrides ``address`` alone (a test, an embedded server) gets its metrics on a free port of the
+    same host (see `RunningService.metrics_port`), so two such processes never collide.
 
     Raises `ConfigurationError` first when the JWT secret is unfit for serving (see
-    `check_secret_for_serving`)."""
+    `check_secret_for_serving`).
+    """
     check_secret_for_serving(settings)
     database_url = settings.database_url(definition.name)
     migrate(definition, database_url)
@@ -211,6 +240,17 @@ def start_service(
     bootstrap_servers = list(settings.kafka_bootstrap_servers)
     ensure_topics(bootstrap_servers, topics.all_names(), partitions=settings.topic_partitions)
     engine = create_engine_for(database_url)
+    metrics = ServiceMetrics(definition.name)
+    bind_engine(engine, metrics)
+    metrics.add_collector(DatabaseGauge(engine, outbox_gauges()))
+    definition.instrument(metrics, engine)
+    if metrics_address is None:
+        metrics_address = (
+            settings.metrics_address(definition.name)
+            if address is None
+            else f"{address.rpartition(':')[0]}:0"
+        )
+    metrics_server = serve_metrics(metrics, metrics_address)
     stop_event = threading.Event()
     workers: list[SupervisedWorker] = []
     if definition.relays_outbox:
@@ -256,8 +296,9 @@ def start_service(
                 AioCallerLimitInterceptor(limiter),
             ],
             extra_error_mapping=definition.error_mapping,
+            outermost_interceptors=[AioRpcMetricsInterceptor(metrics)],
         )
-        return RunningService(definition, engine, server, workers, stop_event)
+        return RunningService(definition, engine, server, workers, stop_event, metrics, metrics_server)
     interceptors: list[grpc.ServerInterceptor] = [
         AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
         CallerLimitInterceptor(limiter),
@@ -268,8 +309,9 @@ def start_service(
         settings,
         interceptors=interceptors,
         extra_error_mapping=definition.error_mapping,
+        outermost_interceptors=[RpcMetricsInterceptor(metrics)],
     )
-    return RunningService(definition, engine, server, workers, stop_event)
+    return RunningService(definition, engine, server, workers, stop_event, metrics, metrics_server)
 
 
 def caller_limiter(settings: Settings) -> CallerLimiter:
@@ -304,12 +346,15 @@ def _consumer_factory(
 def run_service(definition: ServiceDefinition, settings: Settings) -> int:
     """`start_service`, then serve until SIGTERM/SIGINT; the body of every service's ``__main__``."""
     running = start_service(definition, settings)
-    logger.info("%s serving on port %d", definition.name, running.port)
+    logger.info(
+        "%s serving on port %d, metrics on port %d", definition.name, running.port, running.metrics_port
+    )
     running.server.stop_on_signals()
     running.server.wait_for_termination()
     running.stop_event.set()
     for worker in running.workers:
         worker.join(WORKER_STOP_TIMEOUT_SECONDS)
+    running.metrics_server.stop()
     running.engine.dispose()
     return 0
 

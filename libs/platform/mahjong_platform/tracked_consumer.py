@@ -51,6 +51,7 @@ from sqlalchemy.orm import Session
 
 from mahjong_platform.database import SessionFactory, create_session_factory, transaction
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
+from mahjong_platform.metrics import ConsumerMetrics, metrics_for_engine
 from mahjong_platform.outbox import create_idempotent_producer
 from mahjong_platform.schema import CONSUMER_GROUP_MAX_LENGTH, consumer_positions, processed_events
 
@@ -133,11 +134,14 @@ class BatchOutcome:
     applied: int = 0
     duplicates: int = 0
     failures: list[tuple[Delivery, str]] = dataclasses.field(default_factory=list)
+    applied_events: list[envelope_pb2.Envelope] = dataclasses.field(default_factory=list)
+    """The events applied (for the service's metrics observers, after the commit)."""
 
     def add(self, other: BatchOutcome) -> None:
         self.applied += other.applied
         self.duplicates += other.duplicates
         self.failures.extend(other.failures)
+        self.applied_events.extend(other.applied_events)
 
 
 class BatchApplier:
@@ -246,7 +250,11 @@ class BatchApplier:
                 for delivery in fresh
             ],
         )
-        return BatchOutcome(applied=len(fresh), duplicates=duplicates)
+        return BatchOutcome(
+            applied=len(fresh),
+            duplicates=duplicates,
+            applied_events=[delivery.envelope for delivery in fresh],
+        )
 
     def _already_processed(self, session: Session, event_ids: set[str]) -> set[str]:
         rows = session.execute(
@@ -345,6 +353,7 @@ class TrackedConsumer:
             before_commit=before_commit,
         )
         self._records_by_position: dict[MessagePosition, Any] = {}
+        self._metrics = ConsumerMetrics(metrics_for_engine(engine), group_id)
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
@@ -405,6 +414,7 @@ class TrackedConsumer:
             raise
         finally:
             self._records_by_position.clear()
+        self._metrics.polled(self._consumer, batches)
         self._last_progress = time.monotonic()
         return len(records)
 
@@ -430,7 +440,10 @@ class TrackedConsumer:
             # Nothing the projection wants: no transaction. The positions are stored with the next
             # wanted event of the partition, and after a restart these are read (and ignored) again.
             return
-        self._applier.apply(deliveries, positions)
+        outcome = self._applier.apply(deliveries, positions)
+        self._metrics.handled(outcome.applied, outcome.duplicates)
+        for envelope in outcome.applied_events:
+            self._metrics.applied_event(envelope)
 
     def stalled_seconds(self) -> float:
         """Seconds since a poll last returned (the service's supervisor restarts a stuck consumer)."""
@@ -445,6 +458,7 @@ class TrackedConsumer:
 
     def close(self) -> None:
         """Leave the consumer group and close the Kafka clients. Commits nothing to Kafka."""
+        self._metrics.forget_all()
         try:
             self._consumer.close(autocommit=False)
         finally:
@@ -480,6 +494,7 @@ class TrackedConsumer:
             self._consumer.seek(partition, offset)
         if never_read:
             self._consumer.seek_to_beginning(*never_read)
+        self._metrics.positions_reset({**stored, **dict.fromkeys(never_read, 0)})
         logger.info(
             "seeked to stored positions",
             extra={"group_id": self._group_id, "stored": len(stored), "from_beginning": len(never_read)},
@@ -505,6 +520,7 @@ class TrackedConsumer:
             self._dead_letter_topic, key=record.key, value=dead_letter.SerializeToString()
         )
         future.get(timeout=self._dead_letter_publish_timeout_ms / 1000)
+        self._metrics.dead_lettered()
         logger.warning(
             "dead-lettered message",
             extra={
@@ -553,7 +569,7 @@ class _SeekToStoredPositions(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         # Nothing to save: every position is stored in the same transaction as its message.
-        pass
+        self._tracked_consumer._metrics.forget(revoked)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self._tracked_consumer._seek_to_stored_positions(assigned)

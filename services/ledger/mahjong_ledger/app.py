@@ -28,6 +28,7 @@ from mahjong_platform.service_runtime import migrate as migrate_service
 from mahjong_platform.topics import Topics
 from sqlalchemy.engine import Engine
 
+from mahjong_ledger.metrics import instrument
 from mahjong_ledger.projection import SettlementProjection
 from mahjong_ledger.repository import LedgerRepository
 from mahjong_ledger.servicer import ERROR_MAPPING, METHOD_ROLES, LedgerServicer
@@ -71,6 +72,7 @@ def definition(ledger_settings: LedgerSettings, consumer_group: str = CONSUMER_G
         method_roles=METHOD_ROLES,
         consumers=consumers,
         error_mapping=ERROR_MAPPING,
+        instrument=instrument,
     )
 
 

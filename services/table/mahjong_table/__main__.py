@@ -17,6 +17,7 @@ from mahjong_platform.topics import Topics
 from sqlalchemy import Engine
 
 from mahjong_table.deadlines import DeadlineWorker
+from mahjong_table.metrics import instrument
 from mahjong_table.projection import table_opening_handler
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
@@ -68,6 +69,7 @@ def definition(settings: Settings) -> ServiceDefinition:
         method_roles=METHOD_ROLES,
         error_mapping=TABLE_ERROR_MAPPING,
         asyncio_server=True,
+        instrument=instrument,
     )
 
 

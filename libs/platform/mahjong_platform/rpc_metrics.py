@@ -1,0 +1,169 @@
+"""RPC metrics interceptors: one for the thread-pool ``grpc.server``, one for ``grpc.aio`` servers.
+
+Both run outermost (before error mapping), so the status code they record is the one the client
+gets: a `ServiceError` mapped by `ErrorMappingInterceptor` counts as its code, an unexpected
+exception as INTERNAL, a stream the client cancelled as CANCELLED. They record into a
+`ServiceMetrics`: ``mahjong_grpc_server_handled_total{method, code}`` for every call,
+``mahjong_grpc_server_handling_seconds{method, code}`` for unary calls, and
+``mahjong_grpc_server_open_streams{method}`` while a server-streaming call is open. ``method`` is
+``Service/Method`` (e.g. ``TableService/Act``): a bounded set. Health and reflection are left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import grpc
+
+from mahjong_platform.grpc_server import is_infrastructure_method, wrap_rpc_method_handler
+from mahjong_platform.metrics import ServiceMetrics
+
+
+def method_label(method: str) -> str:
+    """``/mahjong.v1.TableService/Act`` -> ``TableService/Act``."""
+    return method.rsplit(".", 1)[-1].lstrip("/")
+
+
+def status_code_name(context: Any, error: BaseException | None) -> str:
+    """The status the call ends with: what the context holds, else UNKNOWN after an exception
+    (what grpc answers for an unhandled one), else OK."""
+    code_of = getattr(context, "code", None)
+    code = code_of() if callable(code_of) else None
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    if error is not None:
+        return "CANCELLED" if isinstance(error, GeneratorExit | asyncio.CancelledError) else "UNKNOWN"
+    return "OK"
+
+
+class _Recorder:
+    """What both interceptors record for one method."""
+
+    def __init__(self, metrics: ServiceMetrics, method: str) -> None:
+        self.method = method_label(method)
+        self._handled = metrics.rpcs_handled
+        self._seconds = metrics.rpc_seconds
+        self.open_streams = metrics.open_streams.labels(self.method)
+
+    def unary_finished(self, code: str, started: float) -> None:
+        self._handled.labels(self.method, code).inc()
+        self._seconds.labels(self.method, code).observe(time.perf_counter() - started)
+
+    def stream_finished(self, code: str) -> None:
+        self.open_streams.dec()
+        self._handled.labels(self.method, code).inc()
+
+
+class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Counts and times the calls of a thread-pool ``grpc.server`` (see the module docstring)."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self._metrics = metrics
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method):
+            return handler
+        recorder = _Recorder(self._metrics, method)
+
+        def unary_response(invoke: Callable[[], Any], context: grpc.ServicerContext) -> Any:
+            started = time.perf_counter()
+            error: BaseException | None = None
+            try:
+                return invoke()
+            except BaseException as raised:
+                error = raised
+                raise
+            finally:
+                recorder.unary_finished(status_code_name(context, error), started)
+
+        def streaming_response(
+            invoke: Callable[[], Iterator[Any]], context: grpc.ServicerContext
+        ) -> Iterator[Any]:
+            recorder.open_streams.inc()
+            error: BaseException | None = None
+            try:
+                yield from invoke()
+            except BaseException as raised:
+                error = raised
+                raise
+            finally:
+                recorder.stream_finished(status_code_name(context, error))
+
+        return wrap_rpc_method_handler(handler, unary_response, streaming_response)
+
+
+class AioRpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """The same metrics for a ``grpc.aio`` server, whose handlers are coroutines and async
+    generators (or coroutines that write to the context)."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self._metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or is_infrastructure_method(method):
+            return handler
+        recorder = _Recorder(self._metrics, method)
+        serializers = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None or handler.stream_unary is not None:
+            unary_behavior = handler.unary_unary or handler.stream_unary
+
+            async def unary(request: Any, context: Any) -> Any:
+                started = time.perf_counter()
+                error: BaseException | None = None
+                try:
+                    return await unary_behavior(request, context)
+                except BaseException as raised:
+                    error = raised
+                    raise
+                finally:
+                    recorder.unary_finished(status_code_name(context, error), started)
+
+            make = (
+                grpc.unary_unary_rpc_method_handler
+                if handler.unary_unary is not None
+                else grpc.stream_unary_rpc_method_handler
+            )
+            return make(unary, **serializers)
+        stream_behavior = handler.unary_stream or handler.stream_stream
+
+        async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
+            recorder.open_streams.inc()
+            error: BaseException | None = None
+            try:
+                result = stream_behavior(request, context)
+                if inspect.isasyncgen(result):
+                    async for response in result:
+                        yield response
+                else:
+                    await result  # a handler that writes with context.write
+            except BaseException as raised:
+                error = raised
+                raise
+            finally:
+                recorder.stream_finished(status_code_name(context, error))
+
+        make_stream = (
+            grpc.unary_stream_rpc_method_handler
+            if handler.unary_stream is not None
+            else grpc.stream_stream_rpc_method_handler
+        )
+        return make_stream(streaming, **serializers)
