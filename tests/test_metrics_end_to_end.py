@@ -133,7 +133,10 @@ def test_a_played_game_moves_every_services_metrics(services: dict[str, RunningS
     assert has(table, "mahjong_consumer_lag_messages")
 
     ledger = scrape_until(
-        services["ledger"].metrics_port, lambda s: total(s, "mahjong_settlement_lag_seconds_count") >= 1
+        services["ledger"].metrics_port,
+        lambda s: total(s, "mahjong_settlement_lag_seconds_count") >= 1
+        and has(s, "mahjong_consumer_lag_messages")
+        and total(s, "mahjong_consumer_lag_messages") == 0,
     )
     assert total(ledger, "mahjong_settlement_lag_seconds_count") == 1
     assert total(ledger, "mahjong_ledger_postings_total", reason="rake") == 8  # 4 payers, 4 rake credits
@@ -144,7 +147,10 @@ def test_a_played_game_moves_every_services_metrics(services: dict[str, RunningS
     )
     assert total(ledger, "mahjong_consumer_lag_messages") == 0
 
-    scoring = scrape(services["scoring"].metrics_port)
+    scoring = scrape_until(
+        services["scoring"].metrics_port,
+        lambda s: total(s, "mahjong_events_appended_total", event_type="GameSettled") >= 1,
+    )
     assert total(scoring, "mahjong_consumer_events_total", outcome="applied") > 50
     assert total(scoring, "mahjong_events_appended_total", event_type="SettlementInstructed") > 0
     assert total(scoring, "mahjong_events_appended_total", event_type="GameSettled") == 1
