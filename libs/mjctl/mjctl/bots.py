@@ -26,8 +26,13 @@ from collections import Counter
 from collections.abc import Callable
 
 import grpc
+from mahjong.v1 import (
+    ledger_service_pb2,
+    ledger_service_pb2_grpc,
+    matchmaking_service_pb2_grpc,
+    table_service_pb2_grpc,
+)
 from mahjong.v1 import matchmaking_service_pb2 as matchmaking_messages
-from mahjong.v1 import matchmaking_service_pb2_grpc, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as table_messages
 
 from mjctl import client
@@ -309,12 +314,14 @@ def run_bots(
     on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
     think_seconds: float = 0.0,
     rounds: int | None = None,
+    fund: Callable[[str], None] | None = None,
 ) -> BotRunReport:
     """Run `players` bots for at least `games` games (whole rounds of players/4 tables);
     `channel_for(service, player)` opens a channel to "matchmaking" or "table" carrying that
     player's token. `think_seconds`: each bot waits that long before each decision. `rounds`
     (games per bot) is given by `mjctl.load` when the bots of one run are spread over processes
-    (then `players` is this process's share and need not fill whole tables)."""
+    (then `players` is this process's share and need not fill whole tables). `fund(player_id)`,
+    when given, runs once per bot before its first game (`starting_balance_funder`)."""
     if rounds is None and (players < 4 or players % 4):
         raise ValueError("--players must be a positive multiple of 4 (a table seats four)")
     run_id = uuid.uuid4().hex[:6]
@@ -343,6 +350,8 @@ def run_bots(
 
     def bot_loop(bot: BotPlayer) -> None:
         try:
+            if fund is not None:
+                fund(bot.player_id)
             for _round in range(rounds):
                 table_id, seat = bot.find_table(room_id)
                 view = bot.play(table_id)
@@ -386,6 +395,28 @@ def run_bots(
     return BotRunReport(finished, table_ids, seconds, latencies, deliveries, retries)
 
 
+def starting_balance_funder(ledger: grpc.Channel, beans: int) -> Callable[[str], None]:
+    """Give each new bot exactly `beans` (RULES.md 1.9 shortfalls on demand): a deposit from
+    `world` before the bot's first Enqueue. The ledger grants its starting grant only to an account
+    it has never seen, so this deposit replaces the grant. `ledger` carries a finance token."""
+    if beans < 1:
+        raise ValueError("--starting-balance must be at least 1 bean")
+    stub = ledger_service_pb2_grpc.LedgerServiceStub(ledger)
+
+    def fund(player_id: str) -> None:
+        stub.Deposit(
+            ledger_service_pb2.DepositRequest(
+                account=f"player:{player_id}",
+                beans=beans,
+                idempotency_key=f"bots-starting-balance:{player_id}",
+                memo="mjctl bots --starting-balance",
+            ),
+            timeout=CALL_TIMEOUT_SECONDS,
+        )
+
+    return fund
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("bots", help="run bot players against the running services")
     parser.add_argument("--room", default="sichuan-novice", help="room id (see ListRooms)")
@@ -407,6 +438,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--json", metavar="FILE", help="also write the run's figures as JSON (for make bench-system)"
+    )
+    parser.add_argument(
+        "--starting-balance",
+        type=int,
+        default=0,
+        metavar="BEANS",
+        help="each bot starts with exactly this many beans instead of the starting grant (a deposit "
+        "with a finance token), so a run in a low-floor room such as sichuan-cap64-practice produces "
+        "short payers (RULES.md 1.9)",
     )
     parser.set_defaults(handler=_run)
 
@@ -433,6 +473,11 @@ def _run(arguments: argparse.Namespace) -> int:
 
         finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
         probe = SettlementLagProbe(open_channel(settings.grpc_target("ledger"), finance_token))
+    fund = None
+    if arguments.starting_balance:
+        finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
+        ledger = open_channel(settings.grpc_target("ledger"), finance_token)
+        fund = starting_balance_funder(ledger, arguments.starting_balance)
     try:
         report = run_bots(
             arguments.room,
@@ -441,6 +486,7 @@ def _run(arguments: argparse.Namespace) -> int:
             channel_for,
             on_game_ended=None if probe is None else probe.game_ended,
             think_seconds=arguments.think_ms / 1000,
+            fund=fund,
         )
     except BelowEntryFloorError as error:
         print(f"mjctl bots: {error}", file=sys.stderr)

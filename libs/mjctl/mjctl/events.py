@@ -282,6 +282,9 @@ def _settlement_instructed(instructed: settlement_events_pb2.SettlementInstructe
     else:
         detail = ""
     beans = sum(payee.beans for payee in instructed.payees)
+    if instructed.income_instruction_ids:  # RULES.md 1.9a.1: at most what the kong brought in
+        count = len(instructed.income_instruction_ids)
+        detail += f" (at most the kong income received from {count} instruction{'s' * (count > 1)})"
     return (
         f"paid, line {instructed.line} {instructed.reason}: {instructed.payer_account} pays {beans} beans → "
         f"{payees}{detail}"
@@ -301,6 +304,8 @@ def _game_settled(settled: settlement_events_pb2.GameSettled, _story: Story) -> 
 def _transfer_posted(posted: ledger_events_pb2.TransferPosted, _story: Story) -> str:
     legs = ", ".join(f"{posting.account} {posting.beans:+d}" for posting in posted.postings)
     short = "" if posted.posted_beans == posted.requested_beans else f" of {posted.requested_beans} asked"
+    if posted.HasField("income_limit_beans"):  # RULES.md 1.9a.1
+        short += f", kong income received {posted.income_limit_beans}"
     memo = f" ({posted.memo})" if posted.memo else ""
     return f"ledger moved {posted.posted_beans} beans{short} for {posted.reason}{memo}: {legs or '-'}"
 

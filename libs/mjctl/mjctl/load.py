@@ -32,6 +32,7 @@ class _WorkerJob:
     rounds: int
     think_ms: int
     player_prefix: str
+    starting_balance: int = 0
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -48,9 +49,15 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
     from mahjong_platform.config import load_settings
     from mahjong_platform.grpc_client import open_channel
 
-    from mjctl.bots import run_bots
+    from mjctl.bots import run_bots, starting_balance_funder
 
     settings = load_settings()
+    fund = None
+    if job.starting_balance:
+        finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
+        fund = starting_balance_funder(
+            open_channel(settings.grpc_target("ledger"), finance_token), job.starting_balance
+        )
 
     def channel_for(service: str, player_id: str) -> Any:
         token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600)
@@ -70,6 +77,7 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
             on_game_ended=game_ended,
             think_seconds=job.think_ms / 1000,
             rounds=job.rounds,
+            fund=fund,
         )
     except BaseException as error:
         messages.put(("error", repr(error)))
@@ -113,7 +121,14 @@ def run_load(arguments: argparse.Namespace) -> int:
         context.Process(
             target=_worker,
             args=(
-                _WorkerJob(arguments.room, share, rounds, arguments.think_ms, f"bot{run_id}p{index}"),
+                _WorkerJob(
+                    arguments.room,
+                    share,
+                    rounds,
+                    arguments.think_ms,
+                    f"bot{run_id}p{index}",
+                    getattr(arguments, "starting_balance", 0),
+                ),
                 messages,
             ),
             daemon=True,

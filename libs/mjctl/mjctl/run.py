@@ -41,6 +41,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--formula-room", default="formula-fan", help="room of the one formula demo game ('' for none)"
     )
     parser.add_argument("--players", type=int, default=4, help="demo bots, a multiple of 4")
+    parser.add_argument(
+        "--shortfall-room",
+        default=SHORTFALL_ROOM,
+        help="room of the short-payer demo: bots start with --shortfall-beans until a game shows a "
+        "short payment (RULES.md 1.9; '' for none)",
+    )
+    parser.add_argument("--shortfall-beans", type=int, default=SHORTFALL_BEANS, help="see --shortfall-room")
     parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
     parser.set_defaults(handler=_run)
 
@@ -268,13 +275,18 @@ def _wait_healthy(settings: Settings, names: list[str]) -> None:
             time.sleep(0.3)
 
 
+SHORTFALL_ROOM = "sichuan-cap64-practice"
+SHORTFALL_BEANS = 150
+SHORTFALL_ATTEMPTS = 3
+
+
 def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     from mahjong_platform.auth import mint_token
     from mahjong_platform.grpc_client import open_channel
 
-    from mjctl.bots import run_bots
+    from mjctl.bots import run_bots, starting_balance_funder
     from mjctl.lag import SettlementLagProbe
-    from mjctl.summary import money_lines, print_table_summary
+    from mjctl.summary import money_lines, print_table_summary, shortfall_lines
 
     secret = settings.jwt_secret
 
@@ -316,6 +328,31 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
         for line in formula.summary_lines():
             print(line)
         report.table_ids.extend(formula.table_ids)
+    if arguments.shortfall_room and probe is not None:
+        # Issue 15: players with a few beans in a 64-cap room, until one runs short (RULES.md 1.9).
+        fund = starting_balance_funder(finance, arguments.shortfall_beans)
+        for attempt in range(1, SHORTFALL_ATTEMPTS + 1):
+            print(
+                f"demo: {arguments.players} bots holding {arguments.shortfall_beans} beans each play "
+                f"in room {arguments.shortfall_room} (attempt {attempt})"
+            )
+            short = run_bots(
+                arguments.shortfall_room,
+                arguments.players,
+                1,
+                channel_for,
+                log=lambda _line: None,
+                on_game_ended=on_game_ended,
+                fund=fund,
+            )
+            for table_id in short.table_ids:
+                print_table_summary(operations, table_id)
+            report.table_ids.extend(short.table_ids)
+            lines = [line for table_id in short.table_ids for line in shortfall_lines(finance, table_id)]
+            for line in lines:
+                print(line)
+            if lines:
+                break
     if probe is not None:
         for line in money_lines(finance, report.table_ids):
             print(line)

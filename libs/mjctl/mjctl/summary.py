@@ -137,3 +137,33 @@ def money_lines(ledger_channel: grpc.Channel, table_ids: list[str]) -> list[str]
     )
     lines.extend(f"  {finding.check} {finding.subject}: {finding.detail}" for finding in report.findings[:10])
     return lines
+
+
+def shortfall_lines(ledger_channel: grpc.Channel, table_id: str) -> list[str]:
+    """Every short payment of a settled game (RULES.md 1.9, 1.9a.1): who owed what, what moved.
+
+    A transfer moved less than requested when its payer ran out of beans (1.9: the balance split
+    among the payees) or, for a kong refund or call transfer, when the kong itself was paid short
+    (1.9a.1: only the income received moves). Empty when the game had none or is not settled yet.
+    """
+    ledger = ledger_service_pb2_grpc.LedgerServiceStub(ledger_channel)
+    statement = wait_for_settlement(ledger, table_id)
+    if statement is None:
+        return []
+    lines = []
+    for transfer in statement.transfers:
+        if transfer.posted_beans >= transfer.requested_beans:
+            continue
+        payers = [posting.account for posting in transfer.postings if posting.beans < 0]
+        payees = ", ".join(
+            f"{posting.account} +{posting.beans:,}" for posting in transfer.postings if posting.beans > 0
+        )
+        why = "the payer ran out of beans"
+        if transfer.HasField("income_limit_beans") and transfer.income_limit_beans < transfer.requested_beans:
+            why = f"only {transfer.income_limit_beans:,} beans of kong income were received"
+        lines.append(
+            f"short payment at table {table_id[:8]} ({transfer.reason}): "
+            f"{payers[0] if payers else 'the payer'} owed {transfer.requested_beans:,}, "
+            f"{transfer.posted_beans:,} moved ({why})" + (f": {payees}" if payees else "")
+        )
+    return lines

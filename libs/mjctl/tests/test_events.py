@@ -109,3 +109,24 @@ def test_a_sichuan_win_multiplies_its_fans() -> None:
     won.fans.add(name="清一色", multiplier=4)
     text = describe_event(payload_of(won), Story())
     assert "清一色 ×4 = ×4" in text and "by self-draw" in text
+
+
+def test_kong_income_lines_say_they_move_at_most_what_the_kong_brought_in() -> None:
+    # RULES.md 1.9a.1: a kong refund names the kong instruction; its posting names the income.
+    refund = envelope_pb2.Envelope(event_id="e1")
+    refund.settlement_instructed.CopyFrom(
+        settlement_events_pb2.SettlementInstructed(
+            reason="kong_refund",
+            payer_account="player:a",
+            payees=[settlement_events_pb2.Payee(account="player:b", points=2, beans=200)],
+            income_instruction_ids=["kong-b"],
+            line=7,
+        )
+    )
+    assert describe_event(refund, Story()).endswith("(at most the kong income received from 1 instruction)")
+    posted = envelope_pb2.Envelope(event_id="e2")
+    posted.transfer_posted.reason = "kong_refund"
+    posted.transfer_posted.requested_beans = 200
+    posted.transfer_posted.posted_beans = 50
+    posted.transfer_posted.income_limit_beans = 50
+    assert "of 200 asked, kong income received 50" in describe_event(posted, Story())

@@ -25,6 +25,18 @@ def test_the_shipped_catalog_has_the_example_rooms_of_rules_3() -> None:
     )
 
 
+def test_the_practice_room_lets_a_few_hundred_beans_sit_at_a_64_cap_table() -> None:
+    # Issue 15: the low-floor 64-cap room where short payers (RULES.md 1.9) are common.
+    practice = load_catalog()["sichuan-cap64-practice"].rules
+    assert (practice.coefficient, practice.rake_beans, practice.entry_floor_beans, practice.cap_points) == (
+        10,
+        5,
+        100,
+        64,
+    )
+    assert not practice.members_only
+
+
 def test_options_left_out_take_the_rules_defaults() -> None:
     rules = load_catalog()["sichuan-novice"].rules
     assert rules.exchange_three and rules.skip_win_lock  # RULES.md 1.2, 1.4
