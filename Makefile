@@ -64,6 +64,7 @@ bench: setup
 	$(BIN)/python -m mahjong_table.bench
 	$(BIN)/python -m mahjong_table.bench --variant formula
 	$(BIN)/python -m mahjong_ledger.bench
+	$(BIN)/python -m mjctl.rebuild_bench --games 200 --database both
 
 # The whole system under load (not a test): Kafka, the services and bots on free ports, two runs
 # (saturation, --think-ms 100); e.g. make bench-system BENCH_SYSTEM_ARGS="--database postgresql".

@@ -12,10 +12,11 @@ import contextlib
 import pathlib
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy
+import sqlalchemy.dialects.postgresql
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -32,6 +33,7 @@ POSTGRESQL_POOL_TIMEOUT_SECONDS = 30
 POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
 
 SessionFactory = sessionmaker[Session]
+StatementT = TypeVar("StatementT")
 READ_ONLY_OPTION = "mahjong_read_only"
 
 
@@ -165,3 +167,34 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engi
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+class PerDialect(Generic[StatementT]):
+    """A statement built once per database dialect, for the few that differ between SQLite and
+    PostgreSQL (see `one_of`). Call it with the session to get the statement for its database."""
+
+    def __init__(self, build: Callable[[str], StatementT]) -> None:
+        self._build = build
+        self._built: dict[str, StatementT] = {}
+
+    def __call__(self, session: Session) -> StatementT:
+        dialect_name = session.get_bind().dialect.name
+        statement = self._built.get(dialect_name)
+        if statement is None:
+            statement = self._built[dialect_name] = self._build(dialect_name)
+        return statement
+
+
+def one_of(
+    column: sqlalchemy.ColumnElement[Any], parameter_name: str, dialect_name: str
+) -> sqlalchemy.ColumnElement[bool]:
+    """``column`` is one of the values of the list parameter ``parameter_name``.
+
+    PostgreSQL: ``= ANY(array)``, one parameter, so the statement text is the same for any list
+    length (an expanding ``IN`` makes a new text per length, which psycopg parses again every
+    time: 70 ms for 500 values). SQLite has no arrays: an expanding ``IN``.
+    """
+    if dialect_name == "postgresql":
+        array_type = sqlalchemy.dialects.postgresql.ARRAY(column.type)
+        return column == sqlalchemy.any_(sqlalchemy.bindparam(parameter_name, type_=array_type))
+    return column.in_(sqlalchemy.bindparam(parameter_name, expanding=True))

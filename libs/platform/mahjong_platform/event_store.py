@@ -21,6 +21,7 @@ from mahjong.v1 import envelope_pb2
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from mahjong_platform.database import PerDialect, one_of
 from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
 from mahjong_platform.metrics import count_events_appended
 from mahjong_platform.outbox import add_outbox_messages
@@ -142,7 +143,7 @@ class EventStore:
         """Each stream's last sequence number (0 for a stream with no events), in one query."""
         versions = dict.fromkeys(stream_ids, 0)
         if versions:
-            for row in session.execute(_STREAM_VERSIONS, {"stream_ids": sorted(versions)}):
+            for row in session.execute(_STREAM_VERSIONS(session), {"stream_ids": sorted(versions)}):
                 versions[row.stream_id] = int(row.version)
         return versions
 
@@ -221,11 +222,11 @@ _LOAD_EVENTS = (
 _STREAM_VERSION = sqlalchemy.select(sqlalchemy.func.max(stored_events.c.sequence)).where(
     stored_events.c.stream_id == sqlalchemy.bindparam("stream_id")
 )
-_STREAM_VERSIONS = (
-    sqlalchemy.select(
+_STREAM_VERSIONS = PerDialect(
+    lambda dialect_name: sqlalchemy.select(
         stored_events.c.stream_id, sqlalchemy.func.max(stored_events.c.sequence).label("version")
     )
-    .where(stored_events.c.stream_id.in_(sqlalchemy.bindparam("stream_ids", expanding=True)))
+    .where(one_of(stored_events.c.stream_id, "stream_ids", dialect_name))
     .group_by(stored_events.c.stream_id)
 )
 """Statements built once: building and caching a statement costs more than running it on SQLite."""

@@ -49,7 +49,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from mahjong_platform.database import SessionFactory, create_session_factory, transaction
+from mahjong_platform.database import (
+    PerDialect,
+    SessionFactory,
+    create_session_factory,
+    one_of,
+    transaction,
+)
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
 from mahjong_platform.metrics import ConsumerMetrics, metrics_for_engine
 from mahjong_platform.outbox import create_idempotent_producer
@@ -258,7 +264,7 @@ class BatchApplier:
 
     def _already_processed(self, session: Session, event_ids: set[str]) -> set[str]:
         rows = session.execute(
-            _ALREADY_PROCESSED, {"consumer_group": self._group_id, "event_ids": sorted(event_ids)}
+            _ALREADY_PROCESSED(session), {"consumer_group": self._group_id, "event_ids": sorted(event_ids)}
         )
         return {row.event_id for row in rows}
 
@@ -534,9 +540,11 @@ class TrackedConsumer:
 
 
 # Statements built once: building and caching one per batch costs more than running it.
-_ALREADY_PROCESSED = sqlalchemy.select(processed_events.c.event_id).where(
-    processed_events.c.consumer_group == sqlalchemy.bindparam("consumer_group"),
-    processed_events.c.event_id.in_(sqlalchemy.bindparam("event_ids", expanding=True)),
+_ALREADY_PROCESSED = PerDialect(
+    lambda dialect_name: sqlalchemy.select(processed_events.c.event_id).where(
+        processed_events.c.consumer_group == sqlalchemy.bindparam("consumer_group"),
+        one_of(processed_events.c.event_id, "event_ids", dialect_name),
+    )
 )
 _MARK_PROCESSED = processed_events.insert()
 

@@ -1,13 +1,16 @@
-"""Benchmark: ledger postings per second on SQLite and on PostgreSQL.
+"""Benchmark: ledger postings per second on SQLite and on PostgreSQL, by batch size.
 
-    python -m mahjong_ledger.bench [--instructions 2000] [--backend sqlite|postgresql|both]
+    python -m mahjong_ledger.bench [--instructions 2000] [--database sqlite|postgresql|both]
+                                   [--batch-sizes 1,10,100]
 
-Each settlement instruction goes through the projection handler in its own transaction, as the
-tracked consumer applies it (minus Kafka): lock the accounts, split, insert the transfer and its
-postings, update the balances, append ``TransferPosted`` to the event store and the outbox. The
-mix is a game's: kongs (3 payees), wins (1 payee), shortfalls and the rake, so about 2.7 postings
-per instruction. PostgreSQL runs in a throwaway cluster (`mahjong_infra.postgres`) on loopback.
-Prints a table; figures are for the machine it runs on, not a promise.
+The settlement instructions go through the tracked consumer's transaction logic (`BatchApplier`:
+processed-id check, the ledger's batch handler, processed ids and positions, one transaction per
+batch), minus Kafka: lock the accounts, split, insert the transfers and their postings, update the
+balances, append ``TransferPosted`` to the event store and the outbox. Batch size 1 is one event
+per transaction (what a quiet consumer does); a busy consumer's poll returns up to 100. The mix is
+a game's: kongs (3 payees), wins (1 payee), shortfalls and the rake, so about 2.7 postings per
+instruction. PostgreSQL runs in a throwaway cluster (`mahjong_infra.postgres`) on loopback. Prints
+a table; figures are for the machine it runs on, not a promise.
 """
 
 from __future__ import annotations
@@ -17,15 +20,21 @@ import dataclasses
 import pathlib
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2
-from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
+from mahjong_platform.database import (
+    SessionFactory,
+    create_engine_for,
+    create_session_factory,
+    sqlite_url,
+    transaction,
+)
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.topics import Topics
-from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_platform.tracked_consumer import BATCH_EVENTS_MAX, BatchApplier, Delivery, MessagePosition
 
 from mahjong_ledger.app import migrate
 from mahjong_ledger.domain import DepositOrder
@@ -45,6 +54,7 @@ class Result:
     """One backend's figures."""
 
     backend: str
+    batch_size: int
     instructions: int
     postings: int
     seconds: float
@@ -92,8 +102,8 @@ def instructions(count: int) -> list[envelope_pb2.Envelope]:
     return envelopes
 
 
-def run(backend: str, database_url: str, count: int) -> Result:
-    """Migrate, fund the players, post `count` instructions one transaction each, and time it."""
+def run(backend: str, database_url: str, count: int, batch_size: int) -> Result:
+    """Migrate, fund the players, post `count` instructions `batch_size` per transaction, time it."""
     migrate(database_url)
     engine = create_engine_for(database_url)
     try:
@@ -106,65 +116,81 @@ def run(backend: str, database_url: str, count: int) -> Result:
                     repository.deposit(
                         session, DepositOrder(account, STARTING_BEANS, f"bench-fund:{account}")
                     )
-        with transaction(session_factory) as session:
-            postings_before = session.execute(
-                sqlalchemy.select(sqlalchemy.func.count()).select_from(ledger_postings)
-            )
-            postings_before_count = int(postings_before.scalar_one())
-        projection = SettlementProjection(repository)
-        envelopes = instructions(count)
+        postings_before = _postings(session_factory)
+        applier = BatchApplier(
+            session_factory, "ledger-bench", SettlementProjection(repository).handle_batch, _no_failures
+        )
+        deliveries = [
+            Delivery(envelope, MessagePosition("bench", 0, offset))
+            for offset, envelope in enumerate(instructions(count))
+        ]
         started = time.perf_counter()
-        for offset, envelope in enumerate(envelopes):
-            with transaction(session_factory) as session:
-                projection.handle(session, envelope, MessagePosition("bench", 0, offset))
+        for start in range(0, len(deliveries), batch_size):
+            batch = deliveries[start : start + batch_size]
+            applier.apply(batch, [delivery.position for delivery in batch])
         seconds = time.perf_counter() - started
+        postings = _postings(session_factory) - postings_before
         with transaction(session_factory) as session:
-            postings_after = session.execute(
-                sqlalchemy.select(sqlalchemy.func.count()).select_from(ledger_postings)
-            )
-            postings = int(postings_after.scalar_one()) - postings_before_count
             reconcile_started = time.perf_counter()
             report = reconcile(session)
             reconcile_seconds = time.perf_counter() - reconcile_started
         assert report.ok, report.findings
-        return Result(backend, count, postings, seconds, reconcile_seconds)
+        return Result(backend, batch_size, count, postings, seconds, reconcile_seconds)
     finally:
         engine.dispose()
 
 
+def _postings(session_factory: SessionFactory) -> int:
+    with transaction(session_factory) as session:
+        query = sqlalchemy.select(sqlalchemy.func.count()).select_from(ledger_postings)
+        return int(session.execute(query).scalar_one())
+
+
+def _no_failures(delivery: Delivery, error: str) -> None:
+    raise AssertionError(f"instruction {delivery.envelope.event_id} failed: {error}")
+
+
 @contextmanager
-def postgresql_database() -> Iterator[str]:
-    """A database in a throwaway PostgreSQL cluster, stopped and deleted afterwards."""
+def postgresql_cluster() -> Iterator[Callable[[str], str]]:
+    """`create(name) -> url` in a throwaway PostgreSQL cluster, stopped and deleted afterwards."""
     from mahjong_infra.postgres import PostgresCluster
 
     with PostgresCluster() as cluster:
-        yield cluster.create_database("ledger_bench")
+        yield cluster.create_database
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a table of postings per second."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--instructions", type=int, default=2_000)
-    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument(
+        "--database", "--backend", dest="database", choices=["sqlite", "postgresql", "both"], default="both"
+    )
+    parser.add_argument("--batch-sizes", default="1,10,100", help="comma-separated events per transaction")
     arguments = parser.parse_args(argv)
     assert 1 <= arguments.instructions <= 1_000_000, "--instructions must be 1..1,000,000"
+    batch_sizes = [int(size) for size in arguments.batch_sizes.split(",")]
+    assert all(1 <= size <= BATCH_EVENTS_MAX for size in batch_sizes), batch_sizes
     results = []
-    if arguments.backend in ("sqlite", "both"):
-        with tempfile.TemporaryDirectory() as directory:
-            results.append(
-                run("sqlite", sqlite_url(pathlib.Path(directory), "ledger"), arguments.instructions)
-            )
-    if arguments.backend in ("postgresql", "both"):
-        with postgresql_database() as url:
-            results.append(run("postgresql", url, arguments.instructions))
+    if arguments.database in ("sqlite", "both"):
+        for batch_size in batch_sizes:
+            with tempfile.TemporaryDirectory() as directory:
+                url = sqlite_url(pathlib.Path(directory), "ledger")
+                results.append(run("sqlite", url, arguments.instructions, batch_size))
+    if arguments.database in ("postgresql", "both"):
+        with postgresql_cluster() as create_database:
+            for batch_size in batch_sizes:
+                url = create_database(f"ledger_bench_{batch_size}")
+                results.append(run("postgresql", url, arguments.instructions, batch_size))
     print(
-        f"{'backend':<12}{'instructions':>14}{'postings':>10}{'seconds':>9}"
+        f"{'database':<12}{'batch':>6}{'instructions':>14}{'postings':>10}{'seconds':>9}"
         f"{'instr/s':>10}{'postings/s':>12}{'reconcile s':>13}"
     )
     for result in results:
         print(
-            f"{result.backend:<12}{result.instructions:>14}{result.postings:>10}{result.seconds:>9.2f}"
-            f"{result.instructions_per_second:>10.0f}{result.postings_per_second:>12.0f}{result.reconcile_seconds:>13.3f}"
+            f"{result.backend:<12}{result.batch_size:>6}{result.instructions:>14}{result.postings:>10}"
+            f"{result.seconds:>9.2f}{result.instructions_per_second:>10.0f}"
+            f"{result.postings_per_second:>12.0f}{result.reconcile_seconds:>13.3f}"
         )
     return 0
 

@@ -60,13 +60,12 @@ class SettlementProjection:
             else:
                 # Another producer's event on this topic: not the ledger's business, and not an error.
                 logger.debug("ignored event", extra={"payload": payload, "event_id": envelope.event_id})
-        results = self._repository.post_many(session, requests)
+        posted = self._repository.post_batch(session, requests)
         self._repository.record_games_settled(session, games)
-        posted = sum(result.newly_posted for result in results)
-        if results:
+        if requests:
             logger.info(
                 "settlement instructions posted",
-                extra={"posted": posted, "already_posted": len(results) - posted},
+                extra={"posted": posted, "already_posted": len(requests) - posted},
             )
 
 
@@ -118,7 +117,7 @@ class LedgerReplay:
                 requests.append(settlement_request_of(envelope))
             elif payload == "game_settled":
                 games.append(game_settled_row(envelope))
-        self._repository.post_many(session, requests)
+        self._repository.post_batch(session, requests)
         self._repository.record_games_settled(session, games)
 
 

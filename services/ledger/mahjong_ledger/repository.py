@@ -35,6 +35,7 @@ from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
+from mahjong_platform.database import PerDialect, one_of
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -237,17 +238,30 @@ class LedgerRepository:
         """
         if not requests:
             return []
-        accounts = sorted({account for request in requests for account in request.accounts})
-        self._open_accounts(session, requests)
-        balances = self._lock_balances(session, accounts)
+        plan = self._plan(session, requests)
+        posting_ids = self._write(session, plan, posting_ids=True)
+        results = [PostResult(record, newly_posted=True) for record in plan.records(posting_ids)]
+        return self._with_repeats(session, requests, plan, results)
+
+    def post_batch(self, session: Session, requests: Sequence[PostRequest]) -> int:
+        """`post_many` for a projection that needs no records back: how many moved beans now.
+
+        The same postings, without reading back posting ids or the stored transfers of repeats.
+        """
+        if not requests:
+            return 0
+        plan = self._plan(session, requests)
+        self._write(session, plan, posting_ids=False)
+        return len(plan.transfers)
+
+    def _plan(self, session: Session, requests: Sequence[PostRequest]) -> _Plan:
+        balances = self._open_and_lock(session, requests)
         # Only after the lock: a concurrent call with the same key has committed or not started.
         posted_before = self._posted_digests(session, requests)
         plan = _Plan(balances, self._credited(session, requests))
         for request in requests:
             plan.add(request, posted_before)
-        posting_ids = self._write(session, plan)
-        results = [PostResult(record, newly_posted=True) for record in plan.records(posting_ids)]
-        return self._with_repeats(session, requests, plan, results)
+        return plan
 
     def ensure_starting_grant(self, session: Session, account: str, grant_beans: int) -> PostResult | None:
         """Give a player the starting grant the first time the ledger sees them.
@@ -377,23 +391,36 @@ class LedgerRepository:
 
     # --- internals --------------------------------------------------------------------------------
 
-    def _write(self, session: Session, plan: _Plan) -> list[int]:
-        """Insert the plan's transfers and postings, update balances, append the events."""
+    def _write(self, session: Session, plan: _Plan, *, posting_ids: bool) -> list[int]:
+        """Insert the plan's transfers and postings, update balances, append the events; the
+        posting ids in posting order when asked (RETURNING costs a multi-row statement text
+        that psycopg parses anew for every batch size)."""
         if not plan.transfers:
             return []
         session.execute(_INSERT_TRANSFER, [transfer_row for transfer_row, _ in plan.transfers])
-        posting_ids: list[int] = []
-        if plan.postings:
-            inserted = session.execute(_INSERT_POSTINGS, plan.postings)
-            posting_ids = [int(posting_id) for posting_id in inserted.scalars()]
+        inserted_ids: list[int] = []
+        if plan.postings and posting_ids:
+            inserted = session.execute(_INSERT_POSTINGS_RETURNING_IDS, plan.postings)
+            inserted_ids = [int(posting_id) for posting_id in inserted.scalars()]
+        elif plan.postings:
+            session.execute(_INSERT_POSTINGS, plan.postings)
         changed = plan.changed_balances()
-        if changed:
+        if changed and session.get_bind().dialect.name == "postgresql":
+            # One statement for the batch; psycopg would send an executemany row by row.
+            session.execute(
+                _UPDATE_BALANCES_POSTGRESQL,
+                {
+                    "accounts": [account for account, _ in changed],
+                    "balances": [beans for _, beans in changed],
+                },
+            )
+        elif changed:
             session.execute(
                 _UPDATE_BALANCE,
                 [{"target_account": account, "new_balance_beans": beans} for account, beans in changed],
             )
         self._append_transfers_posted(session, plan)
-        return posting_ids
+        return inserted_ids
 
     def _with_repeats(
         self,
@@ -439,7 +466,7 @@ class LedgerRepository:
             return {}
         return {
             (row.order_key, row.account): int(row.beans)
-            for row in session.execute(_CREDITED, {"order_keys": keys})
+            for row in session.execute(_CREDITED(session), {"order_keys": keys})
         }
 
     def _posted_digests(
@@ -447,40 +474,51 @@ class LedgerRepository:
     ) -> dict[tuple[str, str], str]:
         """The request digest stored for each of the requests' keys posted before."""
         rows = session.execute(
-            _POSTED_DIGESTS, {"order_keys": sorted({request.order_key for request in requests})}
+            _POSTED_DIGESTS(session), {"order_keys": sorted({request.order_key for request in requests})}
         )
         return {(row.kind, row.order_key): row.request_digest for row in rows}
 
-    def _open_accounts(self, session: Session, requests: Sequence[PostRequest]) -> None:
-        """Create missing accounts; an account's ``opened_at`` is the earliest order time seen."""
+    def _open_and_lock(self, session: Session, requests: Sequence[PostRequest]) -> dict[str, int]:
+        """Lock the batch's accounts in name order, creating the missing ones; their balances.
+
+        An account's ``opened_at`` is the earliest time of any order that touched it (moved
+        earlier when this batch has an earlier one), so it does not depend on arrival order.
+        Existing accounts are locked first, then the new ones inserted (also in name order): a
+        writer that waits on another's new row has locked everything else it needs already, so
+        the waits never form a cycle.
+        """
         opened_at: dict[str, datetime.datetime] = {}
         for request in requests:
             moment = _aware(request.context.occurred_at)
             for account in request.accounts:
                 if account not in opened_at or moment < opened_at[account]:
                     opened_at[account] = moment
-        statement = _insert_for(session)(ledger_accounts)
-        statement = statement.on_conflict_do_update(
-            index_elements=["account"],
-            set_={"opened_at": statement.excluded.opened_at},
-            where=statement.excluded.opened_at < ledger_accounts.c.opened_at,
-        )
-        # In name order: the rows are locked in the order they are inserted (see the module docstring).
-        session.execute(
-            statement,
-            [
-                {"account": account, "balance_beans": 0, "opened_at": opened_at[account]}
-                for account in sorted(opened_at)
-            ],
-        )
-
-    def _lock_balances(self, session: Session, accounts: Sequence[str]) -> dict[str, int]:
-        balances = {
-            row.account: int(row.balance_beans)
-            for row in session.execute(_LOCK_BALANCES, {"accounts": list(accounts)})
+        accounts = sorted(opened_at)
+        locked = {
+            row.account: row for row in session.execute(_LOCK_BALANCES(session), {"accounts": accounts})
         }
-        assert set(balances) == set(accounts), (balances, accounts)
-        return balances
+        missing = [account for account in accounts if account not in locked]
+        if missing:
+            session.execute(
+                _insert_for(session)(ledger_accounts).on_conflict_do_nothing(index_elements=["account"]),
+                [
+                    {"account": account, "balance_beans": 0, "opened_at": opened_at[account]}
+                    for account in missing
+                ],
+            )
+            # A concurrent writer may have created one first: lock what is there now.
+            locked |= {
+                row.account: row for row in session.execute(_LOCK_BALANCES(session), {"accounts": missing})
+            }
+        assert set(locked) == set(accounts), (sorted(locked), accounts)
+        earlier = [
+            {"target_account": account, "earlier_opened_at": opened_at[account]}
+            for account in accounts
+            if opened_at[account] < _aware(locked[account].opened_at)
+        ]
+        if earlier:
+            session.execute(_MOVE_OPENED_AT, earlier)
+        return {account: int(row.balance_beans) for account, row in locked.items()}
 
     def _append_transfers_posted(self, session: Session, plan: _Plan) -> None:
         by_stream: dict[str, list[envelope_pb2.Envelope]] = {}
@@ -669,7 +707,8 @@ def _transfer_posted_envelope(transfer: Transfer, request: PostRequest) -> envel
 
 # Statements built once: building one per batch costs more than running it on SQLite.
 _INSERT_TRANSFER = ledger_transfers.insert()
-_INSERT_POSTINGS = ledger_postings.insert().returning(
+_INSERT_POSTINGS = ledger_postings.insert()
+_INSERT_POSTINGS_RETURNING_IDS = ledger_postings.insert().returning(
     ledger_postings.c.posting_id, sort_by_parameter_order=True
 )
 _UPDATE_BALANCE = (
@@ -677,24 +716,40 @@ _UPDATE_BALANCE = (
     .where(ledger_accounts.c.account == sqlalchemy.bindparam("target_account"))
     .values(balance_beans=sqlalchemy.bindparam("new_balance_beans"))
 )
-_LOCK_BALANCES = (
-    sqlalchemy.select(ledger_accounts.c.account, ledger_accounts.c.balance_beans)
-    .where(ledger_accounts.c.account.in_(sqlalchemy.bindparam("accounts", expanding=True)))
+_UPDATE_BALANCES_POSTGRESQL = sqlalchemy.text(
+    "UPDATE ledger_accounts SET balance_beans = batch.balance_beans "
+    "FROM unnest(CAST(:accounts AS text[]), CAST(:balances AS bigint[])) AS batch(account, balance_beans) "
+    "WHERE ledger_accounts.account = batch.account"
+)
+_MOVE_OPENED_AT = (
+    ledger_accounts.update()
+    .where(ledger_accounts.c.account == sqlalchemy.bindparam("target_account"))
+    .values(opened_at=sqlalchemy.bindparam("earlier_opened_at"))
+)
+_LOCK_BALANCES = PerDialect(
+    lambda dialect_name: sqlalchemy.select(
+        ledger_accounts.c.account, ledger_accounts.c.balance_beans, ledger_accounts.c.opened_at
+    )
+    .where(one_of(ledger_accounts.c.account, "accounts", dialect_name))
     .order_by(ledger_accounts.c.account)
     .with_for_update()
 )
-_CREDITED = (
-    sqlalchemy.select(ledger_transfers.c.order_key, ledger_postings.c.account, ledger_postings.c.beans)
+_CREDITED = PerDialect(
+    lambda dialect_name: sqlalchemy.select(
+        ledger_transfers.c.order_key, ledger_postings.c.account, ledger_postings.c.beans
+    )
     .join(ledger_postings, ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
     .where(
         ledger_transfers.c.kind == TransferKind.SETTLEMENT.value,
-        ledger_transfers.c.order_key.in_(sqlalchemy.bindparam("order_keys", expanding=True)),
+        one_of(ledger_transfers.c.order_key, "order_keys", dialect_name),
         ledger_postings.c.beans > 0,
     )
 )
-_POSTED_DIGESTS = sqlalchemy.select(
-    ledger_transfers.c.kind, ledger_transfers.c.order_key, ledger_transfers.c.request_digest
-).where(ledger_transfers.c.order_key.in_(sqlalchemy.bindparam("order_keys", expanding=True)))
+_POSTED_DIGESTS = PerDialect(
+    lambda dialect_name: sqlalchemy.select(
+        ledger_transfers.c.kind, ledger_transfers.c.order_key, ledger_transfers.c.request_digest
+    ).where(one_of(ledger_transfers.c.order_key, "order_keys", dialect_name))
+)
 
 
 def _insert_for(session: Session) -> Callable[..., sqlalchemy.dialects.postgresql.Insert]:

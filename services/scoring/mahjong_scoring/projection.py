@@ -33,6 +33,7 @@ from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, settlement_events_pb2
+from mahjong_platform.database import PerDialect, one_of
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -214,15 +215,17 @@ def _append_settlement_events(session: Session, event_store: EventStore, games: 
 
 
 # The statements, built once (building one costs more than running it on SQLite).
-_RECEIVED = sqlalchemy.select(scoring_table_events.c.event_id).where(
-    scoring_table_events.c.event_id.in_(sqlalchemy.bindparam("event_ids", expanding=True))
+_RECEIVED = PerDialect(
+    lambda dialect_name: sqlalchemy.select(scoring_table_events.c.event_id).where(
+        one_of(scoring_table_events.c.event_id, "event_ids", dialect_name)
+    )
 )
-_LAST_SEQUENCES = (
-    sqlalchemy.select(
+_LAST_SEQUENCES = PerDialect(
+    lambda dialect_name: sqlalchemy.select(
         scoring_table_events.c.table_id,
         sqlalchemy.func.max(scoring_table_events.c.sequence).label("last_sequence"),
     )
-    .where(scoring_table_events.c.table_id.in_(sqlalchemy.bindparam("table_ids", expanding=True)))
+    .where(one_of(scoring_table_events.c.table_id, "table_ids", dialect_name))
     .group_by(scoring_table_events.c.table_id)
 )
 _INSERT_TABLE_EVENT = scoring_table_events.insert()
@@ -237,13 +240,13 @@ _UPDATE_PLAYER = scoring_players.update().where(
 
 
 def _received(session: Session, event_ids: Sequence[str]) -> set[str]:
-    rows = session.execute(_RECEIVED, {"event_ids": sorted(set(event_ids))})
+    rows = session.execute(_RECEIVED(session), {"event_ids": sorted(set(event_ids))})
     return {row.event_id for row in rows}
 
 
 def _last_sequences(session: Session, table_ids: Sequence[str]) -> dict[str, int]:
     sequences = dict.fromkeys(table_ids, 0)
-    for row in session.execute(_LAST_SEQUENCES, {"table_ids": list(table_ids)}):
+    for row in session.execute(_LAST_SEQUENCES(session), {"table_ids": list(table_ids)}):
         sequences[row.table_id] = int(row.last_sequence)
     return sequences
 
