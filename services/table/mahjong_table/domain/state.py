@@ -199,7 +199,7 @@ class TableState(SeatsInTurnOrder):
 
 
 def replaced(value: _Frozen, **changes: object) -> _Frozen:
-    """`dataclasses.replace` for the frozen slotted state values, without re-running `__init__`.
+    """`dataclasses.replace` for frozen slotted dataclasses (states, events), without `__init__`.
 
     The fold is the engine's hot path (every event replaces the table and a player): the copy is
     a straight-line function built once per class (`_copier`), several times faster than

@@ -36,6 +36,7 @@ from mahjong_table.domain.state import (
     PlayerState,
     TableState,
     WindowStage,
+    replaced,
 )
 
 ACTION_EXCHANGE_THREE = "exchange_three"
@@ -281,17 +282,17 @@ def redact(event: TableEvent, viewer_seat: int | None) -> TableEvent | None:
             ),
         )
     if isinstance(event, TileDrawn):
-        return event if event.seat == viewer_seat else replace(event, tile="")
+        return event if event.seat == viewer_seat else replaced(event, tile="")
     if isinstance(event, ExchangePicked):
-        return event if event.seat == viewer_seat else replace(event, tiles=())
+        return event if event.seat == viewer_seat else replaced(event, tiles=())
     if isinstance(event, TilesExchanged):
         own = tuple(t for t in event.transfers if viewer_seat in (t.from_seat, t.to_seat))
         return replace(event, transfers=own)
     if isinstance(event, MissingSuitChosen):
-        return event if event.seat == viewer_seat else replace(event, suit="")
+        return event if event.seat == viewer_seat else replaced(event, suit="")
     if isinstance(event, KongDeclared):
         hidden = event.exposure == EXPOSURE_CONCEALED and event.seat != viewer_seat
-        return replace(event, tile="") if hidden else event
+        return replaced(event, tile="") if hidden else event
     if isinstance(event, ClaimPassed):
         return event if event.seat == viewer_seat else None
     if isinstance(event, TurnTimedOut) and event.phase == TIMEOUT_PHASE_CLAIM:

@@ -68,33 +68,48 @@ def legal_actions(state: FormulaTableState, seat: int) -> tuple[LegalAction, ...
     return tuple(actions)
 
 
+def _seat_view(state: FormulaTableState, seat: int, viewer_seat: int) -> SeatView:
+    """The public facts about `seat` as `viewer_seat` sees them, memoised on the seat's player
+    (the other seats' players stay the same objects while one seat acts)."""
+    player = state.players[seat]
+    show_concealed_kongs = (
+        not player.melds
+        or seat == viewer_seat
+        or state.is_over
+        or all(meld.exposure != EXPOSURE_CONCEALED for meld in player.melds)
+    )
+    key = ("seat_view", seat, show_concealed_kongs)
+    view: SeatView | None = player.derived.get(key)
+    if view is None:
+        view = SeatView(
+            seat=seat,
+            player_id=player.player_id,
+            concealed_tile_count=player.tile_count,
+            melds=tuple(
+                replace(meld_event(meld), tile="")
+                if meld.exposure == EXPOSURE_CONCEALED and not show_concealed_kongs
+                else meld_event(meld)
+                for meld in player.melds
+            ),
+            discards=tuple(tile_code(tile) for tile in player.discards),
+            missing_suit="",
+            exchange_picked=False,
+            missing_suit_chosen=False,
+            won=player.won,
+            left=player.left,
+            flowers=tuple(tile_code(tile) for tile in player.flowers),
+        )
+        player.derived[key] = view
+    return view
+
+
 def view_for(state: FormulaTableState, seat: int) -> TableView:
     """The seat's view: own hand, every meld, discard and flower, the wildcard, the bird, whose
     turn, the legal actions now and the tile the seat is asked about."""
     player = state.players[seat]
     window = state.window
     asked = window is not None and seat in window.pending
-    seats = tuple(
-        SeatView(
-            seat=other,
-            player_id=other_player.player_id,
-            concealed_tile_count=other_player.tile_count,
-            melds=tuple(
-                replace(meld_event(meld), tile="")
-                if meld.exposure == EXPOSURE_CONCEALED and other != seat and not state.is_over
-                else meld_event(meld)
-                for meld in other_player.melds
-            ),
-            discards=tuple(tile_code(tile) for tile in other_player.discards),
-            missing_suit="",
-            exchange_picked=False,
-            missing_suit_chosen=False,
-            won=other_player.won,
-            left=other_player.left,
-            flowers=tuple(tile_code(tile) for tile in other_player.flowers),
-        )
-        for other, other_player in enumerate(state.players)
-    )
+    seats = tuple(_seat_view(state, other, seat) for other in range(len(state.players)))
     own_turn = state.phase is Phase.TURN and state.turn_seat == seat
     return TableView(
         table_id=state.table_id,
@@ -111,7 +126,7 @@ def view_for(state: FormulaTableState, seat: int) -> TableView:
         claimable_tile=tile_code(window.tile) if asked and window is not None else "",
         claim_from_seat=window.from_seat if asked and window is not None else NO_SEAT,
         legal_actions=legal_actions(state, seat),
-        waits=tuple(tile_code(tile) for tile in hands.waiting_tiles(state, seat)),
+        waits=_waits(state, seat),
         end_reason=state.end_reason,
         version=state.version,
         wildcard_indicator=tile_code(state.wildcard_indicator),
@@ -119,6 +134,17 @@ def view_for(state: FormulaTableState, seat: int) -> TableView:
         bird_tile=tile_code(state.bird_tile) if state.bird_tile is not None else "",
         bird_seat=state.bird_seat,
     )
+
+
+def _waits(state: FormulaTableState, seat: int) -> tuple[str, ...]:
+    """The view's waits hint, memoised on the seat's player (the wildcard, the room's rules and
+    the seat's wind do not change during a hand)."""
+    player = state.players[seat]
+    waits: tuple[str, ...] | None = player.derived.get("waits")
+    if waits is None:
+        waits = tuple(tile_code(tile) for tile in hands.waiting_tiles(state, seat))
+        player.derived["waits"] = waits
+    return waits
 
 
 def redact(event: TableEvent, viewer_seat: int | None) -> TableEvent | None:
