@@ -52,7 +52,13 @@ from mahjong_platform.auth import (
     identity_scope,
 )
 from mahjong_platform.config import Settings
-from mahjong_platform.errors import ErrorMapping, PermissionDeniedError, ServiceError, UnauthenticatedError
+from mahjong_platform.errors import (
+    ErrorMapping,
+    PermissionDeniedError,
+    ServiceError,
+    UnauthenticatedError,
+    bounded_text,
+)
 from mahjong_platform.errors import status_code_for as _status_code_for
 from mahjong_platform.grpc_server import ServiceRegistration, is_infrastructure_method, remaining_seconds
 from mahjong_platform.limits import CallerLimiter
@@ -249,7 +255,7 @@ class AioErrorMappingInterceptor(_CachingInterceptor):
     def _answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
         status_code = _status_code_for(error, self._extra_mapping)
         if status_code is not None:
-            message = error.message if isinstance(error, ServiceError) else str(error)
+            message = error.message if isinstance(error, ServiceError) else bounded_text(str(error))
             reject(context, status_code, message, method, self._counter)
             return
         reference = uuid.uuid4().hex

@@ -16,7 +16,7 @@ import datetime
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -178,6 +178,39 @@ def redacted_envelope(
     return redacted
 
 
+def seat_envelopes(
+    envelopes: Sequence[envelope_pb2.Envelope], seat: int, hidden_at_last: int
+) -> list[envelope_pb2.Envelope]:
+    """The envelopes `seat` may see, redacted and numbered in the seat's own sequence.
+
+    An event hidden from the seat (another seat's claim pass or claim timeout) takes no number of
+    the seat's: a gap would tell it that someone could claim (`visibility`). ``envelopes`` are
+    consecutive and end at a state version whose ``hidden_counts[seat]`` is ``hidden_at_last``; a
+    visible event's number is its stored sequence less the hidden events before it.
+    """
+    numbered: list[envelope_pb2.Envelope] = []
+    hidden_after = 0
+    for envelope in reversed(envelopes):
+        visible = redacted_envelope(envelope, seat)
+        if visible is None:
+            hidden_after += 1
+            continue
+        number = envelope.sequence - (hidden_at_last - hidden_after)
+        if number != visible.sequence:
+            if visible is envelope:  # the stored envelope, shared: number a copy
+                visible = envelope_pb2.Envelope()
+                visible.CopyFrom(envelope)
+            visible.sequence = number
+        numbered.append(visible)
+    numbered.reverse()
+    return numbered
+
+
+def seat_sequence(state: TableState, seat: int) -> int:
+    """The table's version in `seat`'s own numbering (what its views and answers carry)."""
+    return state.version - state.hidden_counts[seat]
+
+
 class TableWakeups:
     """The asyncio side of `TableChanges`: a stream awaits its table's next change on the event
     loop instead of holding a thread. Committers (any thread) hand each change to the loop."""
@@ -332,18 +365,17 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             if window_hidden_from(current, seat):
                 raise _WindowHiddenError  # nothing written; wait for the window to close, then decide
             # The optimistic check a client may ask for: it decided on the view at that sequence.
-            if expected_sequence and expected_sequence != current.version:
+            if expected_sequence and expected_sequence != seat_sequence(current, seat):
                 raise ConflictError(
-                    f"table {table_id} is at sequence {current.version}, the command was decided "
-                    f"at {expected_sequence}: refresh the view and decide again"
+                    f"table {table_id} is at sequence {seat_sequence(current, seat)}, the command was "
+                    f"decided at {expected_sequence}: refresh the view and decide again"
                 )
             return command
 
         def answer_of(new_state: TableState, envelopes: list[envelope_pb2.Envelope]) -> bytes:
-            answered = answer_envelopes(envelopes)
-            visible = [e for e in (redacted_envelope(envelope, seat) for envelope in answered) if e]
-            sequence = answered[-1].sequence if answered else new_state.version
-            return messages.ActResponse(sequence=sequence, events=visible).SerializeToString()
+            answered = answer_envelopes(seat_envelopes(envelopes, seat, new_state.hidden_counts[seat]))
+            sequence = answered[-1].sequence if answered else seat_sequence(new_state, seat)
+            return messages.ActResponse(sequence=sequence, events=answered).SerializeToString()
 
         idempotency = (current_identity().player_id, request.idempotency_key, request_digest(request))
         while True:
@@ -365,25 +397,79 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         if request.after_sequence < 0:
             raise InvalidArgumentError("after_sequence must not be negative")
         _state, seat = await self._caller_seat(request.table_id)
-        after = request.after_sequence
-        started = time.monotonic()
+        events = (
+            self._full_events(request.table_id, request.after_sequence)
+            if seat is None
+            else self._seat_events(request.table_id, seat, request.after_sequence)
+        )
         if seat is not None:
             self._presence.connected(request.table_id, seat)
         try:
-            while time.monotonic() - started < WATCH_MAX_SECONDS:
-                envelopes = await self._events_after(request.table_id, after)
-                for envelope in envelopes:
-                    after = envelope.sequence
-                    visible = redacted_envelope(envelope, seat)
-                    if visible is not None:
-                        yield visible
-                    if envelope.WhichOneof("payload") == "game_ended":
-                        return
-                if not envelopes:
-                    await self._wakeups.wait(request.table_id, after, WATCH_POLL_SECONDS)
+            async for envelope in events:
+                yield envelope
         finally:
             if seat is not None:
                 self._presence.disconnected(request.table_id, seat)
+
+    async def _full_events(self, table_id: str, after: int) -> AsyncIterator[envelope_pb2.Envelope]:
+        """Ops: the stored events with full information and stored sequences, until the game ends."""
+        started = time.monotonic()
+        while time.monotonic() - started < WATCH_MAX_SECONDS:
+            envelopes = await self._events_after(table_id, after)
+            for envelope in envelopes:
+                after = envelope.sequence
+                yield envelope
+                if envelope.WhichOneof("payload") == "game_ended":
+                    return
+            if not envelopes:
+                await self._wakeups.wait(table_id, after, WATCH_POLL_SECONDS)
+
+    async def _seat_events(
+        self, table_id: str, seat: int, after_seat_sequence: int
+    ) -> AsyncIterator[envelope_pb2.Envelope]:
+        """A seat's events, redacted, in its own numbering (`seat_envelopes`), until the game ends.
+
+        Read up to a state version each time, whose hidden count numbers them. A seat's number is
+        never above the stored one, so reading from the stored sequence equal to the seat's cursor
+        covers every event the seat has not seen yet.
+        """
+        stored_after = after_seat_sequence
+        started = time.monotonic()
+        while time.monotonic() - started < WATCH_MAX_SECONDS:
+            state = await self._state(table_id)
+            if state.version <= stored_after:
+                await self._wakeups.wait(table_id, stored_after, WATCH_POLL_SECONDS)
+                continue
+            envelopes = await self._events_up_to(table_id, stored_after, state.version)
+            if envelopes is None:
+                await self._wakeups.wait(table_id, state.version, WATCH_POLL_SECONDS)
+                continue
+            stored_after = state.version
+            for envelope in seat_envelopes(envelopes, seat, state.hidden_counts[seat]):
+                if envelope.sequence <= after_seat_sequence:
+                    continue
+                after_seat_sequence = envelope.sequence
+                yield envelope
+                if envelope.WhichOneof("payload") == "game_ended":
+                    return
+
+    async def _events_up_to(
+        self, table_id: str, after: int, version: int
+    ) -> list[envelope_pb2.Envelope] | None:
+        """The stored events after `after` up to `version` exactly, or None when the store does not
+        show them all yet (never numbered against a state they do not reach)."""
+        envelopes: list[envelope_pb2.Envelope] = []
+        read_up_to = after
+        while read_up_to < version:
+            batch = await self._events_after(table_id, read_up_to, at_least_up_to=version)
+            if not batch:
+                return None
+            for envelope in batch:
+                if envelope.sequence > version:
+                    break  # newer than the state: the next read carries it
+                read_up_to = envelope.sequence
+                envelopes.append(envelope)
+        return envelopes if read_up_to == version else None
 
     async def WatchView(
         self, request: messages.WatchViewRequest, context: grpc.aio.ServicerContext
@@ -393,7 +479,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         _state, seat = await self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("WatchView follows a seat's view; ops use Watch for full information")
-        after = request.after_sequence
+        after_seat_sequence = request.after_sequence
+        stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
         self._presence.connected(request.table_id, seat)
@@ -405,29 +492,20 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                     # arrives with what followed it, exactly as when nobody could claim.
                     await self._wakeups.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
                     continue
-                if not first and state.version <= after:
-                    await self._wakeups.wait(request.table_id, after, WATCH_POLL_SECONDS)
+                if not first and state.version <= stored_after:
+                    await self._wakeups.wait(request.table_id, stored_after, WATCH_POLL_SECONDS)
                     continue
-                update = messages.TableUpdate()
-                read_up_to = after
-                while read_up_to < state.version:
-                    batch = await self._events_after(
-                        request.table_id, read_up_to, at_least_up_to=state.version
-                    )
-                    if not batch:
-                        break
-                    for envelope in batch:
-                        if envelope.sequence > state.version:
-                            break  # newer than the view: the next update carries it
-                        read_up_to = envelope.sequence
-                        visible = redacted_envelope(envelope, seat)
-                        if visible is not None:
-                            update.events.append(visible)
-                if read_up_to < state.version:
+                envelopes = await self._events_up_to(request.table_id, stored_after, state.version)
+                if envelopes is None:
                     # Never a view ahead of its events: look again once the store shows them.
                     await self._wakeups.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
                     continue
-                after = read_up_to
+                stored_after = state.version
+                update = messages.TableUpdate()
+                for envelope in seat_envelopes(envelopes, seat, state.hidden_counts[seat]):
+                    if envelope.sequence > after_seat_sequence:
+                        update.events.append(envelope)
+                after_seat_sequence = seat_sequence(state, seat)
                 update.view.CopyFrom(table_view_message(state, seat, await self._deadline_of(state)))
                 first = False
                 yield update
@@ -455,7 +533,7 @@ def table_view_message(
     message = messages.TableView(
         table_id=view.table_id,
         room_id=state.room_id,
-        sequence=view.version,
+        sequence=seat_sequence(state, seat),
         your_seat=seat,
         hand="".join(view.hand) and format_tiles(parse_tiles("".join(view.hand))),
         dealer_seat=view.dealer_seat,

@@ -15,9 +15,11 @@ that the open window does not ask (`window_hidden_from`):
   answer is its discard, never the next seat's draw that follows only when nobody can claim;
 - seats asked in the window see it whole: the claimable tile, their options, the deadline.
 
-A seat asked in a window knows it could claim, so the rule is about the others. One trace is left:
-an event hidden from a seat (another seat's claim pass or claim timeout) still takes a stored
-sequence number; see README "Security".
+- sequence numbers are the seat's own: an event hidden from a seat (another seat's claim pass or
+  claim timeout) takes none of its numbers (`TableState.hidden_counts`, `servicer.seat_envelopes`),
+  so no gap in what it receives tells it that another seat could claim.
+
+A seat asked in a window knows it could claim, so the rule is about the others.
 """
 
 from __future__ import annotations

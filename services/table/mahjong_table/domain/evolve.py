@@ -19,6 +19,7 @@ from mahjong_table.domain.events import (
     EXPOSURE_CONCEALED,
     EXPOSURE_EXPOSED,
     NO_SEAT,
+    TIMEOUT_PHASE_CLAIM,
     WIN_BY_SELF_DRAW,
     ClaimPassed,
     ExchangePicked,
@@ -51,6 +52,7 @@ from mahjong_table.domain.state import (
     WindowStage,
     add_count,
     added_kong_to_pong,
+    hidden_from_all_but,
     pong_to_added_kong,
     replaced,
     stamped,
@@ -195,7 +197,12 @@ def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
             player, skip_win_multiplier=max(player.skip_win_multiplier, event.passed_win_multiplier)
         )
         players = with_player(state.players, event.seat, locked)
-    after = replaced(state, players=players, window=replaced(window, pending=window.pending - {event.seat}))
+    after = replaced(
+        state,
+        players=players,
+        window=replaced(window, pending=window.pending - {event.seat}),
+        hidden_counts=hidden_from_all_but(state.hidden_counts, event.seat),
+    )
     return _after_answer(after)
 
 
@@ -307,6 +314,8 @@ def _player_left(state: TableState, event: PlayerLeft) -> TableState:
 
 
 def _turn_timed_out(state: TableState, event: TurnTimedOut) -> TableState:
+    if event.phase == TIMEOUT_PHASE_CLAIM:  # hidden from the other seats, as the pass it causes
+        return replaced(state, hidden_counts=hidden_from_all_but(state.hidden_counts, event.seat))
     return state
 
 

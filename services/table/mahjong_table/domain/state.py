@@ -186,6 +186,9 @@ class TableState(SeatsInTurnOrder):
     missing_suits_public: bool = False
     version: int = 0
     """Number of events folded; the service uses it as the expected stream version."""
+    hidden_counts: tuple[int, ...] = (0, 0, 0, 0)
+    """Per seat, how many events so far are hidden from it (another seat's claim pass or claim
+    timeout, `views.redact`): a seat's own sequence numbers skip them (`mahjong_table.visibility`)."""
 
     @property
     def wall_remaining(self) -> int:
@@ -295,3 +298,8 @@ def added_kong_to_pong(melds: tuple[_Meld, ...], tile: int) -> tuple[_Meld, ...]
     )
     assert reverted != melds, "KongRobbed without the added kong"
     return reverted
+
+
+def hidden_from_all_but(counts: tuple[int, ...], seat: int) -> tuple[int, ...]:
+    """`hidden_counts` after an event that every seat but `seat` may not see."""
+    return tuple(count + (other != seat) for other, count in enumerate(counts))

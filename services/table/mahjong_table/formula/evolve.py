@@ -19,6 +19,7 @@ from mahjong_table.domain.events import (
     EXPOSURE_CONCEALED,
     EXPOSURE_EXPOSED,
     NO_SEAT,
+    TIMEOUT_PHASE_CLAIM,
     BirdRevealed,
     ChowClaimed,
     ClaimPassed,
@@ -42,6 +43,7 @@ from mahjong_table.domain.state import (
     Phase,
     add_count,
     added_kong_to_pong,
+    hidden_from_all_but,
     pong_to_added_kong,
     replaced,
     with_player,
@@ -212,7 +214,17 @@ def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTa
 def _claim_passed(state: FormulaTableState, event: ClaimPassed) -> FormulaTableState:
     window = state.window
     assert window is not None and window.current is not None and window.current.seat == event.seat
-    return replaced(state, window=replaced(window, asks=window.asks[1:]))
+    return replaced(
+        state,
+        window=replaced(window, asks=window.asks[1:]),
+        hidden_counts=hidden_from_all_but(state.hidden_counts, event.seat),
+    )
+
+
+def _turn_timed_out(state: FormulaTableState, event: TurnTimedOut) -> FormulaTableState:
+    if event.phase == TIMEOUT_PHASE_CLAIM:  # hidden from the other seats, as the pass it causes
+        return replaced(state, hidden_counts=hidden_from_all_but(state.hidden_counts, event.seat))
+    return state
 
 
 def _meld_turn(
@@ -358,7 +370,7 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
     PlayerWon: _player_won,
     BirdRevealed: _bird_revealed,
     PlayerLeft: _player_left,
-    TurnTimedOut: _unchanged,
+    TurnTimedOut: _turn_timed_out,
     WallExhausted: _wall_exhausted,
     GameEnded: _game_ended,
 }

@@ -158,6 +158,9 @@ class FormulaTableState(SeatsInTurnOrder):
     wall_exhausted: bool = False
     end_reason: str = ""
     version: int = 0
+    hidden_counts: tuple[int, ...] = (0, 0, 0, 0)
+    """Per seat, how many events so far are hidden from it (another seat's claim pass or claim
+    timeout, `views.redact`): a seat's own sequence numbers skip them (`mahjong_table.visibility`)."""
 
     @property
     def wall_remaining(self) -> int:
