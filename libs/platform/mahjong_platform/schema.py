@@ -101,6 +101,21 @@ processed_events = Table(
 )
 """Event ids a consumer group has applied, so a re-sent duplicate is recognised and skipped."""
 
+dead_letter_redrives = Table(
+    "dead_letter_redrives",
+    platform_metadata,
+    Column("dlq_topic", String(TOPIC_MAX_LENGTH), nullable=False),
+    Column("dlq_partition", Integer, nullable=False),
+    Column("dlq_offset", BigInteger, nullable=False),
+    Column("consumer_group", String(CONSUMER_GROUP_MAX_LENGTH), nullable=False),
+    Column("event_id", String(EVENT_ID_MAX_LENGTH), nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("redriven_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("dlq_topic", "dlq_partition", "dlq_offset", name="pk_dead_letter_redrives"),
+)
+"""Dead letters re-driven into this service (`dead_letters.redrive`), written in the transaction
+that applied them; never pruned, so a dead letter is re-driven once however old it is."""
+
 
 def create_platform_tables(op: Any) -> None:
     """Alembic upgrade step (platform schema version 1): create the four platform tables.
@@ -194,3 +209,25 @@ def drop_retention_indexes(op: Any) -> None:
     """Alembic downgrade step matching `create_retention_indexes`."""
     op.drop_index("ix_processed_events_processed_at", table_name="processed_events")
     op.drop_index("ix_outbox_messages_sent_at", table_name="outbox_messages")
+
+
+def create_dead_letter_redrives_table(op: Any) -> None:
+    """Alembic upgrade step (platform schema version 3): the table `dead_letters.redrive` records in."""
+    op.create_table(
+        "dead_letter_redrives",
+        sqlalchemy.Column("dlq_topic", sqlalchemy.String(249), nullable=False),
+        sqlalchemy.Column("dlq_partition", sqlalchemy.Integer(), nullable=False),
+        sqlalchemy.Column("dlq_offset", sqlalchemy.BigInteger(), nullable=False),
+        sqlalchemy.Column("consumer_group", sqlalchemy.String(200), nullable=False),
+        sqlalchemy.Column("event_id", sqlalchemy.String(36), nullable=False),
+        sqlalchemy.Column("outcome", sqlalchemy.String(32), nullable=False),
+        sqlalchemy.Column("redriven_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+        sqlalchemy.PrimaryKeyConstraint(
+            "dlq_topic", "dlq_partition", "dlq_offset", name="pk_dead_letter_redrives"
+        ),
+    )
+
+
+def drop_dead_letter_redrives_table(op: Any) -> None:
+    """Alembic downgrade step matching `create_dead_letter_redrives_table`."""
+    op.drop_table("dead_letter_redrives")

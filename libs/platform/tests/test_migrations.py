@@ -12,7 +12,13 @@ from mahjong_platform.database import create_engine_for
 from mahjong_platform.migrations import current_revision, downgrade, upgrade
 from mahjong_platform.schema import platform_metadata
 
-PLATFORM_TABLES = {"stored_events", "outbox_messages", "consumer_positions", "processed_events"}
+PLATFORM_TABLES = {
+    "stored_events",
+    "outbox_messages",
+    "consumer_positions",
+    "processed_events",
+    "dead_letter_redrives",
+}
 
 
 def table_names(database_url: str) -> set[str]:
@@ -29,7 +35,7 @@ def test_upgrade_creates_the_platform_and_service_tables_and_is_idempotent(
     assert current_revision(database_url) is None
     upgrade(database_url, alembic_example_directory)
     upgrade(database_url, alembic_example_directory)
-    assert current_revision(database_url) == "0003"
+    assert current_revision(database_url) == "0004"
     assert table_names(database_url) == PLATFORM_TABLES | {"example_projection", "alembic_version"}
 
 
@@ -83,4 +89,4 @@ def test_upgrading_in_steps_equals_upgrading_at_once(
 ) -> None:
     upgrade(sqlite_database_url, alembic_example_directory, revision=revision)
     upgrade(sqlite_database_url, alembic_example_directory)
-    assert current_revision(sqlite_database_url) == "0003"
+    assert current_revision(sqlite_database_url) == "0004"
