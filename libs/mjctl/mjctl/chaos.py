@@ -452,7 +452,8 @@ class Play:
 
         def channel_for(service: str, player_id: str) -> grpc.Channel:
             target = self._env[f"MAHJONG_{service.upper()}_GRPC_ADDRESS"]
-            return open_channel(target, mint_token(secret, player_id, ttl_seconds=24 * 3600))
+            # Members of Happy Points, like every bot: --room may name a members-only Formula room.
+            return open_channel(target, mint_token(secret, player_id, ttl_seconds=24 * 3600, member=True))
 
         batch = 0
         while self.games < self._wanted or not self._faults_done.is_set():

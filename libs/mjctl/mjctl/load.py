@@ -60,7 +60,8 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
         )
 
     def channel_for(service: str, player_id: str) -> Any:
-        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600)
+        # Bots are Happy Points members, so they may play the members-only Formula rooms too.
+        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600, member=True)
         return open_channel(settings.grpc_target(service), token)  # type: ignore[arg-type]
 
     def game_ended(table_id: str, ended_at: datetime.datetime) -> None:
