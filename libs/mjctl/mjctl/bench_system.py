@@ -85,7 +85,7 @@ def _system(root: Path, database: str) -> Iterator[dict[str, str]]:
         if database == "postgresql":
             from mahjong_infra import postgres
 
-            cluster = postgres.PostgresCluster(base_dir=root)
+            cluster = postgres.PostgresCluster()  # in the system's temporary folder: its user must enter it
             cluster.start()
             for name in SERVICES:
                 environment[f"MAHJONG_{name.upper()}_DATABASE_URL"] = cluster.create_database(f"bench_{name}")

@@ -47,23 +47,40 @@ def _message_class(name: str) -> type[Message]:
 
 def to_message(value: Any) -> Message:
     """The protobuf message of a domain dataclass (event, meld, fan, rules...)."""
-    message = _message_class(type(value).__name__)()
-    for field in dataclasses.fields(value):
-        item = getattr(value, field.name)
-        if field.name in _ENUM_FIELDS:
-            prefix, enum = _ENUM_FIELDS[field.name]
-            setattr(message, field.name, enum.Value(prefix + item.upper()) if item else 0)
-        elif dataclasses.is_dataclass(item):
-            getattr(message, field.name).CopyFrom(to_message(item))
+    message_class, fields = _writing_plan(type(value))
+    message = message_class()
+    for name, enum_field in fields:
+        item = getattr(value, name)
+        if enum_field is not None:
+            prefix, enum = enum_field
+            setattr(message, name, enum.Value(prefix + item.upper()) if item else 0)
         elif isinstance(item, tuple):
-            target = getattr(message, field.name)
-            if item and dataclasses.is_dataclass(item[0]):
+            target = getattr(message, name)
+            if item and hasattr(type(item[0]), "__dataclass_fields__"):
                 target.extend(to_message(element) for element in item)
             else:
                 target.extend(item)
+        elif hasattr(type(item), "__dataclass_fields__"):
+            getattr(message, name).CopyFrom(to_message(item))
         else:
-            setattr(message, field.name, item)
+            setattr(message, name, item)
     return message
+
+
+_WritingPlan = tuple[type[Message], tuple[tuple[str, Any], ...]]
+_WRITING_PLANS: dict[type[Any], _WritingPlan] = {}
+
+
+def _writing_plan(domain_type: type[Any]) -> _WritingPlan:
+    """The message class of `domain_type` and its fields (with their enum, if any), worked out
+    once per type: the codec writes every event appended and every meld of every view."""
+    known = _WRITING_PLANS.get(domain_type)
+    if known is None:
+        fields = tuple(
+            (field.name, _ENUM_FIELDS.get(field.name)) for field in dataclasses.fields(domain_type)
+        )
+        known = _WRITING_PLANS[domain_type] = (_message_class(domain_type.__name__), fields)
+    return known
 
 
 def from_message(message: Message, domain_type: type[Any] | None = None) -> Any:

@@ -525,6 +525,12 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         return table_view_message(state, seat, await self._deadline_of(state))
 
 
+@functools.lru_cache(maxsize=65_536)
+def _compact(tiles: str) -> str:
+    """Tile codes ("1m2m2m") in compact notation ("122m"); a hand recurs in many views."""
+    return tiles and format_tiles(parse_tiles(tiles))
+
+
 def table_view_message(
     state: TableState, seat: int, deadline: datetime.datetime | None
 ) -> messages.TableView:
@@ -535,7 +541,7 @@ def table_view_message(
         room_id=state.room_id,
         sequence=seat_sequence(state, seat),
         your_seat=seat,
-        hand="".join(view.hand) and format_tiles(parse_tiles("".join(view.hand))),
+        hand=_compact("".join(view.hand)),
         dealer_seat=view.dealer_seat,
         phase=view.phase,
         turn_seat=view.turn_seat,
@@ -550,7 +556,7 @@ def table_view_message(
         wildcard=view.wildcard,
         bird_tile=view.bird_tile,
         bird_seat=view.bird_seat,
-        waits="".join(view.waits) and format_tiles(parse_tiles("".join(view.waits))),
+        waits=_compact("".join(view.waits)),
     )
     for seat_view in view.seats:
         message.seats.append(
