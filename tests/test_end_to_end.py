@@ -6,6 +6,11 @@ the ledger posts it: the books balance and reconcile."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -137,3 +142,25 @@ def wait_for_rake(
     assert statement is not None, "the ledger did not post the game's rake in 120 s"
     assert sum(transfer.reason == "rake" for transfer in statement.transfers) == 4
     return statement
+
+
+def test_bots_spread_over_processes_with_think_time_report_their_figures(
+    services: dict[str, int], tmp_path: pathlib.Path
+) -> None:
+    """`mjctl bots --processes 2 --think-ms N --json` (what `make bench-system` runs): one game
+    played by bots in two processes, its Act and WatchView delivery latencies and its settlement
+    lag measured, the client's CPU reported."""
+    output = tmp_path / "bots.json"
+    environment = {
+        **os.environ,
+        "MAHJONG_JWT_SECRET": SECRET,
+        **{f"MAHJONG_{name.upper()}_GRPC_TARGET": f"127.0.0.1:{port}" for name, port in services.items()},
+    }
+    command = [sys.executable, "-m", "mjctl", "bots", "--players", "4", "--games", "1", "--processes", "2"]
+    command += ["--think-ms", "5", "--settlement-lag", "--json", str(output)]
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    figures = json.loads(output.read_text())
+    assert figures["games"] == 1 and figures["processes"] == 2 and figures["unsettled"] == 0
+    assert figures["act_calls"] > 0 and figures["delivery_p99_ms"] > 0 and figures["lag_p99_ms"] > 0
+    assert figures["client_cpu_seconds"] > 0
