@@ -82,6 +82,7 @@ def _system(root: Path, database: str) -> Iterator[dict[str, str]]:
         }
         for name in SERVICES:
             environment[f"MAHJONG_{name.upper()}_GRPC_ADDRESS"] = f"127.0.0.1:{kafka.free_port()}"
+            environment[f"MAHJONG_{name.upper()}_METRICS_ADDRESS"] = f"127.0.0.1:{kafka.free_port()}"
         if database == "postgresql":
             from mahjong_infra import postgres
 
