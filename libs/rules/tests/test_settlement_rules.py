@@ -29,8 +29,11 @@ from mahjong_rules.settlement import (
     Winner,
     apply_balance,
     beans_by_party,
+    limit_to_income,
     new_game,
     points_by_party,
+    post_in_order,
+    post_instruction,
     rake_instructions,
     settle,
     settle_game,
@@ -588,3 +591,71 @@ def test_options_accept_the_room_catalog_strings_and_refuse_nonsense() -> None:
         SettlementOptions(**room_options("triple"))
     with pytest.raises(ValueError):
         SettlementOptions(coefficient=1, rake_beans=-1)
+
+
+# --- RULES.md 1.9a -------------------------------------------------------------------------------
+
+
+def test_1_9a_2_kong_refunds_are_one_instruction_per_original_payer_kongs_in_declared_order() -> None:
+    facts = [kong("k1", 0, "concealed"), kong("k2", 0, "exposed", discarder=2)]
+    state, _ = settle_game(OPTIONS, facts)
+    _, refunds = settle(state, exhausted(NOT_READY, NOT_READY, NOT_READY, NOT_READY))
+    assert [(refund.refers_to, lines([refund])) for refund in refunds] == [
+        ("k1", [(0, 1, 2, "kong_refund")]),
+        ("k1", [(0, 2, 2, "kong_refund")]),
+        ("k1", [(0, 3, 2, "kong_refund")]),
+        ("k2", [(0, 2, 2, "kong_refund")]),
+    ]
+    # 1.9a.1: each refund names the instruction by which that payer paid for the kong.
+    assert [refund.income_of for refund in refunds[:3]] == [
+        (key,) for key in state.kong("k1").instruction_keys
+    ]
+
+
+def test_1_9a_2_winners_of_one_discard_are_paid_in_turn_order_after_the_discarder() -> None:
+    _, instructions = settle(new_game(OPTIONS), discard_win("w", 2, (1, 4), (3, 2), (0, 8)))
+    assert [instruction.payments[0].payee for instruction in instructions] == [3, 0, 1]
+
+
+def test_1_9a_3_and_1_9a_7_the_transfer_names_the_kong_instructions_and_follows_the_win() -> None:
+    facts = [kong("k1", 1, "concealed"), kong("k2", 1, "added")]
+    state, _ = settle_game(OPTIONS, facts)
+    _, instructions = settle(state, discard_win("w", 1, (2, 2), after_kong="k2"))
+    assert [instruction.reason for instruction in instructions] == [Reason.WIN, Reason.CALL_TRANSFER]
+    transfer = instructions[1]
+    assert (transfer.refers_to, transfer.total_points) == ("k2", 3)
+    assert transfer.income_of == state.kong("k2").instruction_keys
+
+
+def test_1_9a_5_add_one_gives_no_extra_point_to_a_fixed_value_hand() -> None:
+    heavenly = WinFact("w", WinBy.SELF_DRAW, (Winner(0, 32, fixed_value=True),))
+    _, instructions = settle(new_game(ADD_ONE), heavenly)
+    assert lines(instructions) == [(seat, 0, 32, "win") for seat in (1, 2, 3)]
+    _, instructions = settle(new_game(ADD_ONE), self_draw("w", 0, 32))
+    assert lines(instructions) == [(seat, 0, 33, "win") for seat in (1, 2, 3)]
+
+
+def test_1_9a_1_a_refund_or_transfer_moves_at_most_the_income_then_at_most_the_balance() -> None:
+    refund = BeanInstruction(0, (BeanPayment(1, 200, Reason.KONG_REFUND),), "end", "k", ("kong-key",))
+    assert limit_to_income(refund, 50).total_beans == 50
+    assert limit_to_income(refund, 500).total_beans == 200
+    assert post_instruction(refund, 30, 50).total_beans == 30
+    unlimited = BeanInstruction(0, (BeanPayment(1, 200, Reason.WIN),), "w")
+    assert limit_to_income(unlimited, 0) == unlimited
+
+
+def test_1_9a_1_posting_a_game_refunds_what_a_short_kong_payer_actually_paid() -> None:
+    # Seat 2 holds 50 when the concealed kong (2 points × N 100) is paid; seat 0 then refunds.
+    options = SettlementOptions(coefficient=100, rake_beans=0)
+    _, instructions = settle_game(options, [kong("k", 0, "concealed"), exhausted(*[NOT_READY] * 4)])
+    balances: dict[Party, int] = {0: 0, 1: 1_000, 2: 50, 3: 1_000}
+    posted, final = post_in_order([to_beans(instruction, options) for instruction in instructions], balances)
+    assert [(instruction.reason, instruction.total_beans) for instruction in posted] == [
+        (Reason.CONCEALED_KONG, 200),
+        (Reason.CONCEALED_KONG, 50),
+        (Reason.CONCEALED_KONG, 200),
+        (Reason.KONG_REFUND, 200),
+        (Reason.KONG_REFUND, 50),
+        (Reason.KONG_REFUND, 200),
+    ]
+    assert final == balances
