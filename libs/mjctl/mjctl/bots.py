@@ -314,14 +314,14 @@ def run_bots(
     on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
     think_seconds: float = 0.0,
     rounds: int | None = None,
-    fund: Callable[[str], None] | None = None,
+    fund: Callable[[str, int], None] | None = None,
 ) -> BotRunReport:
     """Run `players` bots for at least `games` games (whole rounds of players/4 tables);
     `channel_for(service, player)` opens a channel to "matchmaking" or "table" carrying that
     player's token. `think_seconds`: each bot waits that long before each decision. `rounds`
     (games per bot) is given by `mjctl.load` when the bots of one run are spread over processes
-    (then `players` is this process's share and need not fill whole tables). `fund(player_id)`,
-    when given, runs once per bot before its first game (`starting_balance_funder`)."""
+    (then `players` is this process's share and need not fill whole tables). `fund(player_id,
+    round)`, when given, runs before each of a bot's games (`starting_balance_funder`)."""
     if rounds is None and (players < 4 or players % 4):
         raise ValueError("--players must be a positive multiple of 4 (a table seats four)")
     run_id = uuid.uuid4().hex[:6]
@@ -350,9 +350,9 @@ def run_bots(
 
     def bot_loop(bot: BotPlayer) -> None:
         try:
-            if fund is not None:
-                fund(bot.player_id)
-            for _round in range(rounds):
+            for game_round in range(rounds):
+                if fund is not None:
+                    fund(bot.player_id, game_round)
                 table_id, seat = bot.find_table(room_id)
                 view = bot.play(table_id)
                 if seat == 0:  # one line per game, from the bot in seat 0
@@ -395,20 +395,33 @@ def run_bots(
     return BotRunReport(finished, table_ids, seconds, latencies, deliveries, retries)
 
 
-def starting_balance_funder(ledger: grpc.Channel, beans: int) -> Callable[[str], None]:
-    """Give each new bot exactly `beans` (RULES.md 1.9 shortfalls on demand): a deposit from
-    `world` before the bot's first Enqueue. The ledger grants its starting grant only to an account
-    it has never seen, so this deposit replaces the grant. `ledger` carries a finance token."""
+def starting_balance_funder(ledger: grpc.Channel, beans: int) -> Callable[[str, int], None]:
+    """Start every game of a bot with at least `beans` (RULES.md 1.9 shortfalls on demand).
+
+    Before a new bot's first game: a deposit of exactly `beans` from `world` (the ledger grants its
+    starting grant only to an account it has never seen, so this deposit replaces the grant).
+    Before each later game: a deposit topping the balance up to `beans` when it holds less, so a
+    bot that lost everything can sit again and a long load run keeps producing short payers.
+    One idempotency key per bot and game. `ledger` carries a finance token."""
     if beans < 1:
         raise ValueError("--starting-balance must be at least 1 bean")
     stub = ledger_service_pb2_grpc.LedgerServiceStub(ledger)
 
-    def fund(player_id: str) -> None:
+    def fund(player_id: str, game_round: int) -> None:
+        account = f"player:{player_id}"
+        missing = beans
+        if game_round > 0:  # never before the first deposit: GetBalance would post the grant
+            balance = stub.GetBalance(
+                ledger_service_pb2.GetBalanceRequest(account=account), timeout=CALL_TIMEOUT_SECONDS
+            )
+            missing = beans - balance.balance_beans
+        if missing <= 0:
+            return
         stub.Deposit(
             ledger_service_pb2.DepositRequest(
-                account=f"player:{player_id}",
-                beans=beans,
-                idempotency_key=f"bots-starting-balance:{player_id}",
+                account=account,
+                beans=missing,
+                idempotency_key=f"bots-starting-balance:{player_id}:{game_round}",
                 memo="mjctl bots --starting-balance",
             ),
             timeout=CALL_TIMEOUT_SECONDS,
@@ -444,9 +457,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=0,
         metavar="BEANS",
-        help="each bot starts with exactly this many beans instead of the starting grant (a deposit "
-        "with a finance token), so a run in a low-floor room such as sichuan-cap64-practice produces "
-        "short payers (RULES.md 1.9)",
+        help="each bot starts with exactly this many beans instead of the starting grant and is topped "
+        "up to it before each later game (deposits with a finance token), so a run in a low-floor room "
+        "such as sichuan-cap64-practice produces short payers (RULES.md 1.9)",
     )
     parser.set_defaults(handler=_run)
 
