@@ -314,14 +314,14 @@ def run_bots(
     on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
     think_seconds: float = 0.0,
     rounds: int | None = None,
-    fund: Callable[[str, int], None] | None = None,
+    fund: Callable[[str, str], None] | None = None,
 ) -> BotRunReport:
     """Run `players` bots for at least `games` games (whole rounds of players/4 tables);
     `channel_for(service, player)` opens a channel to "matchmaking" or "table" carrying that
     player's token. `think_seconds`: each bot waits that long before each decision. `rounds`
     (games per bot) is given by `mjctl.load` when the bots of one run are spread over processes
     (then `players` is this process's share and need not fill whole tables). `fund(player_id,
-    round)`, when given, runs before each of a bot's games (`starting_balance_funder`)."""
+    occasion)`, when given, runs before each of a bot's games (`starting_balance_funder`)."""
     if rounds is None and (players < 4 or players % 4):
         raise ValueError("--players must be a positive multiple of 4 (a table seats four)")
     run_id = uuid.uuid4().hex[:6]
@@ -351,9 +351,7 @@ def run_bots(
     def bot_loop(bot: BotPlayer) -> None:
         try:
             for game_round in range(rounds):
-                if fund is not None:
-                    fund(bot.player_id, game_round)
-                table_id, seat = bot.find_table(room_id)
+                table_id, seat = _funded_table(bot, room_id, fund, game_round)
                 view = bot.play(table_id)
                 if seat == 0:  # one line per game, from the bot in seat 0
                     if on_game_ended is not None and bot.game_ended_at is not None:
@@ -395,22 +393,47 @@ def run_bots(
     return BotRunReport(finished, table_ids, seconds, latencies, deliveries, retries)
 
 
-def starting_balance_funder(ledger: grpc.Channel, beans: int) -> Callable[[str, int], None]:
+FIRST_OCCASION = "0.0"
+FUNDED_ENQUEUE_ATTEMPTS = 20
+FUNDED_ENQUEUE_PAUSE_SECONDS = 0.5
+
+
+def _funded_table(
+    bot: BotPlayer, room_id: str, fund: Callable[[str, str], None] | None, game_round: int
+) -> tuple[str, int]:
+    """`bot.find_table`, topped up by `fund` first. The previous game's losses may still be on their
+    way to the ledger when the top-up reads the balance, so a refusal below the entry floor tops
+    up again (a little later) before it counts."""
+    if fund is None:
+        return bot.find_table(room_id)
+    for attempt in range(FUNDED_ENQUEUE_ATTEMPTS):
+        fund(bot.player_id, f"{game_round}.{attempt}")
+        try:
+            return bot.find_table(room_id)
+        except BelowEntryFloorError:
+            if attempt == FUNDED_ENQUEUE_ATTEMPTS - 1:
+                raise
+            time.sleep(FUNDED_ENQUEUE_PAUSE_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def starting_balance_funder(ledger: grpc.Channel, beans: int) -> Callable[[str, str], None]:
     """Start every game of a bot with at least `beans` (RULES.md 1.9 shortfalls on demand).
 
     Before a new bot's first game: a deposit of exactly `beans` from `world` (the ledger grants its
     starting grant only to an account it has never seen, so this deposit replaces the grant).
     Before each later game: a deposit topping the balance up to `beans` when it holds less, so a
     bot that lost everything can sit again and a long load run keeps producing short payers.
-    One idempotency key per bot and game. `ledger` carries a finance token."""
+    One idempotency key per bot and `occasion` ("0.0" is the first game's first try). `ledger`
+    carries a finance token."""
     if beans < 1:
         raise ValueError("--starting-balance must be at least 1 bean")
     stub = ledger_service_pb2_grpc.LedgerServiceStub(ledger)
 
-    def fund(player_id: str, game_round: int) -> None:
+    def fund(player_id: str, occasion: str) -> None:
         account = f"player:{player_id}"
         missing = beans
-        if game_round > 0:  # never before the first deposit: GetBalance would post the grant
+        if occasion != FIRST_OCCASION:  # never before the first deposit: GetBalance would post the grant
             balance = stub.GetBalance(
                 ledger_service_pb2.GetBalanceRequest(account=account), timeout=CALL_TIMEOUT_SECONDS
             )
@@ -421,7 +444,7 @@ def starting_balance_funder(ledger: grpc.Channel, beans: int) -> Callable[[str, 
             ledger_service_pb2.DepositRequest(
                 account=account,
                 beans=missing,
-                idempotency_key=f"bots-starting-balance:{player_id}:{game_round}",
+                idempotency_key=f"bots-starting-balance:{player_id}:{occasion}",
                 memo="mjctl bots --starting-balance",
             ),
             timeout=CALL_TIMEOUT_SECONDS,

@@ -158,9 +158,14 @@ def shortfall_lines(ledger_channel: grpc.Channel, table_id: str) -> list[str]:
         payees = ", ".join(
             f"{posting.account} +{posting.beans:,}" for posting in transfer.postings if posting.beans > 0
         )
-        why = "the payer ran out of beans"
-        if transfer.HasField("income_limit_beans") and transfer.income_limit_beans < transfer.requested_beans:
-            why = f"only {transfer.income_limit_beans:,} beans of kong income were received"
+        owed = transfer.requested_beans
+        reasons = []
+        if transfer.HasField("income_limit_beans") and transfer.income_limit_beans < owed:
+            owed = transfer.income_limit_beans
+            reasons.append(f"only {owed:,} beans of kong income were received")
+        if transfer.posted_beans < owed:
+            reasons.append("the payer ran out of beans")
+        why = "; ".join(reasons)
         lines.append(
             f"short payment at table {table_id[:8]} ({transfer.reason}): "
             f"{payers[0] if payers else 'the payer'} owed {transfer.requested_beans:,}, "

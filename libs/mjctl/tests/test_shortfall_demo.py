@@ -86,24 +86,24 @@ def test_a_starting_balance_below_one_bean_is_refused() -> None:
 
 def test_the_starting_balance_replaces_the_grant_and_tops_up_before_each_later_game(ledger: Ledger) -> None:
     fund = starting_balance_funder(ledger.finance, 150)
-    fund("bot-1", 0)
-    fund("bot-1", 0)  # a retried funding is the same deposit (its idempotency key), not a second one
+    fund("bot-1", "0.0")
+    fund("bot-1", "0.0")  # a retried funding is the same deposit (its idempotency key), not a second one
     assert balance(ledger, "player:bot-1") == 150
     assert balance(ledger, "player:bot-unfunded") == GRANT_BEANS  # first sight: the grant
     spend = instruction_envelope("win-1", "player:bot-1", [payee("player:bot-2", 120)], sequence=1)
     with transaction(ledger.sessions) as session:
         ledger.projection.handle(session, spend, MessagePosition("settlement", 0, 0))
-    fund("bot-1", 1)
+    fund("bot-1", "1.0")
     assert balance(ledger, "player:bot-1") == 150  # 30 + 120
-    fund("bot-2", 0)
-    fund("bot-2", 1)  # 120 won + 150 deposited: nothing to top up
+    fund("bot-2", "0.0")
+    fund("bot-2", "1.0")  # 120 won + 150 deposited: nothing to top up
     assert balance(ledger, "player:bot-2") == 270
 
 
 def test_shortfall_lines_name_a_short_payer_and_a_refund_limited_to_the_kong_income(ledger: Ledger) -> None:
     fund = starting_balance_funder(ledger.finance, 150)
     for player in ("a", "b", "c", "d"):
-        fund(player, 0)
+        fund(player, "0.0")
     kong = instruction_envelope(
         "kong-b", "player:b", [payee("player:a", 200)], reason="concealed_kong", sequence=1
     )

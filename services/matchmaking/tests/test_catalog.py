@@ -29,8 +29,8 @@ def test_the_practice_room_lets_a_few_hundred_beans_sit_at_a_64_cap_table() -> N
     # Issue 15: the low-floor 64-cap room where short payers (RULES.md 1.9) are common.
     practice = load_catalog()["sichuan-cap64-practice"].rules
     assert (practice.coefficient, practice.rake_beans, practice.entry_floor_beans, practice.cap_points) == (
+        100,
         10,
-        5,
         100,
         64,
     )
