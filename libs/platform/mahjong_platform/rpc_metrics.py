@@ -41,28 +41,46 @@ def status_code_name(context: Any, error: BaseException | None) -> str:
 
 
 class _Recorder:
-    """What both interceptors record for one method."""
+    """What both interceptors record for one method (one per method, reused by every call)."""
 
     def __init__(self, metrics: ServiceMetrics, method: str) -> None:
         self.method = method_label(method)
+        self._metrics = metrics
         self._handled = metrics.rpcs_handled
         self._seconds = metrics.rpc_seconds
-        self.open_streams = metrics.open_streams.labels(self.method)
 
     def unary_finished(self, code: str, started: float) -> None:
         self._handled.labels(self.method, code).inc()
         self._seconds.labels(self.method, code).observe(time.perf_counter() - started)
 
+    def stream_opened(self) -> None:
+        self._metrics.open_streams.labels(self.method).inc()
+
     def stream_finished(self, code: str) -> None:
-        self.open_streams.dec()
+        self._metrics.open_streams.labels(self.method).dec()
         self._handled.labels(self.method, code).inc()
+
+
+class _Recorders:
+    """The recorder of each method, made on its first call."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self._metrics = metrics
+        self._by_method: dict[str, _Recorder] = {}
+
+    def of(self, method: str) -> _Recorder:
+        recorder = self._by_method.get(method)
+        if recorder is None:
+            # Two first calls at once may both make one: they record into the same series.
+            recorder = self._by_method[method] = _Recorder(self._metrics, method)
+        return recorder
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Counts and times the calls of a thread-pool ``grpc.server`` (see the module docstring)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
-        self._metrics = metrics
+        self._recorders = _Recorders(metrics)
 
     def intercept_service(
         self,
@@ -73,7 +91,7 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         method: str = handler_call_details.method
         if handler is None or is_infrastructure_method(method):
             return handler
-        recorder = _Recorder(self._metrics, method)
+        recorder = self._recorders.of(method)
 
         def unary_response(invoke: Callable[[], Any], context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()
@@ -89,7 +107,7 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         def streaming_response(
             invoke: Callable[[], Iterator[Any]], context: grpc.ServicerContext
         ) -> Iterator[Any]:
-            recorder.open_streams.inc()
+            recorder.stream_opened()
             error: BaseException | None = None
             try:
                 yield from invoke()
@@ -107,7 +125,7 @@ class AioRpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
     generators (or coroutines that write to the context)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
-        self._metrics = metrics
+        self._recorders = _Recorders(metrics)
 
     async def intercept_service(
         self,
@@ -118,7 +136,7 @@ class AioRpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
         method: str = handler_call_details.method
         if handler is None or is_infrastructure_method(method):
             return handler
-        recorder = _Recorder(self._metrics, method)
+        recorder = self._recorders.of(method)
         serializers = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -146,7 +164,7 @@ class AioRpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
         stream_behavior = handler.unary_stream or handler.stream_stream
 
         async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
-            recorder.open_streams.inc()
+            recorder.stream_opened()
             error: BaseException | None = None
             try:
                 result = stream_behavior(request, context)

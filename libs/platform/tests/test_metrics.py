@@ -303,3 +303,14 @@ def test_a_metrics_address_equal_to_the_services_grpc_address_is_refused() -> No
                 "MAHJONG_SCORING_GRPC_ADDRESS": "127.0.0.1:7000",
             }
         )
+
+
+def test_unary_methods_get_no_open_streams_series(server: RunningServer, metrics: ServiceMetrics) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = ledger_service_pb2_grpc.LedgerServiceStub(channel)
+        stub.GetBalance(ledger_service_pb2.GetBalanceRequest(account="player:a"))
+    assert sample(metrics, "mahjong_grpc_server_open_streams", method="LedgerService/GetBalance") is None
+    assert (
+        sample(metrics, "mahjong_grpc_server_handled_created", method="LedgerService/GetBalance", code="OK")
+        is None
+    )
