@@ -41,6 +41,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("reconcile", "mjctl.reconcile", "check the ledger's books against scoring (finance)"),
     Subcommand("chaos", "mjctl.chaos", "bot games while faults hit every service and the broker"),
     Subcommand("dlq", "mjctl.dlq", "list, show and re-drive dead letters (mahjong.dlq.v1)"),
+    Subcommand("play", "mjctl.play", "play one seat in the terminal against three bots"),
 )
 
 EPILOG = f"""exit codes:

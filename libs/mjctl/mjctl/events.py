@@ -6,13 +6,14 @@ families, settlement and ledger events) to a function that tells that event in o
 a new event cannot be added to the envelope without saying how it reads. ``mjctl replay`` prints
 these lines; anything else that shows events to a person should use `describe_event` too.
 
-The descriptions show full information (walls, hands, picks): they are for ops and finance, who
-see every event unredacted (ARCHITECTURE.md "Identity and hidden information").
+The descriptions show what the events hold: full information (walls, hands, picks) for ops and
+finance, who see every event unredacted; a player's redacted events read as "draws a tile", "picks
+three tiles" (ARCHITECTURE.md "Identity and hidden information"; `mjctl play` shows them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mahjong.v1 import (
@@ -75,6 +76,11 @@ def melds(meld_messages: Iterable[common_pb2.Meld]) -> str:
     return ", ".join(parts)
 
 
+def _hidden(codes: Sequence[str], what: str) -> str:
+    """The tiles, or `what` when they are redacted for the viewer."""
+    return tiles(codes) if codes else what
+
+
 def _flag(condition: bool, text: str) -> str:
     return f" [{text}]" if condition else ""
 
@@ -135,18 +141,18 @@ def _table_opened(opened: table_events_pb2.TableOpened, story: Story) -> str:
         + f"; dealer seat {opened.dealer_seat}"
         + f"; dice {opened.die_1}+{opened.die_2} by seat {opened.dice_roller_seat}"
         + f"{exchange}{wildcard}"
-        + f"; wall ({len(opened.wall)} tiles) {tiles(opened.wall)}"
+        + (f"; wall ({len(opened.wall)} tiles) {tiles(opened.wall)}" if opened.wall else "")
     )
 
 
 def _hands_dealt(dealt: table_events_pb2.HandsDealt, story: Story) -> str:
-    hands = "; ".join(f"{story.name(hand.seat)} {tiles(hand.tiles)}" for hand in dealt.hands)
+    hands = "; ".join(f"{story.name(hand.seat)} {_hidden(hand.tiles, 'tiles')}" for hand in dealt.hands)
     return f"hands dealt: {hands}; wall {dealt.wall_remaining} left"
 
 
 def _exchange_picked(picked: table_events_pb2.ExchangePicked, story: Story) -> str:
-    return (
-        f"{story.name(picked.seat)} picks {tiles(picked.tiles)} to exchange{_flag(picked.automatic, 'auto')}"
+    return f"{story.name(picked.seat)} picks {_hidden(picked.tiles, 'three tiles')} to exchange" + _flag(
+        picked.automatic, "auto"
     )
 
 
@@ -159,7 +165,8 @@ def _tiles_exchanged(exchanged: table_events_pb2.TilesExchanged, _story: Story) 
 
 
 def _missing_suit_chosen(chosen: table_events_pb2.MissingSuitChosen, story: Story) -> str:
-    return f"{story.name(chosen.seat)} chooses missing suit {chosen.suit}{_flag(chosen.automatic, 'auto')}"
+    suit = f"missing suit {chosen.suit}" if chosen.suit else "a missing suit"
+    return f"{story.name(chosen.seat)} chooses {suit}{_flag(chosen.automatic, 'auto')}"
 
 
 def _missing_suits_declared(declared: table_events_pb2.MissingSuitsDeclared, _story: Story) -> str:
@@ -170,7 +177,7 @@ def _missing_suits_declared(declared: table_events_pb2.MissingSuitsDeclared, _st
 
 def _tile_drawn(drawn: table_events_pb2.TileDrawn, story: Story) -> str:
     return (
-        f"{story.name(drawn.seat)} draws {drawn.tile}{_flag(drawn.from_tail, 'from the tail')}"
+        f"{story.name(drawn.seat)} draws {drawn.tile or 'a tile'}{_flag(drawn.from_tail, 'from the tail')}"
         f" (wall {drawn.wall_remaining} left)"
     )
 
@@ -211,7 +218,8 @@ def _kong_declared(kong: table_events_pb2.KongDeclared, story: Story) -> str:
         if kong.from_seat >= 0 and kong.exposure == common_pb2.KONG_EXPOSURE_EXPOSED
         else ""
     )
-    return f"{story.name(kong.seat)} declares {EXPOSURE.get(kong.exposure, '?')} kong of {kong.tile}{source}"
+    tile = kong.tile or "a hidden tile"
+    return f"{story.name(kong.seat)} declares {EXPOSURE.get(kong.exposure, '?')} kong of {tile}{source}"
 
 
 def _kong_robbed(robbed: table_events_pb2.KongRobbed, story: Story) -> str:
