@@ -168,12 +168,21 @@ BeforeMarkSentHook = Callable[[Sequence[OutboxMessage]], None]
 relay killed between the two steps."""
 
 
+RELAY_ADVISORY_LOCK_KEY = 0x6D6A5F6F7574626F  # "mj_outbo": one relay per database at a time.
+_ONE_RELAY_AT_A_TIME = sqlalchemy.text("SELECT pg_try_advisory_xact_lock(:key)").bindparams(
+    key=RELAY_ADVISORY_LOCK_KEY
+)
+
+
 class OutboxRelay:
     """Publishes the outbox to Kafka in id order and marks what Kafka acknowledged as sent.
 
-    Under PostgreSQL the batch's rows are locked with `FOR UPDATE SKIP LOCKED` for the whole
-    publish, so a second relay (another replica) takes other rows or none and nothing is sent
-    twice concurrently. Under SQLite there is one writer per database anyway, and holding its
+    Under PostgreSQL one relay of the database publishes at a time (a transaction-level advisory
+    lock, taken with the batch's rows and released at its commit; another replica's relay skips
+    that round): two relays publishing different batches at once could put a stream's later event
+    on Kafka before its earlier one, and consumers rely on each stream's order. A replica that
+    dies releases the lock with its connection, and the next relay takes over. The rows are also
+    locked `FOR UPDATE SKIP LOCKED`. Under SQLite there is one writer per database anyway, and holding its
     single write lock while waiting for Kafka would stall every other writer, so the rows are read,
     published and marked in separate short transactions; run one relay per SQLite database.
     """
@@ -209,6 +218,8 @@ class OutboxRelay:
         """Publish one batch of unsent messages; return how many were published and marked sent."""
         if self._locks_rows:
             with transaction(self._session_factory) as session:
+                if not session.execute(_ONE_RELAY_AT_A_TIME).scalar_one():
+                    return 0  # Another replica's relay is publishing; it keeps the order.
                 messages = self._read_unsent(session, lock_rows=True)
                 if messages:
                     self._publish(messages)
