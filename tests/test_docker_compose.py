@@ -155,3 +155,21 @@ def test_the_stack_requires_a_jwt_secret_from_the_host(compose_text: str, compos
         value = compose["services"][service]["environment"]["MAHJONG_JWT_SECRET"]
         assert str(value).startswith("${MAHJONG_JWT_SECRET:?"), f"{service}: {value}"
     assert "MAHJONG_ENV" not in compose_text, "the stack runs as production"
+
+
+def test_scoring_ledger_and_matchmaking_have_replicas_on_the_same_database_and_group(
+    compose: dict[str, Any],
+) -> None:
+    """README "Scale-out: replicas": `<service>-replica` runs `deploy.replicas` more processes of
+    the service with its environment (database, consumer group), unpublished on the host."""
+    for service in ("matchmaking", "scoring", "ledger"):
+        replica = compose["services"][f"{service}-replica"]
+        assert replica["command"] == compose["services"][service]["command"]
+        assert service_environment(compose, f"{service}-replica") == service_environment(compose, service)
+        assert int(interpolate_with_defaults(str(replica["deploy"]["replicas"]))) >= 1
+        assert "ports" not in replica
+        assert replica["healthcheck"]["test"][-2:] == [
+            f"127.0.0.1:{SERVICE_PORTS[service]}",
+            GRPC_SERVICE_NAMES[service],
+        ]
+    assert "table-replica" not in compose["services"]

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 SERVICES = ("ledger", "scoring", "table", "matchmaking")
 HEALTH_TIMEOUT_SECONDS = 90.0
+REPLICATED_SERVICES = ("ledger", "scoring", "matchmaking")
+"""The services that run as several processes on one PostgreSQL (README "Scale-out: replicas")."""
+REPLICAS_MAX = 8
+REPLICA_PORT_STEP = 100
+"""Replica k (k >= 2) of a service listens on its configured gRPC and metrics ports + 100 * (k - 1)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,7 +54,48 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--shortfall-beans", type=int, default=SHORTFALL_BEANS, help="see --shortfall-room")
     parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help=f"processes of each of {', '.join(REPLICATED_SERVICES)} (1..{REPLICAS_MAX}); above 1 they "
+        "share one PostgreSQL: the configured MAHJONG_<SERVICE>_DATABASE_URL, else a throwaway cluster "
+        f"for this run; replica k listens on the service's ports + {REPLICA_PORT_STEP} * (k - 1)",
+    )
     parser.set_defaults(handler=_run)
+
+
+def replica_names(names: list[str], replicas: int) -> list[str]:
+    """Process names: each service once, then ``<service>-<k>`` for k = 2..replicas of the
+    replicated ones (the table engine runs once: its tables live in one process's memory)."""
+    assert 1 <= replicas <= REPLICAS_MAX, replicas
+    extra = [f"{name}-{k}" for k in range(2, replicas + 1) for name in names if name in REPLICATED_SERVICES]
+    return [*names, *extra]
+
+
+def service_of(process_name: str) -> str:
+    """The service a process name runs: ``scoring-2`` runs scoring."""
+    return process_name.split("-", 1)[0]
+
+
+def replica_environment(settings: Settings, process_name: str) -> dict[str, str]:
+    """The variables that give replica k of a service its own gRPC and metrics ports."""
+    from mahjong_platform.config import grpc_address_variable, metrics_address_variable
+
+    service, _, number = process_name.partition("-")
+    if not number:
+        return {}
+    offset = REPLICA_PORT_STEP * (int(number) - 1)
+    name = service_name(service)
+    return {
+        grpc_address_variable(name): _shifted(settings.grpc_address(name), offset),
+        metrics_address_variable(name): _shifted(settings.metrics_address(name), offset),
+    }
+
+
+def _shifted(address: str, offset: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + offset}"
 
 
 def service_name(name: str) -> ServiceName:
@@ -79,6 +125,9 @@ def metrics_urls(settings: Settings, names: list[str]) -> list[str]:
 def _run(arguments: argparse.Namespace) -> int:
     from mahjong_platform.config import DEVELOPMENT, ENVIRONMENT_VARIABLE, load_settings
 
+    if not 1 <= arguments.replicas <= REPLICAS_MAX:
+        print(f"mjctl run: --replicas must be 1..{REPLICAS_MAX}", file=sys.stderr)
+        return 2
     # A developer's machine: the services may start on the public development JWT secret (set
     # MAHJONG_ENV=production, or a real MAHJONG_JWT_SECRET, to run as in production).
     os.environ.setdefault(ENVIRONMENT_VARIABLE, DEVELOPMENT)
@@ -86,13 +135,17 @@ def _run(arguments: argparse.Namespace) -> int:
     data_directory = Path(settings.data_directory)
     logs = data_directory / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with _kafka(settings.kafka_bootstrap_servers, data_directory) as bootstrap_servers:
+    with (
+        _shared_postgresql(settings, data_directory, arguments.replicas),
+        _kafka(settings.kafka_bootstrap_servers, data_directory) as bootstrap_servers,
+    ):
+        settings = load_settings()
         print(f"kafka ready at {bootstrap_servers}")
-        with _services(logs) as names:
+        with _services(logs, settings, arguments.replicas) as names:
             _wait_healthy(settings, names)
-            addresses = [f"{name} {settings.grpc_target(service_name(name))}" for name in names]
+            addresses = [f"{name} {_grpc_target(settings, name)}" for name in names]
             print(f"services serving: {', '.join(addresses)}")
-            print(f"metrics (Prometheus): {', '.join(metrics_urls(settings, names))}")
+            print(f"metrics (Prometheus): {', '.join(metrics_urls(settings, _services_only(names)))}")
             if arguments.games > 0:
                 _demo(settings, arguments)
             if arguments.exit_after_demo:
@@ -103,6 +156,41 @@ def _run(arguments: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, lambda *_: stopped.set())
             stopped.wait()
     return 0
+
+
+def _services_only(names: list[str]) -> list[str]:
+    return [name for name in names if "-" not in name]
+
+
+def _grpc_target(settings: Settings, process_name: str) -> str:
+    from mahjong_platform.config import grpc_address_variable
+
+    service = service_name(service_of(process_name))
+    shifted = replica_environment(settings, process_name).get(grpc_address_variable(service))
+    return settings.grpc_target(service) if shifted is None else shifted
+
+
+@contextlib.contextmanager
+def _shared_postgresql(settings: Settings, data_directory: Path, replicas: int) -> Iterator[None]:
+    """Replicas share one database per service: PostgreSQL. A replicated service configured with
+    SQLite gets a database in a throwaway cluster under the data directory, for this run only."""
+    from mahjong_platform.config import database_url_variable
+
+    on_sqlite = [
+        name
+        for name in REPLICATED_SERVICES
+        if replicas > 1 and settings.database_url(service_name(name)).startswith("sqlite")
+    ]
+    if not on_sqlite:
+        yield
+        return
+    from mahjong_infra.postgres import PostgresCluster
+
+    print(f"starting a throwaway PostgreSQL for the replicas of {', '.join(on_sqlite)}...")
+    with PostgresCluster(base_dir=data_directory / "postgresql") as cluster:
+        for name in on_sqlite:
+            os.environ[database_url_variable(service_name(name))] = cluster.create_database(f"mahjong_{name}")
+        yield
 
 
 @contextlib.contextmanager
@@ -140,8 +228,9 @@ class ServiceProcesses:
 
     ``prepare(name)`` (optional) returns what to run before the next start of that service in the
     child (used by ``mjctl chaos`` to start one with a file size limit), or None. ``command(name)``
-    is the command line (default: ``python -m mahjong_<name>``); ``env`` their environment (default:
-    this process's).
+    is the command line (default: ``python -m mahjong_<service>``, ``scoring-2`` being replica 2 of
+    scoring); ``env`` their environment (default: this process's), updated with ``env_for(name)``
+    (a replica's own ports, see `replica_environment`).
     """
 
     def __init__(
@@ -152,6 +241,7 @@ class ServiceProcesses:
         prepare: Callable[[str], Callable[[], None] | None] | None = None,
         command: Callable[[str], list[str]] | None = None,
         env: dict[str, str] | None = None,
+        env_for: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self.names = list(names)
         self.restarts: Counter[str] = Counter()
@@ -159,7 +249,8 @@ class ServiceProcesses:
         self._echo = echo
         self._prepare = prepare
         self._env = env
-        self._command = command or (lambda name: [sys.executable, "-m", f"mahjong_{name}"])
+        self._command = command or (lambda name: [sys.executable, "-m", f"mahjong_{service_of(name)}"])
+        self._env_for = env_for
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._started_at: dict[str, float] = {}
         self._pause: dict[str, float] = {}
@@ -198,12 +289,15 @@ class ServiceProcesses:
 
     def _spawn(self, name: str) -> None:
         preexec = None if self._prepare is None else self._prepare(name)
+        env = os.environ.copy() if self._env is None else dict(self._env)
+        if self._env_for is not None:
+            env.update(self._env_for(name))
         with (self._logs / f"{name}.log").open("ab") as log_file:
             process = subprocess.Popen(
                 self._command(name),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env=os.environ.copy() if self._env is None else self._env,
+                env=env,
                 preexec_fn=preexec,
             )
         with self._lock:
@@ -254,8 +348,9 @@ def describe_exit(returncode: int) -> str:
 
 
 @contextlib.contextmanager
-def _services(logs: Path) -> Iterator[list[str]]:
-    processes = ServiceProcesses(installed_services(), logs)
+def _services(logs: Path, settings: Settings, replicas: int) -> Iterator[list[str]]:
+    names = replica_names(installed_services(), replicas)
+    processes = ServiceProcesses(names, logs, env_for=lambda name: replica_environment(settings, name))
     processes.start()
     try:
         yield processes.names
@@ -268,7 +363,7 @@ def _wait_healthy(settings: Settings, names: list[str]) -> None:
 
     deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
     for name in names:
-        target = settings.grpc_target(service_name(name))
+        target = _grpc_target(settings, name)
         while not check_health(target, timeout_seconds=1.0):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{name} did not report SERVING at {target}; see data/logs/{name}.log")

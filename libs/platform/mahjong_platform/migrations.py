@@ -12,9 +12,12 @@ from the service's first revision.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 
+import sqlalchemy
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -53,9 +56,43 @@ def upgrade(
     version_table: str = DEFAULT_VERSION_TABLE,
     revision: str = "head",
 ) -> None:
-    """Migrate the database at `database_url` up to `revision` (default: the newest)."""
+    """Migrate the database at `database_url` up to `revision` (default: the newest).
+
+    On PostgreSQL the upgrade holds an advisory lock of the database: replicas of a service start
+    together and each migrates on start; the second waits, then finds the database at the head
+    (without the lock both created the same tables, and one crashed on the catalog's unique key).
+    """
     config = alembic_config(database_url, script_location, version_table=version_table)
-    command.upgrade(config, revision)
+    with _migration_lock(database_url):
+        command.upgrade(config, revision)
+
+
+MIGRATION_ADVISORY_LOCK_KEY = 0x6D6A5F6D69677261  # "mj_migra"
+
+
+@contextlib.contextmanager
+def _migration_lock(database_url: str) -> Iterator[None]:
+    """A session-level advisory lock, polled with short autocommit statements: a waiter blocked
+    inside a transaction would make the holder's ``CREATE INDEX CONCURRENTLY`` wait for it."""
+    if sqlalchemy.make_url(database_url).get_backend_name() != "postgresql":
+        yield
+        return
+    engine = create_engine_for(database_url)
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            while not connection.execute(_TRY_LOCK, {"key": MIGRATION_ADVISORY_LOCK_KEY}).scalar_one():
+                time.sleep(MIGRATION_LOCK_POLL_SECONDS)
+            try:
+                yield
+            finally:
+                connection.execute(_UNLOCK, {"key": MIGRATION_ADVISORY_LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
+MIGRATION_LOCK_POLL_SECONDS = 0.2
+_TRY_LOCK = sqlalchemy.text("SELECT pg_try_advisory_lock(:key)")
+_UNLOCK = sqlalchemy.text("SELECT pg_advisory_unlock(:key)")
 
 
 def downgrade(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import threading
 
 import pytest
 import sqlalchemy
@@ -90,3 +91,26 @@ def test_upgrading_in_steps_equals_upgrading_at_once(
     upgrade(sqlite_database_url, alembic_example_directory, revision=revision)
     upgrade(sqlite_database_url, alembic_example_directory)
     assert current_revision(sqlite_database_url) == "0004"
+
+
+@pytest.mark.integration
+def test_replicas_migrating_one_postgresql_database_at_once_all_succeed(
+    postgres_database_url: str, alembic_example_directory: pathlib.Path
+) -> None:
+    """Replicas start together and each migrates: the advisory lock makes them take turns."""
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(postgres_database_url, alembic_example_directory)
+        except BaseException as error:
+            errors.append(error)
+
+    replicas = [threading.Thread(target=migrate) for _ in range(3)]
+    for replica in replicas:
+        replica.start()
+    for replica in replicas:
+        replica.join()
+    assert errors == []
+    upgrade(postgres_database_url, alembic_example_directory)  # Already at the head: nothing to do.
+    assert current_revision(postgres_database_url) is not None
