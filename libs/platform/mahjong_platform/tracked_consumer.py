@@ -11,7 +11,9 @@ the database, not from Kafka: for every poll batch, one database transaction
 
 Kafka's committed offsets are never used (`enable_auto_commit=False`, nothing committed): on start
 and on every partition assignment the consumer seeks to the positions stored in the database, or
-to the beginning of a partition it has never read. A crash anywhere leaves the projection and the
+to the beginning of a partition it has never read (from its own thread, right after the poll that
+brought the assignment, never inside kafka-python's rebalance callback: see
+`_SeekToStoredPositions`). A crash anywhere leaves the projection and the
 positions consistent, so a batch is either fully applied once or re-read and applied once.
 
 A message that cannot be decoded, or whose handler raises, is a poison message. An undecodable
@@ -381,6 +383,9 @@ class TrackedConsumer:
             delivery_timeout_ms=dead_letter_publish_timeout_ms,
         )
         self._wait_until_topics_are_known(topics, topic_metadata_timeout_ms)
+        # Assigned partitions not yet seeked to their stored positions (see _SeekToStoredPositions).
+        self._unseeked: set[TopicPartition] = set()
+        self._unseeked_lock = threading.Lock()
         self._consumer.subscribe(list(topics), listener=_SeekToStoredPositions(self))
         self._last_progress = time.monotonic()
 
@@ -409,6 +414,16 @@ class TrackedConsumer:
         """
         assert 0 <= timeout_ms <= 60_000, timeout_ms
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
+        unseeked = self._take_unseeked()
+        if unseeked:
+            # Records of a partition fetched before its seek start where Kafka's reset put them,
+            # not at the stored position: drop them; the seek makes the next polls read from there.
+            batches = {partition: batch for partition, batch in batches.items() if partition not in unseeked}
+            try:
+                self._seek_to_stored_positions(unseeked & set(self._consumer.assignment()))
+            except BaseException:
+                self._note_unseeked(unseeked)
+                raise
         records = [record for partition_records in batches.values() for record in partition_records]
         try:
             self._handle_batch(records)
@@ -506,6 +521,20 @@ class TrackedConsumer:
             extra={"group_id": self._group_id, "stored": len(stored), "from_beginning": len(never_read)},
         )
 
+    def _note_unseeked(self, partitions: Iterable[TopicPartition]) -> None:
+        """Called on kafka-python's network thread: no I/O here (see _SeekToStoredPositions)."""
+        with self._unseeked_lock:
+            self._unseeked.update(partitions)
+
+    def _forget_unseeked(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._unseeked_lock:
+            self._unseeked.difference_update(partitions)
+
+    def _take_unseeked(self) -> set[TopicPartition]:
+        with self._unseeked_lock:
+            unseeked, self._unseeked = self._unseeked, set()
+        return unseeked
+
     def _dead_letter_failed(self, delivery: Delivery, error: str) -> None:
         self._dead_letter(self._records_by_position[delivery.position], delivery.position, error)
 
@@ -570,14 +599,28 @@ class _HandlerFailedError(Exception):
 
 
 class _SeekToStoredPositions(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Seeks newly assigned partitions to the positions stored in the database."""
+    """Notes the partitions assigned to this member; the consumer's own thread seeks them to the
+    stored positions after the poll that assigned them (`TrackedConsumer.poll_once`).
+
+    It must not do the seek itself: kafka-python 3 runs a synchronous rebalance listener on its
+    network thread, the thread that also sends the group heartbeats and completes every request of
+    the client. A listener that waits (a database read queued behind this process's SQLite writers
+    or for a PostgreSQL pool connection) stops the heartbeats, so the broker evicts the member after
+    ``session_timeout_ms``, and ``poll()`` does not return until the listener does: the "consumer
+    that joins, gets its assignment and stops heartbeating" once seen in CI. Reproduced by holding
+    the database's writer lock during a join: py-spy showed the ``kafka-io-...`` thread waiting in
+    ``transaction()`` under ``on_partitions_assigned`` and the user thread in ``poll()``, and the
+    broker logged "Member ... has failed, removing it from the group" one session timeout later.
+    So this listener only touches a set under a lock.
+    """
 
     def __init__(self, tracked_consumer: TrackedConsumer) -> None:
         self._tracked_consumer = tracked_consumer
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         # Nothing to save: every position is stored in the same transaction as its message.
-        self._tracked_consumer._metrics.forget(revoked)
+        self._tracked_consumer._metrics.forget(revoked)  # in memory only
+        self._tracked_consumer._forget_unseeked(revoked)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self._tracked_consumer._seek_to_stored_positions(assigned)
+        self._tracked_consumer._note_unseeked(assigned)

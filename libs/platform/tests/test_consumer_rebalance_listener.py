@@ -1,0 +1,145 @@
+"""The tracked consumer's rebalance listener never waits for the database.
+
+kafka-python 3 runs a synchronous rebalance listener on its network thread, which also sends the
+group heartbeats. Our listener used to read the stored positions there: while that read waited
+(this process's SQLite writers ahead of it, or a busy PostgreSQL pool), the heartbeats stopped, the
+broker evicted the member one session timeout later and ``poll()`` hung until the read finished —
+the "consumer that joined, got its assignment and stopped heartbeating" seen in CI. Now the listener
+only notes the partitions; the consumer's own thread seeks them after the poll.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kafka import KafkaProducer, TopicPartition
+from mahjong.v1 import envelope_pb2, table_events_pb2
+from mahjong_platform.database import transaction
+from mahjong_platform.envelopes import new_envelope, serialize_envelope, utc_now
+from mahjong_platform.topics import Topics
+from mahjong_platform.tracked_consumer import MessagePosition, TrackedConsumer, _SeekToStoredPositions
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+pytestmark = pytest.mark.integration
+
+JOIN_SECONDS = 120.0  # a hang guard only
+
+
+def discards(stream_id: str, count: int, first_sequence: int = 1) -> list[envelope_pb2.Envelope]:
+    return [
+        new_envelope(
+            table_events_pb2.TileDiscarded(seat=0, tile="5D"),
+            clock=utc_now,
+            stream_id=stream_id,
+            sequence=first_sequence + index,
+        )
+        for index in range(count)
+    ]
+
+
+@pytest.fixture
+def publish(
+    kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> Iterator[Callable[[list[envelope_pb2.Envelope]], None]]:
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap_servers, acks="all")
+
+    def send(events: list[envelope_pb2.Envelope]) -> None:
+        for event in events:
+            producer.send(
+                kafka_topics.table, key=event.stream_id.encode(), value=serialize_envelope(event)
+            ).get(60)
+
+    yield send
+    producer.close(timeout=5)
+
+
+class DatabaseHeldBusy:
+    """Another thread of this process holds the database's writer (a long transaction)."""
+
+    def __init__(self, engine: Engine) -> None:
+        from mahjong_platform.database import create_session_factory
+
+        self._session_factory = create_session_factory(engine)
+        self._held = threading.Event()
+        self._release = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _hold(self) -> None:
+        with transaction(self._session_factory):
+            self._held.set()
+            self._release.wait()
+
+    def __enter__(self) -> DatabaseHeldBusy:
+        self._thread.start()
+        assert self._held.wait(JOIN_SECONDS)
+        return self
+
+    def __exit__(self, *_exception: object) -> None:
+        self._release.set()
+        self._thread.join(JOIN_SECONDS)
+
+
+def test_the_assignment_callback_returns_while_the_database_is_busy(
+    sqlite_engine: Engine,
+    kafka_topics: Topics,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    unique_prefix: str,
+) -> None:
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "listener")
+    listener = _SeekToStoredPositions(consumer)
+    partition = TopicPartition(kafka_topics.table, 0)
+    with DatabaseHeldBusy(sqlite_engine):
+        callback = threading.Thread(target=listener.on_partitions_assigned, args=({partition},), daemon=True)
+        callback.start()
+        callback.join(JOIN_SECONDS)
+        assert not callback.is_alive(), "the rebalance callback waited for the database"
+    assert consumer._take_unseeked() == {partition}  # left for the consumer's own thread to seek
+
+
+def test_a_consumer_that_joins_while_the_database_is_busy_resumes_at_its_stored_positions(
+    sqlite_engine: Engine,
+    publish: Callable[[list[envelope_pb2.Envelope]], None],
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    unique_prefix: str,
+) -> None:
+    group_id = unique_prefix + "busy-join"
+    first_events = discards("table-1", 3) + discards("table-2", 3)
+    publish(first_events)
+    seen: list[str] = []
+
+    def record(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
+        seen.append(envelope.event_id)
+
+    first = new_tracked_consumer(sqlite_engine, group_id=group_id, handler=record)
+    poll_consumer_until(first, lambda: len(seen) >= 6)
+    first.close()
+    later_events = discards("table-1", 2, first_sequence=4)
+    publish(later_events)
+    seen.clear()
+
+    second = new_tracked_consumer(sqlite_engine, group_id=group_id, handler=record)
+    joined = threading.Event()
+
+    def join_and_poll() -> None:
+        # The join happens in this poll, while another thread holds the database: the callback
+        # returns at once, and this thread then waits for the database to seek.
+        second.poll_once(timeout_ms=5_000)
+        joined.set()
+
+    with DatabaseHeldBusy(sqlite_engine):
+        poller = threading.Thread(target=join_and_poll, daemon=True)
+        poller.start()
+        deadline = time.monotonic() + JOIN_SECONDS
+        while not second._consumer.assignment():
+            if time.monotonic() > deadline:
+                pytest.fail("the consumer never got its partitions")
+            time.sleep(0.05)
+    poller.join(JOIN_SECONDS)
+    assert joined.is_set()
+    poll_consumer_until(second, lambda: len(seen) >= 2)
+    assert seen == [event.event_id for event in later_events]  # from the stored positions, nothing again
