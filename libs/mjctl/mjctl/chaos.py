@@ -369,11 +369,12 @@ class Injector:
                 self._pause_broker()
             return
         if fault.kind == "full disk":
+            failed_writes_before = self._full_disk.errors_seen()
             self._full_disk.limit_next_start(fault.target)
             self._kill_service(fault.target)
             # It runs on the full disk until a write has failed (or FULL_DISK_MAX_SECONDS).
             deadline = time.monotonic() + FULL_DISK_MAX_SECONDS
-            while not self._full_disk.errors_seen() and time.monotonic() < deadline:
+            while self._full_disk.errors_seen() == failed_writes_before and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(self._rng.uniform(0.5, 2.0))
             self._kill_service(fault.target)  # the disk is "freed": the next start is unlimited
