@@ -414,6 +414,7 @@ class TrackedConsumer:
         """
         assert 0 <= timeout_ms <= 60_000, timeout_ms
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
+        self._rejoin_a_dropped_rebalance()
         unseeked = self._take_unseeked()
         if unseeked:
             # Records of a partition fetched before its seek start where Kafka's reset put them,
@@ -520,6 +521,25 @@ class TrackedConsumer:
             "seeked to stored positions",
             extra={"group_id": self._group_id, "stored": len(stored), "from_beginning": len(never_read)},
         )
+
+    def _rejoin_a_dropped_rebalance(self) -> None:
+        """Work around a kafka-python 3.0 bug that left a consumer idle for good (seen in CI and on
+        a loaded machine: the "consumer that joins, gets its assignment and stops heartbeating").
+
+        The group leader starts a second rebalance at once when its first assignment saw no
+        partitions yet (its metadata snapshot differs from the assignment's). If that join's
+        SyncGroup answers after the poll's timeout, ``join_group_async`` returns early, leaving
+        heartbeats disabled, and is never entered again: `need_rejoin()` is already False (the
+        leader's new assignment snapshot matches), so the finished join's assignment is never
+        applied and its heartbeats never re-enabled. The broker evicts the member one session
+        timeout later while every poll returns nothing. A rebalance in progress that no poll will
+        finish is such a lost one: asking for a rejoin makes the next poll join again.
+        """
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is None or not coordinator.rebalance_in_progress() or coordinator.need_rejoin():
+            return
+        logger.info("rejoining: kafka-python would drop the rebalance that finished after a poll's timeout")
+        coordinator.request_rejoin()
 
     def _note_unseeked(self, partitions: Iterable[TopicPartition]) -> None:
         """Called on kafka-python's network thread: no I/O here (see _SeekToStoredPositions)."""

@@ -1,4 +1,5 @@
-"""The tracked consumer's rebalance listener never waits for the database.
+"""The tracked consumer against two kafka-python 3 group-membership stalls: its rebalance listener
+never waits for the database, and a rebalance kafka-python would drop is joined again.
 
 kafka-python 3 runs a synchronous rebalance listener on its network thread, which also sends the
 group heartbeats. Our listener used to read the stored positions there: while that read waited
@@ -143,3 +144,45 @@ def test_a_consumer_that_joins_while_the_database_is_busy_resumes_at_its_stored_
     assert joined.is_set()
     poll_consumer_until(second, lambda: len(seen) >= 2)
     assert seen == [event.event_id for event in later_events]  # from the stored positions, nothing again
+
+
+def test_a_rebalance_kafka_python_dropped_is_joined_again_and_the_consumer_reads_on(
+    sqlite_engine: Engine,
+    publish: Callable[[list[envelope_pb2.Envelope]], None],
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    unique_prefix: str,
+) -> None:
+    """kafka-python 3.0.12 drops a group leader's second join that finishes after the poll's
+    timeout (seen in the debug log of a stuck test): rebalancing, heartbeats off, and
+    `need_rejoin()` False, so no later poll would finish the join; the broker evicts the member."""
+    seen: list[str] = []
+
+    def record(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
+        seen.append(envelope.event_id)
+
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "dropped", handler=record)
+    publish(discards("table-1", 2))
+    poll_consumer_until(consumer, lambda: len(seen) >= 2)
+
+    # The trigger seen in the log: the leader's assignment saw other partitions than its metadata
+    # does now, so it rejoins; a poll far shorter than a JoinGroup + SyncGroup round trip times out
+    # while they are in flight, and the leader's new assignment then makes need_rejoin() False.
+    coordinator = consumer._consumer._coordinator
+    coordinator._assignment_snapshot = {"a-topic-that-went-away": {0}}
+    assert coordinator.need_rejoin()
+    consumer._consumer.poll(timeout_ms=1)
+    deadline = time.monotonic() + JOIN_SECONDS
+    while coordinator.need_rejoin():  # until kafka-python's join has performed the assignment
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert coordinator.rebalance_in_progress() and not coordinator._heartbeat_enabled
+
+    # No later poll finishes that join unless the consumer asks for a rejoin.
+    poll_consumer_until(consumer, lambda: not coordinator.rebalance_in_progress())
+    assert coordinator._heartbeat_enabled
+
+    later = discards("table-1", 2, first_sequence=3)
+    publish(later)
+    poll_consumer_until(consumer, lambda: len(seen) >= 4)
+    assert seen[2:] == [event.event_id for event in later]
