@@ -150,6 +150,8 @@ def _run(arguments: argparse.Namespace) -> int:
                 _demo(settings, arguments)
             if arguments.exit_after_demo:
                 return 0
+            print("play a game yourself in another terminal: .venv/bin/mjctl play --room sichuan-novice")
+            print("replay any table in words: .venv/bin/mjctl replay --table ID")
             print("running; press Ctrl-C to stop (logs in", logs, ")")
             stopped = threading.Event()
             signal.signal(signal.SIGINT, lambda *_: stopped.set())

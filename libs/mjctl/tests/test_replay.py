@@ -67,8 +67,8 @@ def stores(tmp_path: pathlib.Path, games: list[list[envelope_pb2.Envelope]]) -> 
         for game in games:
             with transaction(create_session_factory(table_engine)) as session:
                 EventStore(Topics()).append(session, game[0].stream_id, 0, [_unnumbered(e) for e in game])
-            for envelope in game:
-                with transaction(create_session_factory(scoring_engine)) as session:
+            with transaction(create_session_factory(scoring_engine)) as session:
+                for envelope in game:
                     projection(session, envelope, MessagePosition("table", 0, 0))
     finally:
         table_engine.dispose()

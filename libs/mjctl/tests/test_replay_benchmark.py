@@ -19,6 +19,7 @@ from mahjong_platform.config import load_settings
 from mahjong_platform.service_runtime import start_service
 from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_table.__main__ import definition as table_definition
+from mjctl.replay import _ops_token, read_from_services, read_settlement_from_services
 
 from .test_replay import played_game, serving_only, stores
 
@@ -57,6 +58,16 @@ def test_replay_of_one_game_among_hundreds_through_the_services(
             )
             seconds.append(time.perf_counter() - started)
             assert b"settled:" in finished.stdout
+        # The reads alone, in this (warm) process: what the services answer for one game.
+        token = _ops_token(settings.jwt_secret)
+        read_seconds = []
+        for run in range(RUNS):
+            table_id = f"table-{(run * 53) % GAMES}"
+            started = time.perf_counter()
+            events = read_from_services(environment["MAHJONG_TABLE_GRPC_TARGET"], token, table_id)
+            lines = read_settlement_from_services(environment["MAHJONG_SCORING_GRPC_TARGET"], token, table_id)
+            read_seconds.append(time.perf_counter() - started)
+            assert events and lines
         help_seconds = []
         for _ in range(RUNS):
             started = time.perf_counter()
@@ -69,5 +80,6 @@ def test_replay_of_one_game_among_hundreds_through_the_services(
     print(
         f"\nmjctl replay --table ID with {GAMES} games stored: median {statistics.median(seconds):.3f} s, "
         f"max {max(seconds):.3f} s over {RUNS} runs; mjctl --help median "
-        f"{statistics.median(help_seconds):.3f} s; load average {load:.1f}"
+        f"{statistics.median(help_seconds):.3f} s; the two reads alone (warm process) median "
+        f"{statistics.median(read_seconds) * 1000:.0f} ms; load average {load:.1f}"
     )
