@@ -3,7 +3,9 @@
 The person gets a token (minted with ``MAHJONG_JWT_SECRET`` for ``--player``, or ``--token``),
 queues in the room through MatchmakingService next to three bots (``mjctl bots`` players in this
 process; ``--bots 0`` waits for other people instead), and plays the table on their seat's
-``WatchView`` feed, acting with ``Act``: it knows exactly what the seat may know.
+``WatchView`` feed, acting with ``Act``: it knows exactly what the seat may know. Both go through
+`mjctl.client` (the feed resumed from the last event after a restart, a key retried with the same
+idempotency key).
 
 The screen shows the hand sorted by suit and numbered, the melds, flowers and discards of every
 seat, the wildcard and its indicator (Formula), the wall, whose turn it is and the deadline, the
@@ -46,7 +48,6 @@ SUIT_STYLES: Final = {"m": "red", "p": "blue", "s": "green", "z": "yellow", "f":
 EVENT_LINES: Final = 8
 SETTLEMENT_WAIT_SECONDS: Final = 60.0
 CALL_TIMEOUT_SECONDS: Final = 30.0
-FEED_RETRIES: Final = 20
 KEYS_HELP: Final = (
     "keys: 1..14 discard · w win · p pong · k kong · c chow · s pass · x exchange · "
     "m/p/s missing suit · Enter suggested · leave · ? help"
@@ -453,6 +454,8 @@ def _play(
         changed = False
         while not updates.empty():
             update = updates.get()
+            if update is None and game.view is not None and game.view.phase == "ended":
+                break  # the feed's normal end, after the final view
             if update is None or isinstance(update, BaseException):
                 raise RuntimeError(f"the table's feed ended: {update!r}")
             if not story.players:
@@ -492,6 +495,8 @@ def _act(stub: Any, line: str, view: table_service_pb2.TableView | None) -> str:
     """Send the key's command; the message to show (empty when it was taken)."""
     import grpc
 
+    from mjctl.client import Backoff, call
+
     if line.strip() == "?":
         return __doc__.split("::", 1)[1].split("At the end", 1)[0].rstrip() if __doc__ else KEYS_HELP
     if view is None:
@@ -501,7 +506,8 @@ def _act(stub: Any, line: str, view: table_service_pb2.TableView | None) -> str:
     except KeyError_ as error:
         return str(error)
     try:
-        stub.Act(request, timeout=CALL_TIMEOUT_SECONDS)
+        # Retried with the same request (same idempotency key) while the table service restarts.
+        call(stub.Act, request, Backoff(give_up_after_seconds=CALL_TIMEOUT_SECONDS), what="Act")
     except grpc.RpcError as error:
         if error.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED):
             return f"not taken: {error.details()}"
@@ -510,31 +516,17 @@ def _act(stub: Any, line: str, view: table_service_pb2.TableView | None) -> str:
 
 
 def _follow(stub: Any, table_id: str, updates: queue.Queue[Any]) -> None:
-    """The seat's WatchView feed into `updates`, resumed after a broken stream; None at the end."""
-    import grpc
-    from mahjong.v1 import table_service_pb2
+    """The seat's WatchView feed into `updates`, resumed from the last event seen after a broken
+    stream or a service restart (`mjctl.client.watch_view`); None after the last update."""
+    from mjctl.client import Backoff, watch_view
 
-    after = 0
-    failures = 0
-    while True:
-        request = table_service_pb2.WatchViewRequest(table_id=table_id, after_sequence=after)
-        try:
-            for update in stub.WatchView(request):
-                failures = 0
-                after = update.view.sequence
-                updates.put(update)
-                if update.view.phase == "ended":
-                    return
-        except grpc.RpcError as error:
-            failures += 1
-            retry = error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-            if not retry or failures > FEED_RETRIES:
-                updates.put(error)
-                return
-            time.sleep(0.5)
-            continue
-        updates.put(None)  # the stream ended before the game did
+    try:
+        for update in watch_view(stub, table_id, Backoff()):
+            updates.put(update)
+    except BaseException as error:  # shown by the main loop
+        updates.put(error)
         return
+    updates.put(None)
 
 
 class _WaitHints:
