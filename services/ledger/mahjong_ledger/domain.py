@@ -285,6 +285,17 @@ def _check_income_references(order: SettlementOrder, has_escape_line: bool) -> N
             raise InvalidOrderError("an instruction cannot move its own income")
 
 
+def income_beans(order: SettlementOrder, credited: Mapping[tuple[str, str, str], int]) -> int | None:
+    """RULES.md 1.9a.1: what the order's income instructions credited its payer, as posted, given
+    ``credited`` ((table id, order key, account) -> beans). Only instructions of the order's own game
+    count, and one never posted credited nothing. None for an order naming no income instruction."""
+    if not order.income_instruction_ids:
+        return None
+    return sum(
+        credited.get((order.table_id, key, order.payer_account), 0) for key in order.income_instruction_ids
+    )
+
+
 def check_deposit_order(order: DepositOrder) -> None:
     """Raise `InvalidOrderError` (or `InvalidAccountError`) unless ``order`` can be posted."""
     check_account(order.account)
@@ -418,14 +429,15 @@ class Book:
     posted_digests: Mapping[tuple[TransferKind, str], str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
-    credited: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-    """(settlement order key, account) -> beans that order credited the account (for 1.9a.1)."""
+    credited: Mapping[tuple[str, str, str], int] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """(table id, settlement order key, account) -> beans that order credited the account (1.9a.1)."""
 
     def income_of(self, order: SettlementOrder) -> int | None:
-        """What the order's income instructions credited its payer; None for other orders."""
-        if not order.income_instruction_ids:
-            return None
-        return sum(self.credited.get((key, order.payer_account), 0) for key in order.income_instruction_ids)
+        """What the order's income instructions (of its own game) credited its payer; None for
+        other orders."""
+        return income_beans(order, self.credited)
 
     def balance(self, account: str) -> int:
         """The balance of ``account``; 0 for an account the book has never seen."""
@@ -465,7 +477,7 @@ def evolve(book: Book, transfer: Transfer) -> Book:
     if transfer.kind is TransferKind.SETTLEMENT:
         for posting in transfer.postings:
             if posting.beans > 0:
-                credited[(transfer.order_key, posting.account)] = posting.beans
+                credited[(transfer.table_id, transfer.order_key, posting.account)] = posting.beans
     return Book(
         balances=MappingProxyType(balances),
         posted_digests=MappingProxyType({**book.posted_digests, key: transfer.request_digest}),

@@ -54,6 +54,7 @@ from mahjong_ledger.domain import (
     check_settlement_order,
     deposit_digest,
     deposit_transfer,
+    income_beans,
     is_player_account,
     settlement_digest,
     settlement_transfer,
@@ -152,7 +153,7 @@ class PostRequest:
     order_key: str
     digest: str
     accounts: tuple[str, ...]
-    decide: Callable[[Mapping[str, int], Mapping[tuple[str, str], int]], Transfer]
+    decide: Callable[[Mapping[str, int], Mapping[tuple[str, str, str], int]], Transfer]
     context: EventContext
     stream_id: str
     source_event_id: str
@@ -171,7 +172,7 @@ def settlement_request(order: SettlementOrder, context: EventContext) -> PostReq
         digest=settlement_digest(order),
         accounts=(order.payer_account, *(payee.account for payee in order.payees)),
         decide=lambda balances, credited: settlement_transfer(
-            order, balances[order.payer_account], _income_beans(order, credited)
+            order, balances[order.payer_account], income_beans(order, credited)
         ),
         context=context,
         stream_id=order.table_id,
@@ -180,14 +181,6 @@ def settlement_request(order: SettlementOrder, context: EventContext) -> PostReq
         memo="",
         income_keys=order.income_instruction_ids,
     )
-
-
-def _income_beans(order: SettlementOrder, credited: Mapping[tuple[str, str], int]) -> int | None:
-    """RULES.md 1.9a.1: what the order's income instructions credited its payer, as posted (an
-    instruction never posted credited nothing); None for an order naming none."""
-    if not order.income_instruction_ids:
-        return None
-    return sum(credited.get((key, order.payer_account), 0) for key in order.income_instruction_ids)
 
 
 def deposit_request(order: DepositOrder, context: EventContext) -> PostRequest:
@@ -459,13 +452,13 @@ class LedgerRepository:
         rows = [row for row in session.execute(query).mappings() if (row["kind"], row["order_key"]) in wanted]
         return {(record.kind, record.order_key): record for record in self._records(session, rows)}
 
-    def _credited(self, session: Session, requests: Sequence[PostRequest]) -> dict[tuple[str, str], int]:
-        """(order key, account) -> beans credited, for every income key the batch names (1.9a.1)."""
+    def _credited(self, session: Session, requests: Sequence[PostRequest]) -> dict[tuple[str, str, str], int]:
+        """(table id, order key, account) -> beans credited, for every income key the batch names."""
         keys = sorted({key for request in requests for key in request.income_keys})
         if not keys:
             return {}
         return {
-            (row.order_key, row.account): int(row.beans)
+            (row.table_id, row.order_key, row.account): int(row.beans)
             for row in session.execute(_CREDITED(session), {"order_keys": keys})
         }
 
@@ -578,7 +571,7 @@ class _Plan:
     """A batch worked out in memory: the transfers, their postings and the running balances, and
     what the settlement orders credited (for the kong income of RULES.md 1.9a.1)."""
 
-    def __init__(self, balances: Mapping[str, int], credited: Mapping[tuple[str, str], int]) -> None:
+    def __init__(self, balances: Mapping[str, int], credited: Mapping[tuple[str, str, str], int]) -> None:
         self._initial = dict(balances)
         self._balances = dict(balances)
         self._credited = dict(credited)
@@ -606,7 +599,7 @@ class _Plan:
         if transfer.kind is TransferKind.SETTLEMENT:
             for posting in transfer.postings:
                 if posting.beans > 0:
-                    self._credited[(transfer.order_key, posting.account)] = posting.beans
+                    self._credited[(transfer.table_id, transfer.order_key, posting.account)] = posting.beans
         self._digests[key] = request.digest
         self._new.add(id(request))
         posted_at = _aware(request.context.occurred_at)
@@ -736,7 +729,10 @@ _LOCK_BALANCES = PerDialect(
 )
 _CREDITED = PerDialect(
     lambda dialect_name: sqlalchemy.select(
-        ledger_transfers.c.order_key, ledger_postings.c.account, ledger_postings.c.beans
+        ledger_transfers.c.table_id,
+        ledger_transfers.c.order_key,
+        ledger_postings.c.account,
+        ledger_postings.c.beans,
     )
     .join(ledger_postings, ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
     .where(

@@ -412,3 +412,10 @@ def test_malformed_income_references_are_refused(
     )
     with pytest.raises(InvalidOrderError, match=message):
         settlement_transfer(bad, 10, 0)
+
+
+def test_rules_1_9a_1_only_income_instructions_of_the_same_game_count() -> None:
+    kong, refund = kong_income_orders(200, 200)
+    other_game = dataclasses.replace(refund, table_id="table-2")
+    book, _ = fold(Book(), [deposit("player:b", 10_000), kong])
+    assert (book.income_of(refund), book.income_of(other_game)) == (200, 0)
