@@ -220,9 +220,11 @@ class ActRequest(_message.Message):
     LEAVE_FIELD_NUMBER: _builtins.int
     CHOW_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
-    """The table (from TicketUpdate.table_id). Required."""
+    """The table (from TicketUpdate.table_id). Required, 1..64 characters."""
     idempotency_key: _builtins.str
-    """Client-chosen; a retry with the same key returns the first answer and appends nothing."""
+    """Client-chosen, 1..128 characters; a retry with the same key returns the first answer and
+    appends nothing (the same key with a different command is FAILED_PRECONDITION).
+    """
     expected_sequence: _builtins.int
     """The table sequence the client last saw; optional optimistic check."""
     @_builtins.property
