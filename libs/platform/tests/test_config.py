@@ -198,3 +198,19 @@ def test_a_short_secret_is_refused_even_in_development() -> None:
 def test_an_unknown_environment_name_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="MAHJONG_ENV"):
         load_settings({"MAHJONG_ENV": "staging"})
+
+
+def test_a_service_process_refuses_to_start_on_the_public_secret_before_touching_anything(
+    tmp_path: Path,
+) -> None:
+    from mahjong_platform.service_runtime import ServiceDefinition, start_service
+
+    def registrations(*_: object) -> list[object]:
+        raise AssertionError("nothing may start before the secret is checked")
+
+    definition = ServiceDefinition(
+        name="ledger", migrations="no-such-package:alembic", registrations=registrations
+    )
+    with pytest.raises(ConfigurationError, match="MAHJONG_ENV=development"):
+        start_service(definition, load_settings({"MAHJONG_DATA_DIR": str(tmp_path)}))
+    assert not any(tmp_path.iterdir()), "no database was created"
