@@ -12,6 +12,7 @@ from mahjong_platform.config import (
     KNOWN_VARIABLES,
     SERVICE_NAMES,
     ConfigurationError,
+    Settings,
     check_secret_for_serving,
     database_url_variable,
     grpc_address_variable,
@@ -203,9 +204,12 @@ def test_an_unknown_environment_name_is_refused() -> None:
 def test_a_service_process_refuses_to_start_on_the_public_secret_before_touching_anything(
     tmp_path: Path,
 ) -> None:
+    from mahjong_platform.grpc_server import ServiceRegistration
     from mahjong_platform.service_runtime import ServiceDefinition, start_service
+    from mahjong_platform.topics import Topics
+    from sqlalchemy import Engine
 
-    def registrations(*_: object) -> list[object]:
+    def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
         raise AssertionError("nothing may start before the secret is checked")
 
     definition = ServiceDefinition(
