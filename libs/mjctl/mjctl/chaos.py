@@ -252,6 +252,8 @@ def _environment(directory: Path, bootstrap_servers: str) -> dict[str, str]:
     )
     for name in SERVICES:
         env[f"MAHJONG_{name.upper()}_GRPC_ADDRESS"] = f"127.0.0.1:{free_port()}"
+        # Not the default metrics ports: another system (make run) may be serving on them.
+        env[f"MAHJONG_{name.upper()}_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
     return env
 
 
