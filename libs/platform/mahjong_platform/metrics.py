@@ -89,6 +89,7 @@ class ServiceMetrics:
         self._lock = threading.Lock()
         self._families: dict[str, Any] = {}
         self.appended_observers: list[EventObserver] = []
+        self._appended_series: dict[str, Counter] = {}
         self.applied_observers: list[EventObserver] = []
         self.rpcs_handled = Counter(
             "mahjong_grpc_server_handled",
@@ -140,6 +141,13 @@ class ServiceMetrics:
             ["consumer_group", "topic", "partition"],
             registry=self.registry,
         )
+
+    def count_appended(self, event_type: str) -> None:
+        """One more committed event of ``event_type`` (its series looked up once per type)."""
+        series = self._appended_series.get(event_type)
+        if series is None:
+            series = self._appended_series[event_type] = self.events_appended.labels(event_type)
+        series.inc()
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         """The service's own counter ``name`` (without ``_total``), created on first use."""
@@ -233,12 +241,11 @@ def count_events_appended(
     """Count appended events of these types once the session commits, and tell the service's
     observers about them (the event store calls this)."""
     metrics = metrics_for_session(session)
-    counter = metrics.events_appended
     observers = metrics.appended_observers
 
     def count() -> None:
         for event_type in event_types:
-            counter.labels(event_type).inc()
+            metrics.count_appended(event_type)
         for observer in observers:
             for event in events:
                 observer(event)

@@ -48,10 +48,18 @@ class _Recorder:
         self._metrics = metrics
         self._handled = metrics.rpcs_handled
         self._seconds = metrics.rpc_seconds
+        # The series of each status code, looked up once (a label lookup costs more than the count).
+        self._unary_series: dict[str, tuple[Any, Any]] = {}
 
     def unary_finished(self, code: str, started: float) -> None:
-        self._handled.labels(self.method, code).inc()
-        self._seconds.labels(self.method, code).observe(time.perf_counter() - started)
+        series = self._unary_series.get(code)
+        if series is None:
+            series = self._unary_series[code] = (
+                self._handled.labels(self.method, code),
+                self._seconds.labels(self.method, code),
+            )
+        series[0].inc()
+        series[1].observe(time.perf_counter() - started)
 
     def stream_opened(self) -> None:
         self._metrics.open_streams.labels(self.method).inc()
