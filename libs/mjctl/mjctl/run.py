@@ -202,7 +202,13 @@ def _kafka(bootstrap_servers: tuple[str, ...], data_directory: Path) -> Iterator
     from mahjong_infra import kafka
 
     host, _, port = bootstrap_servers[0].rpartition(":")
-    broker = kafka.KafkaBroker(data_dir=data_directory / "kafka", host=host, port=int(port))
+    kafka_directory = data_directory / "kafka"
+    broker = kafka.KafkaBroker(
+        data_dir=kafka_directory,
+        host=host,
+        port=int(port),
+        controller_port=kafka_controller_port(kafka_directory, host, int(port)),
+    )
     if broker.running_pid() is not None or kafka._port_is_open(host, int(port)):
         yield broker.bootstrap_servers
         return
@@ -213,6 +219,35 @@ def _kafka(bootstrap_servers: tuple[str, ...], data_directory: Path) -> Iterator
         yield broker.bootstrap_servers
     finally:
         broker.stop()
+
+
+def kafka_controller_port(kafka_directory: Path, host: str, broker_port: int) -> int:
+    """The KRaft controller port of the broker `mjctl run` starts: the one recorded in the data
+    directory's ``server.properties`` by an earlier run (its storage names that endpoint) when it is
+    still free, else one the OS picks now. Never a fixed port: another broker on this machine may
+    hold 9093 (Kafka's default), and the broker would then fail to start."""
+    from mahjong_infra import kafka
+
+    recorded = _recorded_controller_port(kafka_directory / "server.properties")
+    if recorded is not None and recorded != broker_port and not kafka._port_is_open(host, recorded):
+        return recorded
+    controller_port = kafka.free_port(host)
+    while controller_port == broker_port:
+        controller_port = kafka.free_port(host)
+    return controller_port
+
+
+def _recorded_controller_port(properties_path: Path) -> int | None:
+    try:
+        lines = properties_path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "controller.quorum.bootstrap.servers":
+            port = value.strip().rpartition(":")[2]
+            return int(port) if port.isdigit() else None
+    return None
 
 
 RESTART_FIRST_PAUSE_SECONDS = 0.5
