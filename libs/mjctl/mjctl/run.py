@@ -231,7 +231,7 @@ def kafka_controller_port(kafka_directory: Path, host: str, broker_port: int) ->
     recorded = _recorded_controller_port(kafka_directory / "server.properties")
     if recorded is not None and recorded != broker_port and not kafka._port_is_open(host, recorded):
         return recorded
-    controller_port = kafka.free_port(host)
+    controller_port: int = kafka.free_port(host)
     while controller_port == broker_port:
         controller_port = kafka.free_port(host)
     return controller_port
