@@ -268,6 +268,8 @@ def test_the_ledger_process_consumes_serves_and_publishes(
             "MAHJONG_TOPIC_PARTITIONS": "2",
             "MAHJONG_LEDGER_DATABASE_URL": postgres_database_url,
             "MAHJONG_LEDGER_GRPC_ADDRESS": "127.0.0.1:0",
+            # An ephemeral metrics port too: the default 9154 may belong to a running system.
+            "MAHJONG_LEDGER_METRICS_ADDRESS": "127.0.0.1:0",
         }
     )
     process = LedgerProcess(
