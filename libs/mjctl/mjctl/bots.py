@@ -218,17 +218,10 @@ class BotPlayer:
 
     def wait_until_open(self, table_id: str) -> None:
         """The seat is assigned by matchmaking before the table engine has read the assignment
-        from Kafka and opened the table: until then the table is NOT_FOUND."""
-        deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
-        request = table_messages.GetViewRequest(table_id=table_id)
-        while True:
-            try:
-                client.call(self._table.GetView, request, self._backoff, CALL_TIMEOUT_SECONDS)
-                return
-            except grpc.RpcError as error:
-                if error.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        from Kafka and opened the table: until then the table is NOT_FOUND (``client.wait_for_table``)."""
+        client.wait_for_table(
+            self._table, table_id, self._backoff, TABLE_OPEN_MAX_SECONDS, CALL_TIMEOUT_SECONDS
+        )
 
     def play(self, table_id: str) -> table_messages.TableView:
         """Play the table to its end on its WatchView feed (resumed after any reconnect); return

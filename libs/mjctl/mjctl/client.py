@@ -1,7 +1,7 @@
 """A game client that survives service restarts and deploys: the reconnect logic in one small file.
 
 It needs only ``grpcio`` and the generated ``mahjong.v1`` stubs, so a mobile backend can copy it.
-Three rules make a client restart-proof; ``mjctl bots`` and the README's example follow them:
+Four rules make a client restart-proof; ``mjctl bots`` and the README's example follow them:
 
 1. **Retry a call that did not get through, with backoff, with the same request.** UNAVAILABLE
    (the service is restarting, a connection dropped) and RESOURCE_EXHAUSTED are retried after a
@@ -12,7 +12,11 @@ Three rules make a client restart-proof; ``mjctl bots`` and the README's example
    cancels a stream idle too long). ``watch_view`` reopens ``WatchView`` with
    ``after_sequence`` = the last event it yielded, so no event is lost or yielded twice;
    ``watch_ticket`` reopens ``WatchTicket`` (its first update is the ticket's state now).
-3. **Decide once per view.** ``Decisions`` keeps the request chosen for a view sequence: when a
+3. **Wait for a table matchmaking seated you at.** Matchmaking answers "seated" as soon as it has
+   formed the table; the table engine opens it a moment later, when it reads the assignment from
+   Kafka. Until then the table is NOT_FOUND: ``wait_for_table`` asks again with backoff and gives
+   up with ``TableNotOpenedError`` after ``TABLE_OPENS_WITHIN_SECONDS``.
+4. **Decide once per view.** ``Decisions`` keeps the request chosen for a view sequence: when a
    reconnect shows the same view again, the same request (same key) is sent, never a second
    decision.
 
@@ -37,6 +41,9 @@ RETRYABLE_CODES: Final = frozenset(
 )
 STREAM_RESUMABLE_CODES: Final = RETRYABLE_CODES | {grpc.StatusCode.CANCELLED}
 """A feed is also resumed after CANCELLED: the server cancels a stream idle for too long."""
+TABLE_OPENS_WITHIN_SECONDS: Final = 120.0
+"""A table opens well under a second after matchmaking seats its players; longer only while the
+table engine's Kafka consumer recovers (a restart, a rebalance)."""
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -96,6 +103,46 @@ def call(
             continue
         backoff.reset()
         return response
+
+
+class TableNotOpenedError(RuntimeError):
+    """A table matchmaking assigned stayed NOT_FOUND for the whole wait."""
+
+
+def wait_for_table(
+    stub: Any,
+    table_id: str,
+    backoff: Backoff,
+    give_up_after_seconds: float = TABLE_OPENS_WITHIN_SECONDS,
+    timeout_seconds: float = 30.0,
+) -> table_messages.TableView:
+    """The seat's first view of a table matchmaking seated it at, asked again (rule 3) while the
+    table engine has not opened it yet (NOT_FOUND: pauses from 0.05 s doubling up to 1 s);
+    ``TableNotOpenedError`` when it is still not open after ``give_up_after_seconds``. Other
+    failures are handled as ``call`` handles them, with ``backoff``."""
+    opening = dataclasses.replace(
+        backoff,
+        first_pause_seconds=0.05,
+        max_pause_seconds=1.0,
+        give_up_after_seconds=give_up_after_seconds,
+        _attempt=0,
+        _failing_since=None,
+    )
+    request = table_messages.GetViewRequest(table_id=table_id)
+    while True:
+        try:
+            view: table_messages.TableView = call(stub.GetView, request, backoff, timeout_seconds, "GetView")
+            return view
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            try:
+                opening.pause_or_raise(error, f"table {table_id[:8]} not open yet", frozenset({error.code()}))
+            except grpc.RpcError:
+                raise TableNotOpenedError(
+                    f"table {table_id} was assigned by matchmaking but not opened by the table service "
+                    f"within {give_up_after_seconds:g} s (still NOT_FOUND: {error.details()})"
+                ) from None
 
 
 def watch_view(

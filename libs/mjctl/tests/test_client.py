@@ -6,7 +6,7 @@ answers are not retried."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 
 import grpc
@@ -136,3 +136,86 @@ def test_a_view_seen_again_after_a_reconnect_gets_the_same_decision() -> None:
     assert first is again and first.idempotency_key == "key-1"
     assert later.idempotency_key == "key-2"
     assert len(made) == 2
+
+
+class OpeningTable(table_service_pb2_grpc.TableServiceServicer):
+    """GetView answers NOT_FOUND until the table engine "opens" the table on the `opens_at`-th ask."""
+
+    def __init__(self, opens_at: int | None, code: grpc.StatusCode = grpc.StatusCode.NOT_FOUND) -> None:
+        self.opens_at = opens_at
+        self.code = code
+        self.asks = 0
+
+    def GetView(self, request: messages.GetViewRequest, context: grpc.ServicerContext) -> messages.TableView:
+        self.asks += 1
+        if self.opens_at is None or self.asks < self.opens_at:
+            context.abort(self.code, f"no table {request.table_id!r}")
+        return messages.TableView(table_id=request.table_id, sequence=1, phase="exchange")
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[OpeningTable], table_service_pb2_grpc.TableServiceStub]]:
+    servers: list[grpc.Server] = []
+    channels: list[grpc.Channel] = []
+
+    def start(servicer: OpeningTable) -> table_service_pb2_grpc.TableServiceStub:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        channels.append(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        return table_service_pb2_grpc.TableServiceStub(channels[-1])
+
+    yield start
+    for channel in channels:
+        channel.close()
+    for server in servers:
+        server.stop(None)
+
+
+class FakeTime:
+    """A clock that moves only when the client sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def test_a_seat_whose_table_is_not_open_yet_is_asked_again_until_the_table_opens(
+    serve: Callable[[OpeningTable], table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    servicer = OpeningTable(opens_at=4)
+    time = FakeTime()
+    backoff = client.Backoff(random_source=random.Random(7), sleep=time.sleep, clock=lambda: time.now)
+    view = client.wait_for_table(serve(servicer), "t-1", backoff)
+    assert (view.table_id, view.phase) == ("t-1", "exchange")
+    assert servicer.asks == 4
+    assert len(time.pauses) == 3
+    assert all(0.025 <= pause <= 0.2 for pause in time.pauses)  # short pauses: a table opens quickly
+
+
+def test_a_table_that_never_opens_fails_clearly_after_the_wait(
+    serve: Callable[[OpeningTable], table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    servicer = OpeningTable(opens_at=None)
+    time = FakeTime()
+    backoff = client.Backoff(random_source=random.Random(7), sleep=time.sleep, clock=lambda: time.now)
+    with pytest.raises(client.TableNotOpenedError, match="t-2 was assigned by matchmaking but not opened"):
+        client.wait_for_table(serve(servicer), "t-2", backoff, give_up_after_seconds=30)
+    assert 30 <= time.now <= 31  # pauses capped at 1 s
+    assert servicer.asks == len(time.pauses) + 1
+
+
+def test_waiting_for_a_table_raises_any_other_refusal_at_once(
+    serve: Callable[[OpeningTable], table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    servicer = OpeningTable(opens_at=None, code=grpc.StatusCode.PERMISSION_DENIED)
+    with pytest.raises(grpc.RpcError) as refused:
+        client.wait_for_table(serve(servicer), "t-3", no_wait_backoff())
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert servicer.asks == 1
