@@ -437,6 +437,11 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         started = time.monotonic()
         while time.monotonic() - started < WATCH_MAX_SECONDS:
             state = await self._state(table_id)
+            if window_hidden_from(state, seat):
+                # As WatchView: nothing while a window that does not ask this seat is open, so the
+                # discard arrives with what followed it, never alone as a sign of the window.
+                await self._wakeups.wait(table_id, state.version, WATCH_POLL_SECONDS)
+                continue
             if state.version <= stored_after:
                 await self._wakeups.wait(table_id, stored_after, WATCH_POLL_SECONDS)
                 continue

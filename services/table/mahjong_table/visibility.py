@@ -9,8 +9,8 @@ windows are not padded with a fixed wait, which would slow every discard). The r
 that the open window does not ask (`window_hidden_from`):
 
 - its calls (GetView, Act) wait until the window has closed and answer on the table after it, as
-  they would have answered had the next seat drawn at once; its WatchView sends no update while the
-  window is open, so the discard arrives together with what followed it, as without a window;
+  they would have answered had the next seat drawn at once; its WatchView (and its Watch) sends nothing
+  while the window is open, so the discard arrives together with what followed it, as without a window;
 - an Act answer stops at the command's window-opening event (`answer_envelopes`): the discarder's
   answer is its discard, never the next seat's draw that follows only when nobody can claim;
 - seats asked in the window see it whole: the claimable tile, their options, the deadline.

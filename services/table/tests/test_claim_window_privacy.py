@@ -29,6 +29,7 @@ import grpc
 import pytest
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
+from mahjong_platform.database import transaction
 from mjctl.bots import choose_command
 
 from .conftest import TableServer
@@ -229,3 +230,47 @@ def test_formula_seats_not_asked_in_a_window_see_what_they_see_when_nobody_can_c
     table_id = open_formula_table(table_server, seed)
     records = play(table_server, table_id)
     check_non_claimants_see_the_same(records, full_events(table_server, table_id))
+
+
+def test_a_seats_watch_sends_nothing_while_a_window_that_does_not_ask_it_is_open_rules_1_4(
+    table_server: TableServer,
+) -> None:
+    """The per-seat Watch feed too: a seat not asked in a window receives the discard only once the
+    window has closed (with the draw that follows it), never on its own as a sign that someone may
+    claim. The reader is given a few seconds to show a discard early; a right server shows none."""
+    from mahjong_table.domain.commands import Pass
+    from mahjong_table.selfplay import greedy_command
+
+    session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731
+    table_id = table_server.open_table(PLAYERS, seed=1)
+    engine = table_server.engine
+    state = engine.read_state(session_scope, table_id)
+    while state.window is None or not state.window.pending:
+        assert not state.is_over, "the game ended without a claim window"
+        state, _envelopes, _answer = engine.act(session_scope, table_id, greedy_command)  # type: ignore[arg-type]
+    assert state.window is not None
+    pending = sorted(state.window.pending)
+    seat = next(seat for seat in range(4) if seat not in pending)
+    closed = threading.Event()
+    discard_received = threading.Event()
+    received: list[tuple[str, bool]] = []
+
+    def read() -> None:
+        stub = table_server.stub_for(PLAYERS[seat])
+        for envelope in stub.Watch(messages.WatchRequest(table_id=table_id), timeout=120):
+            received.append((str(envelope.WhichOneof("payload")), closed.is_set()))
+            if envelope.WhichOneof("payload") == "tile_discarded":
+                discard_received.set()
+            if envelope.WhichOneof("payload") == "tile_drawn" and closed.is_set():
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    discard_received.wait(3)  # long enough for a wrong server to send it
+    closed.set()
+    for claimant in pending:
+        engine.act(session_scope, table_id, lambda _state, claimant=claimant: Pass(claimant))
+    reader.join(120)
+    assert not reader.is_alive()
+    discards = [after_close for kind, after_close in received if kind == "tile_discarded"]
+    assert discards[-1], f"seat {seat} was sent the discard while the window was open: {received}"
