@@ -107,7 +107,7 @@ def play(server: TableServer, table_id: str) -> dict[int, SeatRecord]:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(600)
     assert all(not thread.is_alive() for thread in threads), "the game did not end"
     return records
 
@@ -270,7 +270,7 @@ def test_a_seats_watch_sends_nothing_while_a_window_that_does_not_ask_it_is_open
     closed.set()
     for claimant in pending:
         engine.act(session_scope, table_id, lambda _state, claimant=claimant: Pass(claimant))
-    reader.join(120)
+    reader.join(600)
     assert not reader.is_alive()
     discards = [after_close for kind, after_close in received if kind == "tile_discarded"]
     assert discards[-1], f"seat {seat} was sent the discard while the window was open: {received}"

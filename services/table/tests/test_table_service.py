@@ -41,7 +41,7 @@ def play_to_the_end(server: TableServer, table_id: str) -> dict[str, list]:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(600)
     assert all(not thread.is_alive() for thread in threads), "the game did not end"
     return streams
 
@@ -262,7 +262,7 @@ def play_on_watch_view(server: TableServer, table_id: str) -> dict[str, list[mes
 
     def bot(player: str) -> None:
         stub = server.stub_for(player)
-        for update in stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=60):
+        for update in stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=600):
             feeds[player].append(update)
             request = choose_command(update.view)
             if request is None:
@@ -277,7 +277,7 @@ def play_on_watch_view(server: TableServer, table_id: str) -> dict[str, list[mes
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(600)
     assert all(not thread.is_alive() for thread in threads), "the game did not end"
     return feeds
 
