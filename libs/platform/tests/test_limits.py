@@ -7,9 +7,10 @@ together leave room for unary calls; idle streams are cancelled by the sweep.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
@@ -20,9 +21,10 @@ from mahjong.v1 import (
     table_service_pb2,
     table_service_pb2_grpc,
 )
+from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioCallerLimitInterceptor, serve_aio
 from mahjong_platform.auth import EVERY_CALLER, AuthInterceptor, mint_token
 from mahjong_platform.config import load_settings
-from mahjong_platform.errors import ResourceExhaustedError
+from mahjong_platform.errors import NotFoundError, ResourceExhaustedError
 from mahjong_platform.grpc_client import bearer_metadata
 from mahjong_platform.grpc_server import RunningServer, register_service, serve
 from mahjong_platform.limits import CallerLimiter, CallerLimitInterceptor
@@ -187,3 +189,60 @@ def test_the_sweeper_cancels_an_idle_stream_on_a_real_server(
         next(stream)
     stop.set()
     assert raised.value.code() == grpc.StatusCode.CANCELLED
+
+
+class AsyncOpenEndedTable(table_service_pb2_grpc.TableServiceServicer):
+    """The asyncio harness's Watch: one event, then open until cancelled (or, for table "fails",
+    an error after the event)."""
+
+    async def Watch(
+        self, request: table_service_pb2.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[envelope_pb2.Envelope]:
+        yield envelope_pb2.Envelope(stream_id=request.table_id, sequence=1)
+        if request.table_id == "fails":
+            raise NotFoundError(f"table {request.table_id} was closed")
+        await asyncio.Event().wait()
+
+
+def released(limiter: CallerLimiter, caller: str) -> bool:
+    """True once the caller's streams are all given back (the handler saw the end); False after
+    a generous minute."""
+    give_up = time.monotonic() + 60
+    while limiter.held(caller, streaming=True) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    return not limiter.held(caller, streaming=True)
+
+
+def test_on_the_asyncio_server_a_stream_slot_comes_back_after_a_cancel_and_after_an_error() -> None:
+    """The table service runs on the asyncio harness: a refused stream is RESOURCE_EXHAUSTED (not
+    UNKNOWN), and neither a client's cancel nor a handler's error keeps the caller's slot."""
+    limiter = CallerLimiter(streams_per_caller=1, calls_per_caller=2, total_streams=6)
+    running = serve_aio(
+        [
+            register_service(
+                table_service_pb2.DESCRIPTOR.services_by_name["TableService"],
+                table_service_pb2_grpc.add_TableServiceServicer_to_server,
+                AsyncOpenEndedTable(),  # type: ignore[abstract]  # implements only what the test calls
+            )
+        ],
+        "127.0.0.1:0",
+        load_settings({"MAHJONG_JWT_SECRET": SECRET}),
+        interceptors=[AioAuthInterceptor(SECRET, ROLES), AioCallerLimitInterceptor(limiter)],
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            first = open_stream(channel, "ivan")
+            error = refused_stream(channel, "ivan")
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
+            first.cancel()
+            assert released(limiter, "ivan")
+            stub = table_service_pb2_grpc.TableServiceStub(channel)
+            failing = stub.Watch(table_service_pb2.WatchRequest(table_id="fails"), metadata=bearer("ivan"))
+            assert next(failing).sequence == 1
+            with pytest.raises(grpc.RpcError) as raised:
+                next(failing)
+            assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+            assert released(limiter, "ivan")
+            open_stream(channel, "ivan").cancel()
+    finally:
+        running.stop(grace_seconds=0)
