@@ -176,6 +176,11 @@ class GroupCommitter:
                 batch = [
                     self._queue.popleft() for _ in range(min(len(self._queue), self._commands_per_batch))
                 ]
+            # A caller that gave up (its Act cancelled) is skipped before anything is decided; the
+            # others' futures are running from now on, so no cancel can stop their answers.
+            batch = [command for command in batch if command.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
             try:
                 self.commit(batch)
             except BaseException as error:  # never leave a caller waiting

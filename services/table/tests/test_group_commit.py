@@ -132,3 +132,20 @@ def test_a_batch_behind_another_writer_is_re_decided_on_the_stored_stream(table_
     stored = stored_state(table_server, table_id)
     assert stored.version > stale.version + 1  # both writers' events, one gapless stream
     assert stored == results[-1].state  # type: ignore[union-attr]
+
+
+def test_a_caller_that_gives_up_costs_the_rest_of_its_batch_nothing(table_server: TableServer) -> None:
+    """An Act whose client went away (its asyncio task cancelled, which cancels the submitted
+    future) before its batch is decided is skipped and writes nothing; the batch's other commands
+    still get their answers (a cancelled future once made the answering fail for all of them)."""
+    table_id = table_server.open_table(PLAYERS, seed=9)
+    version = stored_state(table_server, table_id).version
+    committer = committer_of(table_server)
+    gone, waiting = committer.submit(table_id, greedy), committer.submit(table_id, greedy)
+    assert gone.cancel()
+    committer.start()
+    result = waiting.result(timeout=60)
+    committer.stop()
+    assert isinstance(result, Accepted) and result.envelopes
+    assert result.envelopes[0].sequence == version + 1  # the cancelled command decided nothing
+    assert stored_state(table_server, table_id) == result.state
