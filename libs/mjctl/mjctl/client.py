@@ -125,6 +125,7 @@ def wait_for_table(
         first_pause_seconds=0.05,
         max_pause_seconds=1.0,
         give_up_after_seconds=give_up_after_seconds,
+        on_retry=lambda _line: None,  # waiting for a table to open is not a failure to get through
         _attempt=0,
         _failing_since=None,
     )

@@ -219,3 +219,12 @@ def test_waiting_for_a_table_raises_any_other_refusal_at_once(
         client.wait_for_table(serve(servicer), "t-3", no_wait_backoff())
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert servicer.asks == 1
+
+
+def test_waiting_for_a_table_to_open_is_not_counted_as_a_retry(
+    serve: Callable[[OpeningTable], table_service_pb2_grpc.TableServiceStub],
+) -> None:
+    retried: list[str] = []
+    backoff = client.Backoff(sleep=lambda _s: None, on_retry=retried.append)
+    client.wait_for_table(serve(OpeningTable(opens_at=3)), "t-4", backoff)
+    assert retried == []
