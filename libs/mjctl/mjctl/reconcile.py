@@ -33,6 +33,7 @@ from mahjong_ledger.models import ledger_postings, ledger_transfers
 from mahjong_ledger.reconcile import (
     BALANCE_MATCHES_POSTINGS,
     GAME_SUM,
+    KONG_INCOME,
     MATCHES_SCORING,
     NOT_NEGATIVE,
     POSTED_ONCE,
@@ -57,6 +58,7 @@ CHECKS: Final = (
     RUNNING_BALANCE,
     NOT_NEGATIVE,
     TRANSFER_SUM,
+    KONG_INCOME,
     GAME_SUM,
     POSTED_ONCE,
     MATCHES_SCORING,

@@ -10,6 +10,11 @@ Checks (ARCHITECTURE.md "Money: the ledger"; the check names are the ``Reconcile
 - ``transfer_sum``: each transfer's postings sum to zero, and the beans debited equal its
   ``posted_beans``, never more than requested nor than the kong income a refund or call transfer
   was limited to (RULES.md 1.9a.1); a payment short of what was owed left the payer at exactly zero.
+- ``kong_income``: per game, the beans a player's kong refunds returned to one original payer are at
+  most what that payer paid them for kongs, and everything their refunds and call transfers moved
+  is at most their kong income there (RULES.md 1.9a.1), from the postings themselves, so a refund
+  or transfer posted without its income limit (an instruction naming no income instructions) is
+  caught too.
 - ``game_sum``: per game, player deltas + rake + escape penalties (+ compensations, which are
   player deltas) = 0.
 - ``posted_once``: no order key has two transfers, and a game announced by ``GameSettled`` has as
@@ -51,6 +56,9 @@ NOT_NEGATIVE: Final = "not_negative"
 TRANSFER_SUM: Final = "transfer_sum"
 GAME_SUM: Final = "game_sum"
 POSTED_ONCE: Final = "posted_once"
+KONG_INCOME: Final = "kong_income"
+KONG_REASONS: Final = ("exposed_kong", "added_kong", "concealed_kong")
+INCOME_MOVING_REASONS: Final = ("kong_refund", "call_transfer")
 MATCHES_SCORING: Final = "matches_scoring"
 
 
@@ -130,6 +138,7 @@ def reconcile(
     _check_running_balances(session, findings)
     _check_not_negative(session, findings)
     _check_transfer_sums(session, window, findings)
+    _check_kong_income(session, window, findings)
     games_checked = _check_game_sums(session, window, findings)
     instructions_checked = _check_posted_once(session, window, findings)
     if scoring is not None:
@@ -355,6 +364,69 @@ _OWED_BEANS = sqlalchemy.case(
     ),
     else_=ledger_transfers.c.requested_beans,
 )
+
+
+def _check_kong_income(session: Session, window: list[ColumnElement[bool]], findings: _Findings) -> None:
+    """RULES.md 1.9a.1 from the postings: what refunds and call transfers moved never exceeds the
+    kong income received, per game, per original payer for refunds (see the module docstring)."""
+    tables = (
+        sqlalchemy.select(ledger_transfers.c.table_id)
+        .where(
+            *window,
+            ledger_transfers.c.kind == TransferKind.SETTLEMENT.value,
+            ledger_transfers.c.reason.in_(INCOME_MOVING_REASONS),
+            ledger_transfers.c.posted_beans > 0,
+        )
+        .distinct()
+    )
+    query = (
+        sqlalchemy.select(
+            ledger_transfers.c.table_id,
+            ledger_transfers.c.reason,
+            ledger_transfers.c.payer_account,
+            ledger_postings.c.account,
+            ledger_postings.c.beans,
+        )
+        .join(ledger_postings, ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
+        .where(
+            ledger_transfers.c.kind == TransferKind.SETTLEMENT.value,
+            ledger_transfers.c.reason.in_(KONG_REASONS + INCOME_MOVING_REASONS),
+            ledger_transfers.c.table_id.in_(tables.scalar_subquery()),
+            ledger_postings.c.beans > 0,
+        )
+        .order_by(ledger_transfers.c.table_id, ledger_transfers.c.transfer_id, ledger_postings.c.account)
+    )
+    received: dict[tuple[str, str], int] = {}  # (table, kong player) -> kong income
+    paid_by: dict[tuple[str, str, str], int] = {}  # (table, kong player, payer) -> what the payer paid
+    moved: dict[tuple[str, str], int] = {}  # (table, kong player) -> refunds and transfers
+    refunded_to: dict[tuple[str, str, str], int] = {}  # (table, kong player, payer) -> refunds
+    for row in session.execute(query):
+        beans = int(row.beans)
+        if row.reason in KONG_REASONS:
+            received[(row.table_id, row.account)] = received.get((row.table_id, row.account), 0) + beans
+            key = (row.table_id, row.account, row.payer_account)
+            paid_by[key] = paid_by.get(key, 0) + beans
+            continue
+        moved[(row.table_id, row.payer_account)] = moved.get((row.table_id, row.payer_account), 0) + beans
+        if row.reason == "kong_refund":
+            key = (row.table_id, row.payer_account, row.account)
+            refunded_to[key] = refunded_to.get(key, 0) + beans
+    for (table_id, player, payer), beans in sorted(refunded_to.items()):
+        if beans > paid_by.get((table_id, player, payer), 0):
+            findings.add(
+                KONG_INCOME,
+                f"table {table_id}",
+                f"{player} refunded {beans} beans to {payer}, who paid them "
+                f"{paid_by.get((table_id, player, payer), 0)} for kongs (RULES.md 1.9a.1)",
+            )
+    for (table_id, player), beans in sorted(moved.items()):
+        if beans > received.get((table_id, player), 0):
+            findings.add(
+                KONG_INCOME,
+                f"table {table_id}",
+                f"{player}'s kong refunds and call transfers moved {beans} beans, more than the "
+                f"{received.get((table_id, player), 0)} of kong income received (RULES.md 1.9a.1)",
+            )
 
 
 def _postings_of(session: Session, transfer_id: str) -> str:

@@ -24,7 +24,7 @@ from mahjong_ledger.domain import (
     evolve,
 )
 from mahjong_ledger.models import ledger_accounts
-from mahjong_ledger.reconcile import reconcile
+from mahjong_ledger.reconcile import KONG_INCOME, reconcile
 from mahjong_ledger.repository import EventContext, LedgerRepository
 from mahjong_ledger.testing import FIXED_TIME
 from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
@@ -93,7 +93,10 @@ def test_random_streams_give_the_sql_ledger_the_same_balances_as_the_pure_book(
                     sqlalchemy.select(ledger_accounts.c.account, ledger_accounts.c.balance_beans)
                 )
                 stored = {row.account: int(row.balance_beans) for row in rows}
-                assert reconcile(session).ok
+                # The random stream is no game: its refunds name any earlier order, not a kong its
+                # payee paid, so only the kong_income check (a game invariant) does not apply here.
+                findings = [f for f in reconcile(session).findings if f.check != KONG_INCOME]
+                assert not findings, findings
             assert {a: b for a, b in stored.items() if b} == {a: b for a, b in book.balances.items() if b}
         finally:
             engine.dispose()
