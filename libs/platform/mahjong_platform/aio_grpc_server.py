@@ -60,7 +60,7 @@ from mahjong_platform.errors import (
     bounded_text,
 )
 from mahjong_platform.errors import status_code_for as _status_code_for
-from mahjong_platform.grpc_server import ServiceRegistration, is_infrastructure_method, remaining_seconds
+from mahjong_platform.grpc_server import AioWrappingInterceptor, ServiceRegistration, remaining_seconds
 from mahjong_platform.limits import CallerLimiter
 
 _LOGGER = logging.getLogger(__name__)
@@ -184,20 +184,18 @@ async def _responses_of(result: Any) -> AsyncIterator[Any]:
             yield item
 
 
-class _CachingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class _CachingInterceptor(AioWrappingInterceptor):
     """Wraps each method's handler once: a method's handler is the same object call after call, so
     its wrapped copy is kept instead of being rebuilt for every call."""
 
     def __init__(self) -> None:
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    def _cached(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
+    def _handler_for(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         cached = self._wrapped.get(method)
-        return cached[1] if cached is not None and cached[0] is handler else None
-
-    def _remember(
-        self, method: str, handler: grpc.RpcMethodHandler, wrapped: grpc.RpcMethodHandler
-    ) -> grpc.RpcMethodHandler:
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
@@ -212,19 +210,8 @@ class AioErrorMappingInterceptor(_CachingInterceptor):
         self._extra_mapping = dict(extra_mapping or {})
         self._counter = counter
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Wrap the method's handler so that its exceptions map to status codes."""
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
-        cached = self._cached(method, handler)
-        if cached is not None:
-            return cached
 
         async def unary_response(
             invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
@@ -248,9 +235,7 @@ class AioErrorMappingInterceptor(_CachingInterceptor):
             except Exception as error:
                 self._answer_for(error, method, context)
 
-        return self._remember(
-            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
-        )
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
 
     def _answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
         status_code = _status_code_for(error, self._extra_mapping)
@@ -276,19 +261,8 @@ class AioDeadlineInterceptor(_CachingInterceptor):
         super().__init__()
         self._counter = counter
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Wrap the method's handler with the deadline check."""
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
-        cached = self._cached(method, handler)
-        if cached is not None:
-            return cached
 
         def expired(context: grpc.aio.ServicerContext) -> bool:
             remaining = remaining_seconds(context)
@@ -318,9 +292,7 @@ class AioDeadlineInterceptor(_CachingInterceptor):
             async for item in _responses_of(invoke()):
                 yield item
 
-        return self._remember(
-            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
-        )
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
 
 
 class AioAuthInterceptor(_CachingInterceptor):
@@ -344,19 +316,11 @@ class AioAuthInterceptor(_CachingInterceptor):
         self._leeway_seconds = leeway_seconds
         self._counter = counter
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    def _passes_through(self, method: str) -> bool:
+        return super()._passes_through(method) or method in self._public_methods
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Wrap the method's handler so that it runs only for a verified, authorized caller."""
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method) or method in self._public_methods:
-            return handler
-        cached = self._cached(method, handler)
-        if cached is not None:
-            return cached
 
         def identify(context: grpc.aio.ServicerContext) -> Any:
             try:
@@ -392,9 +356,7 @@ class AioAuthInterceptor(_CachingInterceptor):
                 async for item in _responses_of(invoke()):
                     yield item
 
-        return self._remember(
-            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
-        )
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
 
 
 class AioCallerLimitInterceptor(_CachingInterceptor):
@@ -406,19 +368,8 @@ class AioCallerLimitInterceptor(_CachingInterceptor):
         super().__init__()
         self._limiter = limiter
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Wrap the method's handler so that it runs within its caller's limits."""
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
-        cached = self._cached(method, handler)
-        if cached is not None:
-            return cached
         limiter = self._limiter
 
         async def unary_response(
@@ -458,9 +409,7 @@ class AioCallerLimitInterceptor(_CachingInterceptor):
             finally:
                 lease.release()
 
-        return self._remember(
-            method, handler, wrap_aio_method_handler(handler, unary_response, streaming_response)
-        )
+        return wrap_aio_method_handler(handler, unary_response, streaming_response)
 
 
 @dataclass

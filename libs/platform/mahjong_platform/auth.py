@@ -40,7 +40,7 @@ import grpc
 import jwt
 
 from mahjong_platform.errors import PermissionDeniedError, UnauthenticatedError
-from mahjong_platform.grpc_server import is_infrastructure_method, wrap_rpc_method_handler
+from mahjong_platform.grpc_server import WrappingInterceptor, wrap_rpc_method_handler
 
 ROLE_OPS: Final = "ops"
 ROLE_FINANCE: Final = "finance"
@@ -284,7 +284,7 @@ def authorize(
     return identity
 
 
-class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class AuthInterceptor(WrappingInterceptor):
     """Server interceptor that authenticates every call and enforces per-method roles.
 
     ``method_roles`` maps a full method name (``/mahjong.v1.LedgerService/Deposit``) to the roles of
@@ -309,16 +309,11 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         self._public_methods = frozenset(public_methods)
         self._leeway_seconds = leeway_seconds
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    def _passes_through(self, method: str) -> bool:
+        return super()._passes_through(method) or method in self._public_methods
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Wrap the method's handler so that it runs only for a verified, authorized caller."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method) or method in self._public_methods:
-            return handler
 
         def authorized_context(context: grpc.ServicerContext) -> contextvars.Context:
             # Verification runs in the worker thread, where context.abort() is allowed.

@@ -29,13 +29,14 @@ import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final
 
 import grpc
+import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -108,7 +109,55 @@ def wrap_rpc_method_handler(
     )
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class WrappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Base of the thread-pool interceptors: each method's handler goes through `_wrap`, except a
+    missing handler and those `_passes_through` leaves untouched (health and reflection)."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """The method's handler, wrapped by `_wrap` unless it passes through."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or self._passes_through(method):
+            return handler
+        return self._wrap(method, handler)
+
+    def _passes_through(self, method: str) -> bool:
+        return is_infrastructure_method(method)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+
+class AioWrappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """`WrappingInterceptor` for ``grpc.aio`` servers (the continuation is awaited)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """The method's handler, wrapped by `_wrap` unless it passes through."""
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or self._passes_through(method):
+            return handler
+        return self._handler_for(method, handler)
+
+    def _passes_through(self, method: str) -> bool:
+        return is_infrastructure_method(method)
+
+    def _handler_for(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return self._wrap(method, handler)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+
+class ErrorMappingInterceptor(WrappingInterceptor):
     """Turns exceptions raised by handlers into the status codes of ARCHITECTURE.md "Errors".
 
     A `ServiceError` (or a type in ``extra_mapping``) becomes its status with its message, logged at
@@ -120,16 +169,8 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, extra_mapping: ErrorMapping | None = None) -> None:
         self._extra_mapping = dict(extra_mapping or {})
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        """Wrap the method's handler so that its exceptions map to status codes."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The method's handler, its exceptions mapped to status codes."""
 
         def unary_response(invoke: Callable[[], Any], context: grpc.ServicerContext) -> Any:
             try:
@@ -190,7 +231,7 @@ def time_budget_seconds(context: grpc.ServicerContext, cap_seconds: float) -> fl
     return cap_seconds if remaining is None else min(remaining, cap_seconds)
 
 
-class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class DeadlineInterceptor(WrappingInterceptor):
     """Answers DEADLINE_EXCEEDED without running the handler when the client's deadline has passed.
 
     A call can wait in the pool's queue past its deadline; the client has already given up, and
@@ -198,16 +239,8 @@ class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     with the same idempotency key, will do the work). Also skips calls the client has cancelled.
     """
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        """Wrap the method's handler with the deadline check."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The method's handler, behind the deadline check."""
 
         def check(context: grpc.ServicerContext) -> None:
             remaining = remaining_seconds(context)

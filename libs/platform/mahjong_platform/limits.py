@@ -30,7 +30,7 @@ import grpc
 
 from mahjong_platform.auth import OPS_ONLY, current_identity
 from mahjong_platform.errors import ResourceExhaustedError
-from mahjong_platform.grpc_server import is_infrastructure_method, wrap_rpc_method_handler
+from mahjong_platform.grpc_server import WrappingInterceptor, wrap_rpc_method_handler
 
 DEFAULT_STREAMS_PER_CALLER: Final = 16
 DEFAULT_CALLS_PER_CALLER: Final = 32
@@ -149,22 +149,15 @@ class CallerLimiter:
             self.sweep_idle()
 
 
-class CallerLimitInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class CallerLimitInterceptor(WrappingInterceptor):
     """Applies a `CallerLimiter` to every call of the thread-pool server. Runs inside
     `AuthInterceptor` (it needs the verified caller); a refused call is RESOURCE_EXHAUSTED."""
 
     def __init__(self, limiter: CallerLimiter) -> None:
         self._limiter = limiter
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Wrap the method's handler so that it runs within its caller's limits."""
-        handler = continuation(handler_call_details)
-        if handler is None or is_infrastructure_method(handler_call_details.method):
-            return handler
         limiter = self._limiter
 
         def unary_response(invoke: Callable[[], Any], context: grpc.ServicerContext) -> Any:

@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
 
-from mahjong_platform.grpc_server import is_infrastructure_method, wrap_rpc_method_handler
+from mahjong_platform.grpc_server import (
+    AioWrappingInterceptor,
+    WrappingInterceptor,
+    wrap_rpc_method_handler,
+)
 from mahjong_platform.metrics import ServiceMetrics
 
 
@@ -84,21 +88,13 @@ class _Recorders:
         return recorder
 
 
-class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class RpcMetricsInterceptor(WrappingInterceptor):
     """Counts and times the calls of a thread-pool ``grpc.server`` (see the module docstring)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
         self._recorders = _Recorders(metrics)
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         recorder = self._recorders.of(method)
 
         def unary_response(invoke: Callable[[], Any], context: grpc.ServicerContext) -> Any:
@@ -128,22 +124,14 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return wrap_rpc_method_handler(handler, unary_response, streaming_response)
 
 
-class AioRpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AioRpcMetricsInterceptor(AioWrappingInterceptor):
     """The same metrics for a ``grpc.aio`` server, whose handlers are coroutines and async
     generators (or coroutines that write to the context)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
         self._recorders = _Recorders(metrics)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or is_infrastructure_method(method):
-            return handler
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         recorder = self._recorders.of(method)
         serializers = {
             "request_deserializer": handler.request_deserializer,
