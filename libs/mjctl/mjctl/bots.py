@@ -45,8 +45,8 @@ TABLE_OPEN_MAX_SECONDS = 120.0  # a table opens in well under a second; longer o
 # ------------------------------------------------------------------------------------ policy
 
 
-def _tiles_of(hand: str) -> list[str]:
-    """ "123m55p" → ["1m", "2m", "3m", "5p", "5p"]."""
+def tiles_of(hand: str) -> list[str]:
+    """Compact notation to tile codes: "123m55p" → ["1m", "2m", "3m", "5p", "5p"]."""
     tiles: list[str] = []
     ranks: list[str] = []
     for character in hand:
@@ -60,7 +60,7 @@ def _tiles_of(hand: str) -> list[str]:
 
 def choose_exchange(hand: str) -> str:
     """Three tiles of the weakest suit holding at least three: fewest tiles, lowest ranks first."""
-    tiles = _tiles_of(hand)
+    tiles = tiles_of(hand)
     by_suit = {suit: sorted(t for t in tiles if t[1] == suit) for suit in "mps"}
     candidates = [suit for suit in "mps" if len(by_suit[suit]) >= 3]
     suit = min(candidates, key=lambda s: (len(by_suit[s]), s))
@@ -69,13 +69,13 @@ def choose_exchange(hand: str) -> str:
 
 def choose_missing_suit(hand: str) -> str:
     """The suit with the fewest tiles."""
-    counts = Counter(tile[1] for tile in _tiles_of(hand))
+    counts = Counter(tile[1] for tile in tiles_of(hand))
     return min("mps", key=lambda suit: (counts.get(suit, 0), suit))
 
 
 def choose_discard(hand: str, allowed: list[str]) -> str:
     """The allowed tile that helps least: no pair, fewest neighbours (keeps pairs and runs)."""
-    counts = Counter(_tiles_of(hand))
+    counts = Counter(tiles_of(hand))
 
     def usefulness(tile: str) -> tuple[int, int, str]:
         rank, suit = int(tile[0]), tile[1]

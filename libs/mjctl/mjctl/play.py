@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from mjctl.bots import tiles_of
+
 if TYPE_CHECKING:
     import grpc
     from mahjong.v1 import envelope_pb2, rooms_pb2, scoring_service_pb2, table_service_pb2
@@ -82,19 +84,6 @@ def register(subparsers: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------ the hand
-
-
-def tiles_of(hand: str) -> list[str]:
-    """Compact notation to tile codes: "123m55p" → ["1m", "2m", "3m", "5p", "5p"]."""
-    tiles: list[str] = []
-    ranks: list[str] = []
-    for character in hand:
-        if character.isdigit():
-            ranks.append(character)
-        else:
-            tiles.extend(rank + character for rank in ranks)
-            ranks = []
-    return tiles
 
 
 def tile_order(tile: str) -> tuple[int, str]:
