@@ -36,9 +36,9 @@ from mahjong_rules.settlement import (
     to_beans,
 )
 
-from mahjong_scoring.formula_wins import FanLine
 from mahjong_scoring.game_facts import (
     FactStep,
+    FanLine,
     GameFactsState,
     GameOpened,
     GameOver,
@@ -119,8 +119,7 @@ def settle_table_event(
         if isinstance(step, Notice):
             notices.append(step)
         elif isinstance(step, GameOpened):
-            if step.options is not None:
-                state = replace(state, settlement=new_game(step.options))
+            state = replace(state, settlement=new_game(step.options))
         elif isinstance(step, FactStep):
             state = _settle_fact(state, step, envelope, envelopes)
         elif isinstance(step, InstructionsStep):
@@ -170,7 +169,7 @@ def _settle_fact(
 ) -> GameSettlementState:
     assert state.settlement is not None, "facts only follow the opening of a settled game"
     opened = state.opened
-    assert opened is not None and opened.options is not None
+    assert opened is not None
     settlement, instructions = settle(state.settlement, step.fact)
     state = replace(state, settlement=settlement)
     for instruction in instructions:
@@ -187,7 +186,7 @@ def _settle_instructions(
 ) -> GameSettlementState:
     """Formula (RULES.md 2.3): instructions already in points; converted once into beans."""
     opened = state.opened
-    assert opened is not None and opened.options is not None
+    assert opened is not None
     for instruction in step.instructions:
         fans = _fans_of_instruction(instruction, step)
         state = _add_line(state, to_beans(instruction, opened.options), fans, source, envelopes)
@@ -210,7 +209,7 @@ def _settle_game_over(
     envelopes: list[envelope_pb2.Envelope],
 ) -> GameSettlementState:
     opened = state.opened
-    assert opened is not None and opened.options is not None
+    assert opened is not None
     for rake in rake_instructions(opened.options, step.source, range(SEAT_COUNT)):
         state = _add_line(state, rake, None, source, envelopes)
     game_settled = settlement_events_pb2.GameSettled(
@@ -242,7 +241,7 @@ def _add_line(
     envelopes: list[envelope_pb2.Envelope],
 ) -> GameSettlementState:
     opened = state.opened
-    assert opened is not None and opened.options is not None
+    assert opened is not None
     line = state.line_count + 1
     assert line <= GAME_LINES_MAX, f"table {opened.table_id} has more than {GAME_LINES_MAX} settlement lines"
     points = _points_of(instruction, opened.options.coefficient)

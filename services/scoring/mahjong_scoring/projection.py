@@ -288,8 +288,8 @@ def _store_games(session: Session, games: dict[str, _Game]) -> None:
         assert opened is not None, "settle_table_event raised for an event before TableOpened"
         values = {
             "room_id": opened.room_id,
-            "coefficient": 0 if opened.options is None else opened.options.coefficient,
-            "settles": opened.options is not None,
+            "coefficient": opened.options.coefficient,
+            "settles": True,
             "last_sequence": game.last_sequence,
             "line_count": game.state.line_count,
             "settled": game.state.settled,

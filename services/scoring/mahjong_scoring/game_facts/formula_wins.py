@@ -16,28 +16,18 @@ from typing import Final
 
 from mahjong.v1 import common_pb2, table_events_pb2
 from mahjong_rules import RulesError, Tile, parse_tile
-from mahjong_rules.formula.fans import FormulaMeld, FormulaWinContext, ScoredFan, WinBy
+from mahjong_rules.formula.fans import EAST_WIND, FormulaMeld, FormulaWinContext, ScoredFan, WinBy
 from mahjong_rules.formula.scoring import FormulaOptions
 from mahjong_rules.formula.wildcards import evaluate_formula_win
+from mahjong_rules.settlement import SEAT_COUNT
 
-SEAT_COUNT: Final = 4
-EAST_WIND: Final = parse_tile("1z")
+from mahjong_scoring.game_facts.steps import FanLine
+
 _EXPOSURES: Final = {
     common_pb2.KONG_EXPOSURE_EXPOSED: "exposed",
     common_pb2.KONG_EXPOSURE_ADDED: "added",
     common_pb2.KONG_EXPOSURE_CONCEALED: "concealed",
 }
-
-
-@dataclass(frozen=True)
-class FanLine:
-    """One fan behind a payee's points. Sichuan fans multiply (`multiplier`, count 1); formula
-    fans add (`multiplier` holds the fan value, counted `count` times)."""
-
-    id: str
-    name: str
-    multiplier: int
-    count: int = 1
 
 
 @dataclass(frozen=True)
