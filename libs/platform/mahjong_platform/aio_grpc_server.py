@@ -19,6 +19,10 @@ reflection services):
 - `AioAuthInterceptor`: the bearer token and the method's roles, as `AuthInterceptor` checks them;
   the handler reads the caller with `current_identity`.
 
+Each is an `AioLayerInterceptor`, one `CallLayer` per method (plain functions before and after
+the handler); `serve_aio` runs a server's layers in one `AioFlatInterceptor`, so a call (and each
+message of a stream) passes one wrapper, not one async generator per interceptor (issue 10).
+
 A handler may also answer a rejection without raising: `reject(context, code, message)` sets the
 status and counts it, and the handler returns an empty response.
 """
@@ -28,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final
@@ -49,7 +54,8 @@ from mahjong_platform.auth import (
     OPS_ONLY,
     authorize,
     current_identity,
-    identity_scope,
+    enter_identity_scope,
+    leave_identity_scope,
 )
 from mahjong_platform.config import Settings
 from mahjong_platform.errors import (
@@ -67,13 +73,6 @@ _LOGGER = logging.getLogger(__name__)
 
 REJECTION_SUMMARY_SECONDS: Final = 60.0
 SERVER_START_TIMEOUT_SECONDS: Final = 30.0
-
-AsyncUnaryWrapper = Callable[[Callable[[], Awaitable[Any]], grpc.aio.ServicerContext], Awaitable[Any]]
-"""Runs ``invoke()`` (the handler's coroutine with its arguments bound) and returns its response."""
-AsyncStreamingWrapper = Callable[
-    [Callable[[], AsyncIterator[Any]], grpc.aio.ServicerContext], AsyncIterator[Any]
-]
-"""Runs ``invoke()`` (the handler's async iterator) and yields its responses."""
 
 
 class RejectionCounter:
@@ -130,58 +129,122 @@ def reject(
     counter.count(method, status_code)
 
 
-def wrap_aio_method_handler(
-    handler: grpc.RpcMethodHandler,
-    unary_response: AsyncUnaryWrapper,
-    streaming_response: AsyncStreamingWrapper,
-) -> grpc.RpcMethodHandler:
-    """A copy of an asyncio ``handler`` whose behavior runs through the given wrappers (unary and
-    server-streaming responses; client streams are passed the request iterator the same way)."""
+class CallLayer:
+    """One concern (metrics, error mapping, deadline, auth, limits) of every call of one method, as
+    plain functions that `flat_method_handler` calls around the handler, so a call costs one
+    coroutine (or one async generator per stream) however many concerns it passes through.
+
+    `enter(context)` runs before the handler, in order: it returns what its `exit` gets, or
+    `REJECTED` when it answered the call itself (the later layers and the handler do not run); it
+    may raise, as the handler may. `exit(entered, error, context)` runs after, in reverse order, for
+    every layer whose `enter` returned: it gets the exception so far (None) and returns the one to
+    pass on (None: handled). `streamed(entered)` runs after each response of a stream, for layers
+    with ``touches_streams``."""
+
+    touches_streams = False
+
+    def enter(self, context: grpc.aio.ServicerContext) -> Any:
+        return None
+
+    def exit(self, entered: Any, error: BaseException | None, context: grpc.aio.ServicerContext) -> Any:
+        return error
+
+    def streamed(self, entered: Any) -> None:
+        pass
+
+
+REJECTED: Final = object()
+"""What `CallLayer.enter` returns when it answered the call itself (`reject`)."""
+
+
+def is_streaming(handler: grpc.RpcMethodHandler) -> bool:
+    """True for a method that answers with a stream (server-streaming or bidirectional)."""
+    return handler.unary_stream is not None or handler.stream_stream is not None
+
+
+def flat_method_handler(handler: grpc.RpcMethodHandler, layers: Sequence[CallLayer]) -> grpc.RpcMethodHandler:
+    """A copy of an asyncio ``handler`` whose behavior runs inside ``layers`` (outermost first):
+    the same order and outcomes as one interceptor per layer, nested, in one wrapper."""
     serializers = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
-    if handler.unary_unary is not None:
-        unary = handler.unary_unary
+    if not is_streaming(handler):
+        behavior = handler.unary_unary or handler.stream_unary
+        assert behavior is not None, "an RpcMethodHandler has one of the four behaviors"
 
-        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await unary_response(lambda: unary(request, context), context)
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            entered: list[tuple[CallLayer, Any]] = []
+            error: BaseException | None = None
+            response = None
+            try:
+                for layer in layers:
+                    token = layer.enter(context)
+                    if token is REJECTED:
+                        break
+                    entered.append((layer, token))
+                else:
+                    response = await behavior(request, context)
+            except BaseException as raised:
+                error = raised
+            for layer, token in reversed(entered):
+                error = layer.exit(token, error, context)
+            if error is not None:
+                raise error
+            return response
 
-        return grpc.unary_unary_rpc_method_handler(unary_unary, **serializers)
-    if handler.unary_stream is not None:
-        stream = handler.unary_stream
+        make = (
+            grpc.unary_unary_rpc_method_handler
+            if handler.unary_unary is not None
+            else grpc.stream_unary_rpc_method_handler
+        )
+        return make(unary, **serializers)
+    stream_behavior = handler.unary_stream or handler.stream_stream
+    assert stream_behavior is not None
 
-        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            # An async generator function itself: grpc runs only those on the loop.
-            async for item in streaming_response(lambda: stream(request, context), context):
-                yield item
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        # An async generator function itself: grpc runs only those on the loop.
+        entered: list[tuple[CallLayer, Any]] = []
+        error: BaseException | None = None
+        try:
+            for layer in layers:
+                token = layer.enter(context)
+                if token is REJECTED:
+                    break
+                entered.append((layer, token))
+            else:
+                touching = [(layer, token) for layer, token in entered if layer.touches_streams]
+                result = stream_behavior(request, context)
+                if hasattr(result, "__aiter__"):
+                    try:
+                        async for item in result:
+                            for layer, token in touching:
+                                layer.streamed(token)
+                            yield item
+                    finally:
+                        aclose = getattr(result, "aclose", None)
+                        if aclose is not None:
+                            await aclose()
+                elif inspect.isawaitable(result):
+                    await result  # a handler that writes with context.write
+                elif result is not None:
+                    for item in result:
+                        for layer, token in touching:
+                            layer.streamed(token)
+                        yield item
+        except BaseException as raised:
+            error = raised
+        for layer, token in reversed(entered):
+            error = layer.exit(token, error, context)
+        if error is not None:
+            raise error
 
-        return grpc.unary_stream_rpc_method_handler(unary_stream, **serializers)
-    if handler.stream_unary is not None:
-        client_stream = handler.stream_unary
-
-        async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await unary_response(lambda: client_stream(requests, context), context)
-
-        return grpc.stream_unary_rpc_method_handler(stream_unary, **serializers)
-    assert handler.stream_stream is not None, "an RpcMethodHandler has one of the four behaviors"
-    bidirectional = handler.stream_stream
-
-    async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        async for item in streaming_response(lambda: bidirectional(requests, context), context):
-            yield item
-
-    return grpc.stream_stream_rpc_method_handler(stream_stream, **serializers)
-
-
-async def _responses_of(result: Any) -> AsyncIterator[Any]:
-    """A handler's responses whether it is an async generator or returned a (sync) iterable."""
-    if hasattr(result, "__aiter__"):
-        async for item in result:
-            yield item
-    elif result is not None:
-        for item in result:
-            yield item
+    make_stream = (
+        grpc.unary_stream_rpc_method_handler
+        if handler.unary_stream is not None
+        else grpc.stream_stream_rpc_method_handler
+    )
+    return make_stream(stream, **serializers)
 
 
 class _CachingInterceptor(AioWrappingInterceptor):
@@ -200,7 +263,54 @@ class _CachingInterceptor(AioWrappingInterceptor):
         return wrapped
 
 
-class AioErrorMappingInterceptor(_CachingInterceptor):
+class AioLayerInterceptor(_CachingInterceptor):
+    """An asyncio interceptor made of one `CallLayer` per method: usable alone, and `serve_aio`
+    runs all of a server's layer interceptors in one `AioFlatInterceptor`."""
+
+    def layer(self, method: str, streaming: bool) -> CallLayer:
+        """The layer for the calls of ``method`` (``streaming``: it answers with a stream)."""
+        raise NotImplementedError
+
+    def passes_through(self, method: str) -> bool:
+        """True for a method this interceptor leaves untouched (health, reflection, public ones)."""
+        return self._passes_through(method)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return flat_method_handler(handler, [self.layer(method, is_streaming(handler))])
+
+
+class AioFlatInterceptor(_CachingInterceptor):
+    """Several `AioLayerInterceptor`s (outermost first) as one: each method's handler is wrapped
+    once with every layer that does not pass it through, instead of one wrapper (an async generator
+    per streamed message) per interceptor."""
+
+    def __init__(self, interceptors: Sequence[AioLayerInterceptor]) -> None:
+        super().__init__()
+        self._interceptors = tuple(interceptors)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        streaming = is_streaming(handler)
+        layers = [
+            interceptor.layer(method, streaming)
+            for interceptor in self._interceptors
+            if not interceptor.passes_through(method)
+        ]
+        return flat_method_handler(handler, layers)
+
+
+class _ErrorMappingLayer(CallLayer):
+    def __init__(self, interceptor: AioErrorMappingInterceptor, method: str) -> None:
+        self._interceptor = interceptor
+        self._method = method
+
+    def exit(self, entered: Any, error: BaseException | None, context: grpc.aio.ServicerContext) -> Any:
+        if error is None or isinstance(error, grpc.aio.AbortError) or not isinstance(error, Exception):
+            return error
+        self._interceptor.answer_for(error, self._method, context)
+        return None
+
+
+class AioErrorMappingInterceptor(AioLayerInterceptor):
     """`ErrorMappingInterceptor` for asyncio handlers; expected rejections are counted, not logged."""
 
     def __init__(
@@ -210,34 +320,11 @@ class AioErrorMappingInterceptor(_CachingInterceptor):
         self._extra_mapping = dict(extra_mapping or {})
         self._counter = counter
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """Wrap the method's handler so that its exceptions map to status codes."""
+    def layer(self, method: str, streaming: bool) -> CallLayer:
+        """Exceptions of the handler (and of the layers inside) map to status codes."""
+        return _ErrorMappingLayer(self, method)
 
-        async def unary_response(
-            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
-        ) -> Any:
-            try:
-                return await invoke()
-            except grpc.aio.AbortError:
-                raise
-            except Exception as error:
-                self._answer_for(error, method, context)
-                return None
-
-        async def streaming_response(
-            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            try:
-                async for item in _responses_of(invoke()):
-                    yield item
-            except grpc.aio.AbortError:
-                raise
-            except Exception as error:
-                self._answer_for(error, method, context)
-
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
-
-    def _answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
+    def answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
         status_code = _status_code_for(error, self._extra_mapping)
         if status_code is not None:
             message = error.message if isinstance(error, ServiceError) else bounded_text(str(error))
@@ -253,7 +340,26 @@ class AioErrorMappingInterceptor(_CachingInterceptor):
         context.set_details(f"internal error (reference {reference})")
 
 
-class AioDeadlineInterceptor(_CachingInterceptor):
+class _DeadlineLayer(CallLayer):
+    def __init__(self, counter: RejectionCounter, method: str) -> None:
+        self._counter = counter
+        self._method = method
+
+    def enter(self, context: grpc.aio.ServicerContext) -> Any:
+        remaining = remaining_seconds(context)
+        if (remaining is not None and remaining <= 0.0) or context.cancelled():
+            reject(
+                context,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"deadline passed before {self._method} started; retry with a longer deadline",
+                self._method,
+                self._counter,
+            )
+            return REJECTED
+        return None
+
+
+class AioDeadlineInterceptor(AioLayerInterceptor):
     """`DeadlineInterceptor` for asyncio handlers: a call past its deadline (or cancelled) never
     reaches the handler."""
 
@@ -261,41 +367,38 @@ class AioDeadlineInterceptor(_CachingInterceptor):
         super().__init__()
         self._counter = counter
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """Wrap the method's handler with the deadline check."""
-
-        def expired(context: grpc.aio.ServicerContext) -> bool:
-            remaining = remaining_seconds(context)
-            if (remaining is not None and remaining <= 0.0) or context.cancelled():
-                reject(
-                    context,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"deadline passed before {method} started; retry with a longer deadline",
-                    method,
-                    self._counter,
-                )
-                return True
-            return False
-
-        async def unary_response(
-            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
-        ) -> Any:
-            if expired(context):
-                return None
-            return await invoke()
-
-        async def streaming_response(
-            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            if expired(context):
-                return
-            async for item in _responses_of(invoke()):
-                yield item
-
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+    def layer(self, method: str, streaming: bool) -> CallLayer:
+        """The deadline check before the handler."""
+        return _DeadlineLayer(self._counter, method)
 
 
-class AioAuthInterceptor(_CachingInterceptor):
+class _AuthLayer(CallLayer):
+    def __init__(self, interceptor: AioAuthInterceptor, method: str) -> None:
+        self._interceptor = interceptor
+        self._method = method
+
+    def enter(self, context: grpc.aio.ServicerContext) -> Any:
+        interceptor = self._interceptor
+        try:
+            identity = authorize(
+                self._method,
+                context.invocation_metadata(),
+                interceptor.secret,
+                interceptor.method_roles,
+                interceptor.leeway_seconds,
+            )
+        except (UnauthenticatedError, PermissionDeniedError) as error:
+            reject(context, error.status_code, error.message, self._method, interceptor.counter)
+            return REJECTED
+        # The handler's steps run in this call's task (a stream's generator too), inside the scope.
+        return enter_identity_scope(identity)
+
+    def exit(self, entered: Any, error: BaseException | None, context: grpc.aio.ServicerContext) -> Any:
+        leave_identity_scope(entered)
+        return error
+
+
+class AioAuthInterceptor(AioLayerInterceptor):
     """`AuthInterceptor` for asyncio handlers: the same token and role checks (`auth.authorize`:
     deny by default, a method must be in the role table), the identity visible to the handler
     through `current_identity`."""
@@ -310,56 +413,52 @@ class AioAuthInterceptor(_CachingInterceptor):
     ) -> None:
         super().__init__()
         assert secret, "the JWT secret must not be empty"
-        self._secret = secret
-        self._method_roles = {method: frozenset(roles) for method, roles in (method_roles or {}).items()}
+        self.secret = secret
+        self.method_roles = {method: frozenset(roles) for method, roles in (method_roles or {}).items()}
         self._public_methods = frozenset(public_methods)
-        self._leeway_seconds = leeway_seconds
-        self._counter = counter
+        self.leeway_seconds = leeway_seconds
+        self.counter = counter
 
     def _passes_through(self, method: str) -> bool:
         return super()._passes_through(method) or method in self._public_methods
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """Wrap the method's handler so that it runs only for a verified, authorized caller."""
-
-        def identify(context: grpc.aio.ServicerContext) -> Any:
-            try:
-                identity = authorize(
-                    method,
-                    context.invocation_metadata(),
-                    self._secret,
-                    self._method_roles,
-                    self._leeway_seconds,
-                )
-            except (UnauthenticatedError, PermissionDeniedError) as error:
-                reject(context, error.status_code, error.message, method, self._counter)
-                return None
-            return identity
-
-        async def unary_response(
-            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
-        ) -> Any:
-            identity = identify(context)
-            if identity is None:
-                return None
-            with identity_scope(identity):
-                return await invoke()
-
-        async def streaming_response(
-            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            identity = identify(context)
-            if identity is None:
-                return
-            # The handler's steps run in this generator's task, inside the scope.
-            with identity_scope(identity):
-                async for item in _responses_of(invoke()):
-                    yield item
-
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+    def layer(self, method: str, streaming: bool) -> CallLayer:
+        """The handler runs only for a verified, authorized caller."""
+        return _AuthLayer(self, method)
 
 
-class AioCallerLimitInterceptor(_CachingInterceptor):
+class _CallerLimitLayer(CallLayer):
+    def __init__(self, limiter: CallerLimiter, streaming: bool) -> None:
+        self._limiter = limiter
+        self._streaming = streaming
+        self.touches_streams = streaming
+
+    def enter(self, context: grpc.aio.ServicerContext) -> Any:
+        identity = current_identity()
+        exempt = identity.has_any_role(OPS_ONLY)
+        if not self._streaming:
+            return self._limiter.acquire(identity.player_id, streaming=False, exempt=exempt)
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def cancel_from_the_sweeper() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is the stream
+                loop.call_soon_threadsafe(task.cancel)
+
+        return self._limiter.acquire(
+            identity.player_id, streaming=True, on_idle=cancel_from_the_sweeper, exempt=exempt
+        )
+
+    def exit(self, entered: Any, error: BaseException | None, context: grpc.aio.ServicerContext) -> Any:
+        entered.release()
+        return error
+
+    def streamed(self, entered: Any) -> None:
+        entered.touch()
+
+
+class AioCallerLimitInterceptor(AioLayerInterceptor):
     """`limits.CallerLimitInterceptor` for asyncio handlers, on the same `CallerLimiter`
     bookkeeping: runs inside `AioAuthInterceptor`; a call beyond its caller's limits is
     RESOURCE_EXHAUSTED, and an idle stream swept by the limiter is cancelled on the loop."""
@@ -368,48 +467,9 @@ class AioCallerLimitInterceptor(_CachingInterceptor):
         super().__init__()
         self._limiter = limiter
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """Wrap the method's handler so that it runs within its caller's limits."""
-        limiter = self._limiter
-
-        async def unary_response(
-            invoke: Callable[[], Awaitable[Any]], context: grpc.aio.ServicerContext
-        ) -> Any:
-            identity = current_identity()
-            lease = limiter.acquire(
-                identity.player_id, streaming=False, exempt=identity.has_any_role(OPS_ONLY)
-            )
-            try:
-                return await invoke()
-            finally:
-                lease.release()
-
-        async def streaming_response(
-            invoke: Callable[[], AsyncIterator[Any]], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            identity = current_identity()
-            loop = asyncio.get_running_loop()
-            task = asyncio.current_task()
-            assert task is not None
-
-            def cancel_from_the_sweeper() -> None:
-                with contextlib.suppress(RuntimeError):  # the loop is gone: so is the stream
-                    loop.call_soon_threadsafe(task.cancel)
-
-            lease = limiter.acquire(
-                identity.player_id,
-                streaming=True,
-                on_idle=cancel_from_the_sweeper,
-                exempt=identity.has_any_role(OPS_ONLY),
-            )
-            try:
-                async for item in _responses_of(invoke()):
-                    lease.touch()
-                    yield item
-            finally:
-                lease.release()
-
-        return wrap_aio_method_handler(handler, unary_response, streaming_response)
+    def layer(self, method: str, streaming: bool) -> CallLayer:
+        """The handler runs within its caller's limits."""
+        return _CallerLimitLayer(self._limiter, streaming)
 
 
 @dataclass
@@ -512,15 +572,16 @@ def serve_aio(
     terminated = threading.Event()
 
     async def start() -> None:
-        server = grpc.aio.server(
-            interceptors=[
-                *outermost_interceptors,
-                AioErrorMappingInterceptor(extra_error_mapping),
-                AioDeadlineInterceptor(),
-                *interceptors,
-            ],
-            options=[("grpc.so_reuseport", 0)],
-        )
+        chain = [
+            *outermost_interceptors,
+            AioErrorMappingInterceptor(extra_error_mapping),
+            AioDeadlineInterceptor(),
+            *interceptors,
+        ]
+        if all(isinstance(interceptor, AioLayerInterceptor) for interceptor in chain):
+            # One wrapper per method instead of one per interceptor (issue 10).
+            chain = [AioFlatInterceptor(chain)]
+        server = grpc.aio.server(interceptors=chain, options=[("grpc.so_reuseport", 0)])
         for registration in registrations:
             registration.add_to_server(server)
         health_servicer = health_aio.HealthServicer()

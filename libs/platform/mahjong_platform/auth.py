@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -107,6 +108,19 @@ def identity_scope(identity: Identity) -> Iterator[Identity]:
         _CURRENT_IDENTITY.reset(token)
 
 
+def enter_identity_scope(identity: Identity) -> contextvars.Token[Identity | None]:
+    """Make ``identity`` the `current_identity` until `leave_identity_scope` (the asyncio server's
+    auth layer, which enters before the handler and leaves after it)."""
+    return _CURRENT_IDENTITY.set(identity)
+
+
+def leave_identity_scope(token: contextvars.Token[Identity | None]) -> None:
+    """End the scope `enter_identity_scope` began (a no-op when called from another context, as
+    when a finished stream is closed by the loop's shutdown: that context ends with it)."""
+    with contextlib.suppress(ValueError):
+        _CURRENT_IDENTITY.reset(token)
+
+
 def mint_token(
     secret: str,
     player_id: str,
@@ -142,6 +156,11 @@ def verify_token(secret: str, token: str, leeway_seconds: int = DEFAULT_LEEWAY_S
     Raises `UnauthenticatedError` with a message that says what is wrong with the token (never why
     in cryptographic detail, and never the token itself).
     """
+    return _verified(secret, token, leeway_seconds)[0]
+
+
+def _verified(secret: str, token: str, leeway_seconds: int) -> tuple[Identity, int]:
+    """`verify_token`'s identity and the token's ``exp``."""
     if len(token) > MAXIMUM_TOKEN_BYTES:
         raise UnauthenticatedError(f"bearer token is longer than {MAXIMUM_TOKEN_BYTES} bytes")
     try:
@@ -165,7 +184,47 @@ def verify_token(secret: str, token: str, leeway_seconds: int = DEFAULT_LEEWAY_S
     except jwt.InvalidTokenError as error:
         raise UnauthenticatedError(f"bearer token is invalid: {error}") from None
     _check_lifetime(claims, leeway_seconds)
-    return _identity_from_claims(claims)
+    return _identity_from_claims(claims), int(claims["exp"])
+
+
+VERIFIED_TOKENS_MAX: Final = 10_000
+
+
+class VerifiedTokens:
+    """Tokens that verified, with who they name, so a caller's every call does not check its
+    signature and claims again (issue 10: a player's ~85 Acts per game carry the same token).
+
+    Keyed by the secret, the leeway and the token string (an entry answers only the exact token,
+    checked with the same secret); a hit is used only before the token's ``exp`` (never in the
+    leeway after it: then the token is verified again, and refused once past the leeway). At most
+    ``capacity`` entries (the oldest go first). Only successes are kept: a bad token is checked,
+    and refused with its message, every time."""
+
+    def __init__(self, capacity: int = VERIFIED_TOKENS_MAX, clock: Callable[[], float] = time.time) -> None:
+        self._entries: dict[tuple[str, int, str], tuple[Identity, int]] = {}
+        self._lock = threading.Lock()
+        self._capacity = capacity
+        self._clock = clock
+
+    def verify(self, secret: str, token: str, leeway_seconds: int = DEFAULT_LEEWAY_SECONDS) -> Identity:
+        """`verify_token`, answered from the cache while the token has not expired."""
+        key = (secret, leeway_seconds, token)
+        entry = self._entries.get(key)
+        if entry is not None:
+            if self._clock() < entry[1]:
+                return entry[0]
+            with self._lock:
+                self._entries.pop(key, None)
+        identity, expires_at = _verified(secret, token, leeway_seconds)
+        if self._clock() < expires_at:
+            with self._lock:
+                while len(self._entries) >= self._capacity:
+                    del self._entries[next(iter(self._entries))]
+                self._entries[key] = (identity, expires_at)
+        return identity
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _check_lifetime(claims: Mapping[str, Any], leeway_seconds: int) -> None:
@@ -265,21 +324,27 @@ def role_table(service_descriptor: Any, roles_by_method: Mapping[str, Collection
     }
 
 
+VERIFIED_TOKENS: Final = VerifiedTokens()
+"""The process's cache of verified tokens (`authorize`)."""
+
+
 def authorize(
     method: str,
     metadata: Sequence[tuple[str, str | bytes]] | None,
     secret: str,
     method_roles: RoleTable,
     leeway_seconds: int = DEFAULT_LEEWAY_SECONDS,
+    verified_tokens: VerifiedTokens | None = None,
 ) -> Identity:
     """Who calls ``method`` with ``metadata``, if they may: the check every server harness runs.
 
     Raises `UnauthenticatedError` (no or bad token) or `PermissionDeniedError` (a method missing from
     ``method_roles``, or a caller without one of its roles). Shared by the thread-pool and asyncio
-    interceptors so both enforce the same rules.
+    interceptors so both enforce the same rules. A token verified before is answered from
+    ``verified_tokens`` (default: the process's `VERIFIED_TOKENS`) until its ``exp``.
     """
     token = bearer_token_from_metadata(metadata)
-    identity = verify_token(secret, token, leeway_seconds)
+    identity = (verified_tokens or VERIFIED_TOKENS).verify(secret, token, leeway_seconds)
     check_roles(method, identity, method_roles.get(method, frozenset()))
     return identity
 

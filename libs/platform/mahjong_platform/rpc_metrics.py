@@ -12,18 +12,14 @@ exception as INTERNAL, a stream the client cancelled as CANCELLED. They record i
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
-from mahjong_platform.grpc_server import (
-    AioWrappingInterceptor,
-    WrappingInterceptor,
-    wrap_rpc_method_handler,
-)
+from mahjong_platform.aio_grpc_server import AioLayerInterceptor, CallLayer
+from mahjong_platform.grpc_server import WrappingInterceptor, wrap_rpc_method_handler
 from mahjong_platform.metrics import ServiceMetrics
 
 
@@ -124,60 +120,36 @@ class RpcMetricsInterceptor(WrappingInterceptor):
         return wrap_rpc_method_handler(handler, unary_response, streaming_response)
 
 
-class AioRpcMetricsInterceptor(AioWrappingInterceptor):
+class _MetricsLayer(CallLayer):
+    """The asyncio metrics of one method as a `CallLayer` (outermost: it sees the final status)."""
+
+    def __init__(self, recorder: _Recorder, streaming: bool) -> None:
+        self._recorder = recorder
+        self._streaming = streaming
+
+    def enter(self, context: Any) -> Any:
+        if self._streaming:
+            self._recorder.stream_opened()
+            return None
+        return time.perf_counter()
+
+    def exit(self, entered: Any, error: BaseException | None, context: Any) -> Any:
+        code = status_code_name(context, error)
+        if self._streaming:
+            self._recorder.stream_finished(code)
+        else:
+            self._recorder.unary_finished(code, entered)
+        return error
+
+
+class AioRpcMetricsInterceptor(AioLayerInterceptor):
     """The same metrics for a ``grpc.aio`` server, whose handlers are coroutines and async
     generators (or coroutines that write to the context)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
+        super().__init__()
         self._recorders = _Recorders(metrics)
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        recorder = self._recorders.of(method)
-        serializers = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None or handler.stream_unary is not None:
-            unary_behavior = handler.unary_unary or handler.stream_unary
-
-            async def unary(request: Any, context: Any) -> Any:
-                started = time.perf_counter()
-                error: BaseException | None = None
-                try:
-                    return await unary_behavior(request, context)
-                except BaseException as raised:
-                    error = raised
-                    raise
-                finally:
-                    recorder.unary_finished(status_code_name(context, error), started)
-
-            make = (
-                grpc.unary_unary_rpc_method_handler
-                if handler.unary_unary is not None
-                else grpc.stream_unary_rpc_method_handler
-            )
-            return make(unary, **serializers)
-        stream_behavior = handler.unary_stream or handler.stream_stream
-
-        async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
-            recorder.stream_opened()
-            error: BaseException | None = None
-            try:
-                result = stream_behavior(request, context)
-                if inspect.isasyncgen(result):
-                    async for response in result:
-                        yield response
-                else:
-                    await result  # a handler that writes with context.write
-            except BaseException as raised:
-                error = raised
-                raise
-            finally:
-                recorder.stream_finished(status_code_name(context, error))
-
-        make_stream = (
-            grpc.unary_stream_rpc_method_handler
-            if handler.unary_stream is not None
-            else grpc.stream_stream_rpc_method_handler
-        )
-        return make_stream(streaming, **serializers)
+    def layer(self, method: str, streaming: bool) -> CallLayer:
+        """Counts and times the method's calls."""
+        return _MetricsLayer(self._recorders.of(method), streaming)
