@@ -10,12 +10,17 @@ memory in order; then one multi-row insert each for the transfers and the postin
 update per account, and one append of all ``TransferPosted`` events. The single-order methods are
 batches of one, so there is one write path.
 
-Concurrency (replicas of the ledger on one PostgreSQL): the accounts a batch touches are first
-created if missing, then locked in name order (``SELECT ... FOR UPDATE`` under PostgreSQL; SQLite's
-``BEGIN IMMEDIATE`` already serializes writers), and only then are the order keys checked and the
-splits computed from the locked balances. Every writer (consumer batches, deposits) takes its
-locks in that one global order, so two never deadlock; checking the keys after the lock means a
-concurrent retry of the same key finds the first one's rows and posts nothing. Row locks rather
+Concurrency (replicas of the ledger on one PostgreSQL): one statement creates the accounts a batch
+touches and locks them, one account after the other in name order (``INSERT ... SELECT ... ORDER BY
+account ON CONFLICT DO UPDATE ... RETURNING``: a new account's row is held by its uncommitted
+insert, an existing one by the update's row lock; SQLite's ``BEGIN IMMEDIATE`` already serializes
+writers), and only then are the order keys checked and the splits computed from the locked
+balances. Every writer (consumer batches, deposits) takes its locks in that one global order, so
+two never deadlock; checking the keys after the lock means a concurrent retry of the same key
+finds the first one's rows and posts nothing. (Locking the existing accounts first and creating
+the missing ones after deadlocked: a writer that created a new account, then locked one another
+writer had just committed, waited for a second writer that had locked that one and waited to
+create the same new account; `tests/test_account_locks_postgresql.py`.) Row locks rather
 than serializable retries: a batch is a few hundred statements' worth of work, and a retry would
 redo all of it whenever two replicas touch ``house:rake``, which nearly every batch does; a lock
 makes the second wait a few milliseconds instead.
@@ -476,9 +481,8 @@ class LedgerRepository:
 
         An account's ``opened_at`` is the earliest time of any order that touched it (moved
         earlier when this batch has an earlier one), so it does not depend on arrival order.
-        Existing accounts are locked first, then the new ones inserted (also in name order): a
-        writer that waits on another's new row has locked everything else it needs already, so
-        the waits never form a cycle.
+        PostgreSQL: one upsert takes every row in name order, new or not, so the waits of two
+        writers never form a cycle (see the module docstring).
         """
         opened_at: dict[str, datetime.datetime] = {}
         for request in requests:
@@ -487,6 +491,15 @@ class LedgerRepository:
                 if account not in opened_at or moment < opened_at[account]:
                     opened_at[account] = moment
         accounts = sorted(opened_at)
+        if session.get_bind().dialect.name == "postgresql":
+            rows = session.execute(
+                _OPEN_AND_LOCK_POSTGRESQL,
+                {"accounts": accounts, "opened_ats": [opened_at[account] for account in accounts]},
+            )
+            balances = {row.account: int(row.balance_beans) for row in rows}
+            assert set(balances) == set(accounts), (sorted(balances), accounts)
+            return balances
+        # SQLite: one writer at a time (BEGIN IMMEDIATE), so no lock order to keep.
         locked = {
             row.account: row for row in session.execute(_LOCK_BALANCES(session), {"accounts": accounts})
         }
@@ -499,7 +512,6 @@ class LedgerRepository:
                     for account in missing
                 ],
             )
-            # A concurrent writer may have created one first: lock what is there now.
             locked |= {
                 row.account: row for row in session.execute(_LOCK_BALANCES(session), {"accounts": missing})
             }
@@ -713,6 +725,17 @@ _UPDATE_BALANCES_POSTGRESQL = sqlalchemy.text(
     "UPDATE ledger_accounts SET balance_beans = batch.balance_beans "
     "FROM unnest(CAST(:accounts AS text[]), CAST(:balances AS bigint[])) AS batch(account, balance_beans) "
     "WHERE ledger_accounts.account = batch.account"
+)
+_OPEN_AND_LOCK_POSTGRESQL = sqlalchemy.text(
+    # Rows are inserted (or, when present, updated and so locked) in the ORDER BY's order. The
+    # update always writes opened_at (the earliest), so RETURNING gives every row, new or not.
+    "INSERT INTO ledger_accounts (account, balance_beans, opened_at) "
+    "SELECT batch.account, 0, batch.opened_at "
+    "FROM unnest(CAST(:accounts AS text[]), CAST(:opened_ats AS timestamptz[])) AS batch(account, opened_at) "
+    "ORDER BY batch.account "
+    "ON CONFLICT (account) DO UPDATE "
+    "SET opened_at = LEAST(ledger_accounts.opened_at, EXCLUDED.opened_at) "
+    "RETURNING ledger_accounts.account, ledger_accounts.balance_beans"
 )
 _MOVE_OPENED_AT = (
     ledger_accounts.update()
