@@ -63,6 +63,8 @@ def test_the_processes_serve_with_their_role_tables() -> None:
 
 
 def test_money_operations_need_ops_or_finance_and_nothing_else_needs_a_role() -> None:
+    """Deposits, the ledger's reconcile and scoring's list of every instruction (what reconcile
+    compares the postings with: every game's money) are ops/finance only."""
     needing_roles = {
         method: roles
         for table in ROLE_TABLES.values()
@@ -72,5 +74,6 @@ def test_money_operations_need_ops_or_finance_and_nothing_else_needs_a_role() ->
     assert needing_roles == {
         "/mahjong.v1.LedgerService/Deposit": OPERATIONS_ROLES,
         "/mahjong.v1.LedgerService/Reconcile": OPERATIONS_ROLES,
+        "/mahjong.v1.ScoringService/ListSettlementInstructions": OPERATIONS_ROLES,
     }
     assert frozenset({"ops"}) == OPS_ONLY

@@ -57,12 +57,14 @@ def settings(
 @pytest.fixture
 def services(settings: Settings) -> Iterator[dict[str, int]]:
     """Every service on a free port (the ledger runs as its own process object); yields the ports."""
-    ledger = LedgerProcess(settings, load_ledger_settings({})).start(address="127.0.0.1:0")
+    running = {"scoring": start_service(SCORING, settings, address="127.0.0.1:0")}
+    # The ledger's Reconcile asks scoring for its instructions: point it at scoring's free port.
+    ledger_settings = dataclasses.replace(
+        settings, grpc_targets={**settings.grpc_targets, "scoring": f"127.0.0.1:{running['scoring'].port}"}
+    )
+    ledger = LedgerProcess(ledger_settings, load_ledger_settings({})).start(address="127.0.0.1:0")
     assert ledger.server is not None
-    running = {
-        "scoring": start_service(SCORING, settings, address="127.0.0.1:0"),
-        "table": start_service(table_definition(settings), settings, address="127.0.0.1:0"),
-    }
+    running["table"] = start_service(table_definition(settings), settings, address="127.0.0.1:0")
     # Matchmaking dials the ledger for balances: point it at the ledger's free port.
     matchmaking_settings = dataclasses.replace(
         settings, grpc_targets={**settings.grpc_targets, "ledger": f"127.0.0.1:{ledger.server.port}"}
@@ -124,6 +126,9 @@ def test_four_bots_play_a_full_game_and_kafka_carries_the_event_store(
     reconciled = ledger.Reconcile(ledger_service_pb2.ReconcileRequest())
     assert reconciled.ok, reconciled.findings
     assert reconciled.accounts_sum_beans == 0
+    assert reconciled.scoring_checked and reconciled.instructions_checked > 0  # postings = scoring
+    assert {rake.room_id for rake in reconciled.rake} == {"sichuan-novice"}  # per UTC day of posting
+    assert sum(rake.rake_beans for rake in reconciled.rake) == 4 * 50
     balances = [
         ledger.GetBalance(ledger_service_pb2.GetBalanceRequest(account=account)).balance_beans
         for account in net

@@ -69,6 +69,7 @@ def test_four_bots_play_a_formula_room_and_the_books_reconcile(
     reconciled = ledger.Reconcile(ledger_service_pb2.ReconcileRequest())
     assert reconciled.ok, reconciled.findings
     assert reconciled.accounts_sum_beans == 0
+    assert reconciled.scoring_checked and reconciled.instructions_checked > 0  # postings = scoring
 
 
 def rake_of(stored: list) -> int:  # type: ignore[type-arg]

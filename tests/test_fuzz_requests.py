@@ -214,6 +214,7 @@ def build(message_class: Any, values: dict[str, Any]) -> Any:
 class Stack:
     server: RunningServer
     ledger: RunningServer
+    scoring: RunningServer
     table: AioRunningServer
     channel: grpc.Channel
     table_channel: grpc.Channel
@@ -260,11 +261,19 @@ def start_stack(directory: Path) -> Stack:
         interceptors=[AuthInterceptor(SECRET, LEDGER_ROLES)],
         extra_error_mapping=LEDGER_ERRORS,
     )
+    # And a scoring service of its own, which the ledger's Reconcile asks for its instructions.
+    scoring = serve(
+        SCORING.registrations(engines["scoring"], settings, topics),
+        "127.0.0.1:0",
+        settings,
+        interceptors=[AuthInterceptor(SECRET, SCORING_ROLES)],
+    )
     with_ledger: Settings = load_settings(
         {
             "MAHJONG_JWT_SECRET": SECRET,
             "MAHJONG_DATA_DIR": str(directory),
             "MAHJONG_LEDGER_GRPC_TARGET": f"127.0.0.1:{ledger.port}",
+            "MAHJONG_SCORING_GRPC_TARGET": f"127.0.0.1:{scoring.port}",
         }
     )
     table_engine = TableEngine(EventStore(topics), utc_now)
@@ -294,6 +303,7 @@ def start_stack(directory: Path) -> Stack:
     return Stack(
         server,
         ledger,
+        scoring,
         table,
         channel,
         table_channel,
@@ -311,6 +321,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running.table.stop(0)
     running.server.stop(0)
     running.ledger.stop(0)
+    running.scoring.stop(0)
 
 
 def data_versions(databases: list[Path]) -> list[int]:

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from mahjong_ledger.metrics import instrument
 from mahjong_ledger.projection import SettlementProjection
 from mahjong_ledger.repository import LedgerRepository
+from mahjong_ledger.scoring_client import ScoringServiceInstructions
 from mahjong_ledger.servicer import ERROR_MAPPING, METHOD_ROLES, LedgerServicer
 from mahjong_ledger.settings import LedgerSettings
 
@@ -45,7 +46,8 @@ def definition(ledger_settings: LedgerSettings, consumer_group: str = CONSUMER_G
 
     def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
         repository = LedgerRepository(EventStore(topics=topics))
-        servicer = LedgerServicer(create_session_factory(engine), repository, ledger_settings)
+        scoring = ScoringServiceInstructions.from_settings(settings)
+        servicer = LedgerServicer(create_session_factory(engine), repository, ledger_settings, scoring)
         return [
             register_service(
                 ledger_service_pb2.DESCRIPTOR.services_by_name["LedgerService"],

@@ -25,6 +25,11 @@ Checks (ARCHITECTURE.md "Money: the ledger"; the check names are the ``Reconcile
 The time window [from, to) selects transfers by ``posted_at``; the account-wide checks (trial
 balance, balances, running balances) always cover the whole history, since a balance is the sum
 of everything before it. Findings are capped at ``findings_max``; the report says when it cut.
+The report also gives the rake the house took per room and UTC day of posting in the window.
+
+`LedgerService.Reconcile` runs this with `scoring_client.ScoringServiceInstructions` (the scoring
+service's ListSettlementInstructions) as the `ScoringInstructions` source; ``mjctl reconcile``
+calls that RPC.
 """
 
 from __future__ import annotations
@@ -72,6 +77,16 @@ class Finding:
 
 
 @dataclasses.dataclass(frozen=True)
+class RakeLine:
+    """The rake one room took on one (UTC) day."""
+
+    day: str
+    room_id: str
+    rake_beans: int
+    games: int
+
+
+@dataclasses.dataclass(frozen=True)
 class ReconcileReport:
     """The outcome: ok only when there are no findings."""
 
@@ -80,6 +95,10 @@ class ReconcileReport:
     instructions_checked: int
     findings: tuple[Finding, ...]
     findings_truncated: bool = False
+    scoring_checked: bool = False
+    """True when the postings were compared with a `ScoringInstructions` source."""
+    rake: tuple[RakeLine, ...] = ()
+    """The rake per room per UTC day of posting in the window, in day then room order."""
 
     @property
     def ok(self) -> bool:
@@ -96,8 +115,8 @@ class InstructedBeans:
 
 
 class ScoringInstructions(Protocol):
-    """The hook for "ledger postings equal the scoring projection": the scoring service's
-    database (or its GetGameSettlement) behind a small interface, so the ledger needs no access."""
+    """The hook for "ledger postings equal the scoring projection": the scoring service behind a
+    small interface (in production `scoring_client.ScoringServiceInstructions`, over gRPC)."""
 
     def instructions(
         self, from_time: datetime.datetime | None, to_time: datetime.datetime | None
@@ -149,7 +168,37 @@ def reconcile(
         instructions_checked=instructions_checked,
         findings=tuple(findings.items),
         findings_truncated=findings.truncated,
+        scoring_checked=scoring is not None,
+        rake=tuple(rake_per_room_per_day(session, window)),
     )
+
+
+def rake_per_room_per_day(session: Session, window: list[ColumnElement[bool]]) -> list[RakeLine]:
+    """Beans credited to ``house:rake`` by settlements, per room and UTC day of posting."""
+    query = (
+        sqlalchemy.select(
+            ledger_transfers.c.room_id,
+            ledger_transfers.c.table_id,
+            ledger_transfers.c.posted_at,
+            ledger_postings.c.beans,
+        )
+        .join(ledger_postings, ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
+        .where(
+            ledger_postings.c.account == HOUSE_RAKE_ACCOUNT,
+            ledger_transfers.c.kind == TransferKind.SETTLEMENT.value,
+            *window,
+        )
+    )
+    beans: dict[tuple[str, str], int] = {}
+    games: dict[tuple[str, str], set[str]] = {}
+    for row in session.execute(query):
+        key = (_utc(row.posted_at).date().isoformat(), row.room_id)
+        beans[key] = beans.get(key, 0) + int(row.beans)
+        games.setdefault(key, set()).add(row.table_id)
+    return [
+        RakeLine(day, room_id, beans[(day, room_id)], len(games[(day, room_id)]))
+        for day, room_id in sorted(beans)
+    ]
 
 
 def _window(

@@ -9,7 +9,10 @@ runs; the handlers check the per-account rules, and check the roles again for de
   ``grant:<player id>``, `LedgerSettings.starting_grant_beans`): the matchmaking service's balance
   check before ``Enqueue`` is that first sight, so a fresh install needs no manual deposit.
 - ``GetGameStatement``: ops/finance, or a player whose account appears in that game's transfers.
-- ``Deposit``, ``Reconcile``: ops or finance only.
+- ``Deposit``, ``Reconcile``: ops or finance only. ``Reconcile`` compares the postings with the
+  scoring service's instructions when the servicer has a `ScoringInstructions` source (the
+  process always gives it one: `scoring_client.ScoringServiceInstructions`); scoring not
+  answering is UNAVAILABLE.
 
 Errors (ARCHITECTURE.md "Errors"): malformed input → INVALID_ARGUMENT, an idempotency key reused
 for a different deposit → FAILED_PRECONDITION, a lost race on the event stream → ABORTED (retry
@@ -19,7 +22,6 @@ transaction.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,6 +46,7 @@ from mahjong_platform.errors import (
 )
 from mahjong_platform.event_store import WrongExpectedVersionError
 from mahjong_platform.idempotency import check_not_reserved
+from mahjong_platform.time_window import time_window
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -213,10 +216,7 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
     ) -> ledger_service_pb2.ReconcileResponse:
         """Trial balance and per-game checks over [from, to); unset bounds are open."""
         check_roles(f"/{SERVICE_NAME}/Reconcile", current_identity(), OPERATIONS_ROLES)
-        from_time = _optional_time(request, "from")
-        to_time = _optional_time(request, "to")
-        if from_time is not None and to_time is not None and from_time > to_time:
-            raise InvalidArgumentError(f"from ({from_time.isoformat()}) is after to ({to_time.isoformat()})")
+        from_time, to_time = time_window(request)
         with transaction(self._session_factory) as session:
             report = reconcile(session, from_time=from_time, to_time=to_time, scoring=self._scoring)
         if not report.ok:
@@ -231,6 +231,14 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
                     check=finding.check, subject=finding.subject, detail=finding.detail
                 )
                 for finding in report.findings
+            ],
+            findings_truncated=report.findings_truncated,
+            scoring_checked=report.scoring_checked,
+            rake=[
+                ledger_service_pb2.RoomDayRake(
+                    day=line.day, room_id=line.room_id, rake_beans=line.rake_beans, games=line.games
+                )
+                for line in report.rake
             ],
         )
 
@@ -270,16 +278,3 @@ def _readable_account(identity: Identity, requested_account: str) -> str:
             f"not {account!r}; other accounts need the ops or finance role"
         )
     return account
-
-
-def _optional_time(request: ledger_service_pb2.ReconcileRequest, field_name: str) -> datetime.datetime | None:
-    if not request.HasField(field_name):  # type: ignore[arg-type]
-        return None
-    timestamp = getattr(request, field_name)
-    try:
-        moment: datetime.datetime = timestamp.ToDatetime(tzinfo=datetime.UTC)
-    except (ValueError, OverflowError):
-        raise InvalidArgumentError(
-            f"{field_name} must be a time from 0001-01-01 to 9999-12-31 with nanos 0..999999999"
-        ) from None
-    return moment

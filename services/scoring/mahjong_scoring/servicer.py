@@ -12,6 +12,10 @@ GetGameSettlement reads the projection: every `SettlementInstructed` line of the
 (reason, payees with per-line reasons, fans and multiplier), the per-seat totals, and whether the
 game is settled (GameSettled emitted). Like the ledger's game statement, only the game's players and
 ops/finance may read it (`METHOD_ROLES` admits every caller; the handler checks the seat).
+
+ListSettlementInstructions (ops/finance only, `instruction_list`) pages through the instructions
+of a game or a time window with the beans each asked for: what `LedgerService.Reconcile` compares
+the ledger's postings with.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from typing import Any
 import grpc
 import sqlalchemy
 from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc, settlement_events_pb2
-from mahjong_platform.auth import EVERY_CALLER, OPERATIONS_ROLES, Identity, current_identity, role_table
+from mahjong_platform.auth import (
+    EVERY_CALLER,
+    OPERATIONS_ROLES,
+    Identity,
+    check_roles,
+    current_identity,
+    role_table,
+)
 from mahjong_platform.database import SessionFactory, transaction
 from mahjong_platform.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from mahjong_platform.grpc_server import ServiceRegistration, register_service
@@ -45,16 +56,21 @@ from mahjong_rules.formula.evaluate_json import WINDS, evaluate_formula_request
 from mahjong_rules.formula.fans import EAST_WIND, MELD_KINDS, FormulaMeld, MeldKind, ScoredFan
 from mahjong_rules.formula.waits import formula_waits
 
-from mahjong_scoring.models import scoring_games, scoring_lines, scoring_players
+from mahjong_scoring.instruction_list import list_settlement_instructions
+from mahjong_scoring.models import TABLE_ID_MAX_LENGTH, scoring_games, scoring_lines, scoring_players
 
 SERVICE_NAME = "ScoringService"
 METHOD_ROLES = role_table(
     scoring_service_pb2.DESCRIPTOR.services_by_name[SERVICE_NAME],
-    {"EvaluateHand": EVERY_CALLER, "ListWaits": EVERY_CALLER, "GetGameSettlement": EVERY_CALLER},
+    {
+        "EvaluateHand": EVERY_CALLER,
+        "ListWaits": EVERY_CALLER,
+        "GetGameSettlement": EVERY_CALLER,
+        "ListSettlementInstructions": OPERATIONS_ROLES,
+    },
 )
 """Who may call what (deny by default): GetGameSettlement checks the game's players in the handler."""
 MELDS_MAX = 4
-TABLE_ID_MAX_LENGTH = 200
 _WIN_BYS = {
     common_pb2.WIN_BY_UNSPECIFIED: "discard",
     common_pb2.WIN_BY_DISCARD: "discard",
@@ -92,6 +108,15 @@ class ScoringServicer(scoring_service_pb2_grpc.ScoringServiceServicer):
     ) -> scoring_service_pb2.GetGameSettlementResponse:
         """Every settlement line of a game, its totals, and whether it is settled."""
         return game_settlement(self._session_factory, request.table_id, current_identity())
+
+    def ListSettlementInstructions(
+        self, request: scoring_service_pb2.ListSettlementInstructionsRequest, context: grpc.ServicerContext
+    ) -> scoring_service_pb2.ListSettlementInstructionsResponse:
+        """A page of the instructions of a game or a window, with their requested beans (ops/finance)."""
+        check_roles(
+            f"/mahjong.v1.{SERVICE_NAME}/ListSettlementInstructions", current_identity(), OPERATIONS_ROLES
+        )
+        return list_settlement_instructions(self._session_factory, request)
 
 
 def registration(session_factory: SessionFactory) -> ServiceRegistration:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+import sqlalchemy
 from mahjong.v1 import common_pb2, scoring_service_pb2, scoring_service_pb2_grpc
 from mahjong_platform.auth import AuthInterceptor, mint_token
 from mahjong_platform.config import load_settings
@@ -14,6 +15,7 @@ from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
 from mahjong_platform.grpc_server import serve
 from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_scoring.models import scoring_lines
 from mahjong_scoring.projection import SettlementProjection
 from mahjong_scoring.servicer import METHOD_ROLES, registration
 from mahjong_scoring.testing import TableScript, room_rules
@@ -298,3 +300,103 @@ def test_get_game_settlement_is_for_the_games_players_and_ops_or_finance_only(
     assert stub_for("p3").GetGameSettlement(request).table_id == "table-1"
     assert stub_for("auditor", ("finance",)).GetGameSettlement(request).table_id == "table-1"
     assert stub_for("operator", ("ops",)).GetGameSettlement(request).table_id == "table-1"
+
+
+def _settle_two_games(session_factory: SessionFactory) -> None:
+    """Two games (table-1, table-2) with a discard win, the checks and the rake."""
+    projection = SettlementProjection(EventStore())
+    for table_id in ("table-1", "table-2"):
+        script = TableScript(table_id=table_id, rules=room_rules(coefficient=10, rake_beans=5)).open(
+            ["11234567888m99p5s", "123456789p2255s", "11335779s24699m", "123m1122456p789s"], "smpm"
+        )
+        script.discard(0, "5s")
+        script.win(1, "5s", "discard", from_seat=0)
+        script.draw(2, "1s")
+        script.wall_exhausted()
+        script.ended("wall_exhausted")
+        for envelope in script.events:
+            with transaction(session_factory) as session:
+                projection(session, envelope, MessagePosition("mahjong.table.v1", 0, 0))
+
+
+def _all_pages(
+    stub: scoring_service_pb2_grpc.ScoringServiceStub,
+    request: scoring_service_pb2.ListSettlementInstructionsRequest,
+) -> list[scoring_service_pb2.SettlementInstructionSummary]:
+    found: list[scoring_service_pb2.SettlementInstructionSummary] = []
+    while True:
+        page = stub.ListSettlementInstructions(request)
+        assert len(page.instructions) <= max(request.page_size, 1) or request.page_size == 0
+        found.extend(page.instructions)
+        if not page.next_page_token:
+            return found
+        request.page_token = page.next_page_token
+
+
+def test_list_settlement_instructions_pages_through_every_line_of_a_game_or_a_window(
+    stub_for: StubFor, session_factory: SessionFactory
+) -> None:
+    _settle_two_games(session_factory)
+    with transaction(session_factory) as session:
+        lines = {
+            row.instruction_id: (row.table_id, row.total_beans)
+            for row in session.execute(sqlalchemy.select(scoring_lines))
+        }
+    assert len(lines) >= 10  # a win, the checks and four rakes per game
+    finance = stub_for("auditor", ("finance",))
+    everything = _all_pages(finance, scoring_service_pb2.ListSettlementInstructionsRequest(page_size=3))
+    assert [summary.instruction_id for summary in everything] == sorted(lines)
+    assert {s.instruction_id: (s.table_id, s.requested_beans) for s in everything} == lines
+    one_game = _all_pages(
+        stub_for("operator", ("ops",)),
+        scoring_service_pb2.ListSettlementInstructionsRequest(table_id="table-2", page_size=2),
+    )
+    assert {summary.table_id for summary in one_game} == {"table-2"}
+    assert len(one_game) == sum(1 for table_id, _ in lines.values() if table_id == "table-2")
+    # An instruction's time is the occurrence time of the table event that caused it (for the
+    # discard win, the draw that closed the claim window): a one-second window holds its own only.
+    times = sorted({summary.occurred_at.seconds for summary in everything})
+    assert len(times) >= 2 and all(summary.HasField("occurred_at") for summary in everything)
+    window = scoring_service_pb2.ListSettlementInstructionsRequest()
+    getattr(window, "from").FromSeconds(times[0])
+    window.to.FromSeconds(times[0] + 1)
+    in_window = _all_pages(finance, window)
+    expected = [summary for summary in everything if summary.occurred_at.seconds == times[0]]
+    assert in_window == expected and len(expected) < len(everything)
+
+
+def test_list_settlement_instructions_is_for_ops_and_finance_and_refuses_bad_requests(
+    stub_for: StubFor, session_factory: SessionFactory
+) -> None:
+    _settle_two_games(session_factory)
+    with pytest.raises(grpc.RpcError) as error:
+        stub_for("p1").ListSettlementInstructions(scoring_service_pb2.ListSettlementInstructionsRequest())
+    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finance = stub_for("auditor", ("finance",))
+    first = finance.ListSettlementInstructions(
+        scoring_service_pb2.ListSettlementInstructionsRequest(page_size=1)
+    )
+    assert first.next_page_token
+    backwards = scoring_service_pb2.ListSettlementInstructionsRequest()
+    getattr(backwards, "from").FromSeconds(2_000_000_000)
+    backwards.to.FromSeconds(1_000_000_000)
+    out_of_range = scoring_service_pb2.ListSettlementInstructionsRequest()
+    getattr(out_of_range, "from").seconds = 2**40
+    for request, message in [
+        (scoring_service_pb2.ListSettlementInstructionsRequest(page_size=-1), "page_size"),
+        (scoring_service_pb2.ListSettlementInstructionsRequest(page_size=5_001), "page_size"),
+        (scoring_service_pb2.ListSettlementInstructionsRequest(table_id="x" * 201), "table_id"),
+        (backwards, "is after to"),
+        (out_of_range, "from must be a time"),
+        (scoring_service_pb2.ListSettlementInstructionsRequest(page_token="not a token"), "malformed"),
+        (
+            scoring_service_pb2.ListSettlementInstructionsRequest(
+                table_id="table-1", page_token=first.next_page_token
+            ),
+            "another query",
+        ),
+    ]:
+        with pytest.raises(grpc.RpcError) as error:
+            finance.ListSettlementInstructions(request)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
+        assert message in (error.value.details() or ""), (message, error.value.details())

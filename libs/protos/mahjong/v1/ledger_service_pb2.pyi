@@ -331,7 +331,9 @@ class ReconcileFinding(_message.Message):
     SUBJECT_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     check: _builtins.str
-    """"trial_balance", "game_sum", "posted_once", "matches_scoring"."""
+    """The check that failed: "trial_balance", "balance_matches_postings", "running_balance",
+    "not_negative", "transfer_sum", "kong_income", "game_sum", "posted_once" or "matches_scoring".
+    """
     subject: _builtins.str
     """What failed: an account, a game or an instruction id."""
     detail: _builtins.str
@@ -362,6 +364,9 @@ class ReconcileResponse(_message.Message):
     GAMES_CHECKED_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_CHECKED_FIELD_NUMBER: _builtins.int
     FINDINGS_FIELD_NUMBER: _builtins.int
+    FINDINGS_TRUNCATED_FIELD_NUMBER: _builtins.int
+    SCORING_CHECKED_FIELD_NUMBER: _builtins.int
+    RAKE_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     """True when every check passed (findings is empty)."""
     accounts_sum_beans: _builtins.int
@@ -370,9 +375,19 @@ class ReconcileResponse(_message.Message):
     """How many games the per-game checks covered."""
     instructions_checked: _builtins.int
     """How many settlement instructions were checked against scoring."""
+    findings_truncated: _builtins.bool
+    """True when findings were cut at the ledger's maximum (ok is false then)."""
+    scoring_checked: _builtins.bool
+    """True when the postings were compared with the scoring service's instructions
+    (matches_scoring); false when this ledger runs without a scoring service to ask.
+    """
     @_builtins.property
     def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReconcileFinding]:
         """Every failed check; empty when ok."""
+
+    @_builtins.property
+    def rake(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoomDayRake]:
+        """The rake the house took in the window, per room and UTC day of posting, in day then room order."""
 
     def __init__(
         self,
@@ -382,11 +397,48 @@ class ReconcileResponse(_message.Message):
         games_checked: _builtins.int = ...,
         instructions_checked: _builtins.int = ...,
         findings: _abc.Iterable[Global___ReconcileFinding] | None = ...,
+        findings_truncated: _builtins.bool = ...,
+        scoring_checked: _builtins.bool = ...,
+        rake: _abc.Iterable[Global___RoomDayRake] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts_sum_beans", b"accounts_sum_beans", "findings", b"findings", "games_checked", b"games_checked", "instructions_checked", b"instructions_checked", "ok", b"ok"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts_sum_beans", b"accounts_sum_beans", "findings", b"findings", "findings_truncated", b"findings_truncated", "games_checked", b"games_checked", "instructions_checked", b"instructions_checked", "ok", b"ok", "rake", b"rake", "scoring_checked", b"scoring_checked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReconcileResponse: _TypeAlias = ReconcileResponse  # noqa: Y015
+
+@_typing.final
+class RoomDayRake(_message.Message):
+    """The rake one room took on one UTC day."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAY_FIELD_NUMBER: _builtins.int
+    ROOM_ID_FIELD_NUMBER: _builtins.int
+    RAKE_BEANS_FIELD_NUMBER: _builtins.int
+    GAMES_FIELD_NUMBER: _builtins.int
+    day: _builtins.str
+    """The day, "YYYY-MM-DD" (UTC)."""
+    room_id: _builtins.str
+    """The room."""
+    rake_beans: _builtins.int
+    """Beans credited to "house:rake" by that room's settlements that day."""
+    games: _builtins.int
+    """How many games paid them."""
+    def __init__(
+        self,
+        *,
+        day: _builtins.str = ...,
+        room_id: _builtins.str = ...,
+        rake_beans: _builtins.int = ...,
+        games: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["day", b"day", "games", b"games", "rake_beans", b"rake_beans", "room_id", b"room_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoomDayRake: _TypeAlias = RoomDayRake  # noqa: Y015

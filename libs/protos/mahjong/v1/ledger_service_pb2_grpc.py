@@ -100,7 +100,9 @@ class LedgerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reconcile(self, request, context):
-        """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only.
+        """Trial balance, per-game checks and the comparison of the postings with the scoring service's
+        instructions (ARCHITECTURE.md "Money: the ledger"), and the rake per room per day.
+        Ops/finance only; UNAVAILABLE when the scoring service does not answer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -49,7 +49,10 @@ class LedgerServiceStub:
     GetGameStatement: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.GetGameStatementRequest, _ledger_service_pb2.GetGameStatementResponse]
     """Every transfer of one game and the net per account. Ops/finance, or a player of that game."""
     Reconcile: _grpc.UnaryUnaryMultiCallable[_ledger_service_pb2.ReconcileRequest, _ledger_service_pb2.ReconcileResponse]
-    """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only."""
+    """Trial balance, per-game checks and the comparison of the postings with the scoring service's
+    instructions (ARCHITECTURE.md "Money: the ledger"), and the rake per room per day.
+    Ops/finance only; UNAVAILABLE when the scoring service does not answer.
+    """
 
 @_typing.type_check_only
 class LedgerServiceAsyncStub(LedgerServiceStub):
@@ -70,7 +73,10 @@ class LedgerServiceAsyncStub(LedgerServiceStub):
     GetGameStatement: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.GetGameStatementRequest, _ledger_service_pb2.GetGameStatementResponse]  # type: ignore[assignment]
     """Every transfer of one game and the net per account. Ops/finance, or a player of that game."""
     Reconcile: _aio.UnaryUnaryMultiCallable[_ledger_service_pb2.ReconcileRequest, _ledger_service_pb2.ReconcileResponse]  # type: ignore[assignment]
-    """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only."""
+    """Trial balance, per-game checks and the comparison of the postings with the scoring service's
+    instructions (ARCHITECTURE.md "Money: the ledger"), and the rake per room per day.
+    Ops/finance only; UNAVAILABLE when the scoring service does not answer.
+    """
 
 class LedgerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Bean accounts and double-entry postings (ARCHITECTURE.md "Money: the ledger"). Every call needs
@@ -118,6 +124,9 @@ class LedgerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _ledger_service_pb2.ReconcileRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_ledger_service_pb2.ReconcileResponse, _abc.Awaitable[_ledger_service_pb2.ReconcileResponse]]:
-        """Trial balance and per-game checks (ARCHITECTURE.md "Money: the ledger"). Ops/finance only."""
+        """Trial balance, per-game checks and the comparison of the postings with the scoring service's
+        instructions (ARCHITECTURE.md "Money: the ledger"), and the rake per room per day.
+        Ops/finance only; UNAVAILABLE when the scoring service does not answer.
+        """
 
 def add_LedgerServiceServicer_to_server(servicer: LedgerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -22,31 +22,38 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from mahjong.v1 import common_pb2 as mahjong_dot_v1_dot_common__pb2
 from mahjong.v1 import settlement_events_pb2 as mahjong_dot_v1_dot_settlement__events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n mahjong/v1/scoring_service.proto\x12\nmahjong.v1\x1a\x17mahjong/v1/common.proto\x1a\"mahjong/v1/settlement_events.proto\"\xa2\x03\n\x13\x45valuateHandRequest\x12$\n\x07variant\x18\x01 \x01(\x0e\x32\x13.mahjong.v1.Variant\x12\x11\n\tconcealed\x18\x02 \x01(\t\x12\x1f\n\x05melds\x18\x03 \x03(\x0b\x32\x10.mahjong.v1.Meld\x12\x10\n\x08win_tile\x18\x04 \x01(\t\x12!\n\x06win_by\x18\x05 \x01(\x0e\x32\x11.mahjong.v1.WinBy\x12\x12\n\nafter_kong\x18\x06 \x01(\x08\x12\x11\n\tlast_tile\x18\x07 \x01(\x08\x12\x12\n\nfirst_turn\x18\x08 \x01(\x08\x12\x0e\n\x06\x64\x65\x61ler\x18\t \x01(\x08\x12\x14\n\x0cmissing_suit\x18\n \x01(\t\x12\x12\n\ncap_points\x18\x0b \x01(\x03\x12\x17\n\x0fself_draw_bonus\x18\x0c \x01(\t\x12\x10\n\x08wildcard\x18\x14 \x01(\t\x12\x0f\n\x07\x66lowers\x18\x15 \x01(\x05\x12\x13\n\x0b\x66ourth_tile\x18\x16 \x01(\x08\x12\x11\n\tseat_wind\x18\x17 \x01(\t\x12\x12\n\nround_wind\x18\x18 \x01(\t\x12\x0f\n\x07min_fan\x18\x19 \x01(\x05\"\xa6\x01\n\x14\x45valuateHandResponse\x12\x0b\n\x03win\x18\x01 \x01(\x08\x12\x12\n\nmultiplier\x18\x02 \x01(\x03\x12\x1d\n\x04\x66\x61ns\x18\x03 \x03(\x0b\x32\x0f.mahjong.v1.Fan\x12\x0b\n\x03\x66\x61n\x18\x04 \x01(\x05\x12\x11\n\tmeets_min\x18\x05 \x01(\x08\x12\x14\n\x0cwildcards_as\x18\x06 \x03(\t\x12\x18\n\x10points_per_payer\x18\x07 \x01(\x03\"\xdd\x01\n\x10ListWaitsRequest\x12$\n\x07variant\x18\x01 \x01(\x0e\x32\x13.mahjong.v1.Variant\x12\x11\n\tconcealed\x18\x02 \x01(\t\x12\x1f\n\x05melds\x18\x03 \x03(\x0b\x32\x10.mahjong.v1.Meld\x12\x14\n\x0cmissing_suit\x18\x04 \x01(\t\x12\x10\n\x08wildcard\x18\x14 \x01(\t\x12\x0f\n\x07\x66lowers\x18\x15 \x01(\x05\x12\x11\n\tseat_wind\x18\x17 \x01(\t\x12\x12\n\nround_wind\x18\x18 \x01(\t\x12\x0f\n\x07min_fan\x18\x19 \x01(\x05\"}\n\x04Wait\x12\x0c\n\x04tile\x18\x01 \x01(\t\x12\x12\n\nmultiplier\x18\x02 \x01(\x03\x12\x1d\n\x04\x66\x61ns\x18\x03 \x03(\x0b\x32\x0f.mahjong.v1.Fan\x12\x0b\n\x03\x66\x61n\x18\x04 \x01(\x05\x12\x11\n\tmeets_min\x18\x05 \x01(\x08\x12\x14\n\x0cwildcards_as\x18\x06 \x03(\t\"C\n\x11ListWaitsResponse\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x1f\n\x05waits\x18\x02 \x03(\x0b\x32\x10.mahjong.v1.Wait\",\n\x18GetGameSettlementRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\x9d\x01\n\x19GetGameSettlementResponse\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12/\n\x05lines\x18\x02 \x03(\x0b\x32 .mahjong.v1.SettlementInstructed\x12,\n\x06totals\x18\x03 \x03(\x0b\x32\x1c.mahjong.v1.PlayerSettlement\x12\x0f\n\x07settled\x18\x04 \x01(\x08\x32\x8f\x02\n\x0eScoringService\x12Q\n\x0c\x45valuateHand\x12\x1f.mahjong.v1.EvaluateHandRequest\x1a .mahjong.v1.EvaluateHandResponse\x12H\n\tListWaits\x12\x1c.mahjong.v1.ListWaitsRequest\x1a\x1d.mahjong.v1.ListWaitsResponse\x12`\n\x11GetGameSettlement\x12$.mahjong.v1.GetGameSettlementRequest\x1a%.mahjong.v1.GetGameSettlementResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n mahjong/v1/scoring_service.proto\x12\nmahjong.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17mahjong/v1/common.proto\x1a\"mahjong/v1/settlement_events.proto\"\xa2\x03\n\x13\x45valuateHandRequest\x12$\n\x07variant\x18\x01 \x01(\x0e\x32\x13.mahjong.v1.Variant\x12\x11\n\tconcealed\x18\x02 \x01(\t\x12\x1f\n\x05melds\x18\x03 \x03(\x0b\x32\x10.mahjong.v1.Meld\x12\x10\n\x08win_tile\x18\x04 \x01(\t\x12!\n\x06win_by\x18\x05 \x01(\x0e\x32\x11.mahjong.v1.WinBy\x12\x12\n\nafter_kong\x18\x06 \x01(\x08\x12\x11\n\tlast_tile\x18\x07 \x01(\x08\x12\x12\n\nfirst_turn\x18\x08 \x01(\x08\x12\x0e\n\x06\x64\x65\x61ler\x18\t \x01(\x08\x12\x14\n\x0cmissing_suit\x18\n \x01(\t\x12\x12\n\ncap_points\x18\x0b \x01(\x03\x12\x17\n\x0fself_draw_bonus\x18\x0c \x01(\t\x12\x10\n\x08wildcard\x18\x14 \x01(\t\x12\x0f\n\x07\x66lowers\x18\x15 \x01(\x05\x12\x13\n\x0b\x66ourth_tile\x18\x16 \x01(\x08\x12\x11\n\tseat_wind\x18\x17 \x01(\t\x12\x12\n\nround_wind\x18\x18 \x01(\t\x12\x0f\n\x07min_fan\x18\x19 \x01(\x05\"\xa6\x01\n\x14\x45valuateHandResponse\x12\x0b\n\x03win\x18\x01 \x01(\x08\x12\x12\n\nmultiplier\x18\x02 \x01(\x03\x12\x1d\n\x04\x66\x61ns\x18\x03 \x03(\x0b\x32\x0f.mahjong.v1.Fan\x12\x0b\n\x03\x66\x61n\x18\x04 \x01(\x05\x12\x11\n\tmeets_min\x18\x05 \x01(\x08\x12\x14\n\x0cwildcards_as\x18\x06 \x03(\t\x12\x18\n\x10points_per_payer\x18\x07 \x01(\x03\"\xdd\x01\n\x10ListWaitsRequest\x12$\n\x07variant\x18\x01 \x01(\x0e\x32\x13.mahjong.v1.Variant\x12\x11\n\tconcealed\x18\x02 \x01(\t\x12\x1f\n\x05melds\x18\x03 \x03(\x0b\x32\x10.mahjong.v1.Meld\x12\x14\n\x0cmissing_suit\x18\x04 \x01(\t\x12\x10\n\x08wildcard\x18\x14 \x01(\t\x12\x0f\n\x07\x66lowers\x18\x15 \x01(\x05\x12\x11\n\tseat_wind\x18\x17 \x01(\t\x12\x12\n\nround_wind\x18\x18 \x01(\t\x12\x0f\n\x07min_fan\x18\x19 \x01(\x05\"}\n\x04Wait\x12\x0c\n\x04tile\x18\x01 \x01(\t\x12\x12\n\nmultiplier\x18\x02 \x01(\x03\x12\x1d\n\x04\x66\x61ns\x18\x03 \x03(\x0b\x32\x0f.mahjong.v1.Fan\x12\x0b\n\x03\x66\x61n\x18\x04 \x01(\x05\x12\x11\n\tmeets_min\x18\x05 \x01(\x08\x12\x14\n\x0cwildcards_as\x18\x06 \x03(\t\"C\n\x11ListWaitsResponse\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x1f\n\x05waits\x18\x02 \x03(\x0b\x32\x10.mahjong.v1.Wait\",\n\x18GetGameSettlementRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\x9d\x01\n\x19GetGameSettlementResponse\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12/\n\x05lines\x18\x02 \x03(\x0b\x32 .mahjong.v1.SettlementInstructed\x12,\n\x06totals\x18\x03 \x03(\x0b\x32\x1c.mahjong.v1.PlayerSettlement\x12\x0f\n\x07settled\x18\x04 \x01(\x08\"\xae\x01\n!ListSettlementInstructionsRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12(\n\x04\x66rom\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02to\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\x92\x01\n\x1cSettlementInstructionSummary\x12\x16\n\x0einstruction_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x17\n\x0frequested_beans\x18\x03 \x01(\x03\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"}\n\"ListSettlementInstructionsResponse\x12>\n\x0cinstructions\x18\x01 \x03(\x0b\x32(.mahjong.v1.SettlementInstructionSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x8c\x03\n\x0eScoringService\x12Q\n\x0c\x45valuateHand\x12\x1f.mahjong.v1.EvaluateHandRequest\x1a .mahjong.v1.EvaluateHandResponse\x12H\n\tListWaits\x12\x1c.mahjong.v1.ListWaitsRequest\x1a\x1d.mahjong.v1.ListWaitsResponse\x12`\n\x11GetGameSettlement\x12$.mahjong.v1.GetGameSettlementRequest\x1a%.mahjong.v1.GetGameSettlementResponse\x12{\n\x1aListSettlementInstructions\x12-.mahjong.v1.ListSettlementInstructionsRequest\x1a..mahjong.v1.ListSettlementInstructionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mahjong.v1.scoring_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EVALUATEHANDREQUEST']._serialized_start=110
-  _globals['_EVALUATEHANDREQUEST']._serialized_end=528
-  _globals['_EVALUATEHANDRESPONSE']._serialized_start=531
-  _globals['_EVALUATEHANDRESPONSE']._serialized_end=697
-  _globals['_LISTWAITSREQUEST']._serialized_start=700
-  _globals['_LISTWAITSREQUEST']._serialized_end=921
-  _globals['_WAIT']._serialized_start=923
-  _globals['_WAIT']._serialized_end=1048
-  _globals['_LISTWAITSRESPONSE']._serialized_start=1050
-  _globals['_LISTWAITSRESPONSE']._serialized_end=1117
-  _globals['_GETGAMESETTLEMENTREQUEST']._serialized_start=1119
-  _globals['_GETGAMESETTLEMENTREQUEST']._serialized_end=1163
-  _globals['_GETGAMESETTLEMENTRESPONSE']._serialized_start=1166
-  _globals['_GETGAMESETTLEMENTRESPONSE']._serialized_end=1323
-  _globals['_SCORINGSERVICE']._serialized_start=1326
-  _globals['_SCORINGSERVICE']._serialized_end=1597
+  _globals['_EVALUATEHANDREQUEST']._serialized_start=143
+  _globals['_EVALUATEHANDREQUEST']._serialized_end=561
+  _globals['_EVALUATEHANDRESPONSE']._serialized_start=564
+  _globals['_EVALUATEHANDRESPONSE']._serialized_end=730
+  _globals['_LISTWAITSREQUEST']._serialized_start=733
+  _globals['_LISTWAITSREQUEST']._serialized_end=954
+  _globals['_WAIT']._serialized_start=956
+  _globals['_WAIT']._serialized_end=1081
+  _globals['_LISTWAITSRESPONSE']._serialized_start=1083
+  _globals['_LISTWAITSRESPONSE']._serialized_end=1150
+  _globals['_GETGAMESETTLEMENTREQUEST']._serialized_start=1152
+  _globals['_GETGAMESETTLEMENTREQUEST']._serialized_end=1196
+  _globals['_GETGAMESETTLEMENTRESPONSE']._serialized_start=1199
+  _globals['_GETGAMESETTLEMENTRESPONSE']._serialized_end=1356
+  _globals['_LISTSETTLEMENTINSTRUCTIONSREQUEST']._serialized_start=1359
+  _globals['_LISTSETTLEMENTINSTRUCTIONSREQUEST']._serialized_end=1533
+  _globals['_SETTLEMENTINSTRUCTIONSUMMARY']._serialized_start=1536
+  _globals['_SETTLEMENTINSTRUCTIONSUMMARY']._serialized_end=1682
+  _globals['_LISTSETTLEMENTINSTRUCTIONSRESPONSE']._serialized_start=1684
+  _globals['_LISTSETTLEMENTINSTRUCTIONSRESPONSE']._serialized_end=1809
+  _globals['_SCORINGSERVICE']._serialized_start=1812
+  _globals['_SCORINGSERVICE']._serialized_end=2208
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ ScoringService: the rules library over gRPC, and each game's settlement."""
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from mahjong.v1 import common_pb2 as _common_pb2
 from mahjong.v1 import settlement_events_pb2 as _settlement_events_pb2
@@ -353,3 +354,107 @@ class GetGameSettlementResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetGameSettlementResponse: _TypeAlias = GetGameSettlementResponse  # noqa: Y015
+
+@_typing.final
+class ListSettlementInstructionsRequest(_message.Message):
+    """Which instructions to list: one game, a window of occurrence times, or both (all unset: every
+    instruction). Pages come in instruction id order; a page token is only valid with the same
+    table_id, from and to.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_ID_FIELD_NUMBER: _builtins.int
+    FROM_FIELD_NUMBER: _builtins.int
+    TO_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    table_id: _builtins.str
+    """Only this game's instructions; "" = every game. At most 200 characters."""
+    page_size: _builtins.int
+    """Instructions per page, 1..5000 (0 or unset: 1000; more is INVALID_ARGUMENT)."""
+    page_token: _builtins.str
+    """Opaque; the next_page_token of the previous response, unchanged. "" = the first page."""
+    @_builtins.property
+    def to(self) -> _timestamp_pb2.Timestamp:
+        """End of the window (exclusive, UTC); unset: open. from must not be after to."""
+
+    def __init__(
+        self,
+        *,
+        table_id: _builtins.str = ...,
+        to: _timestamp_pb2.Timestamp | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "to", b"to"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "page_size", b"page_size", "page_token", b"page_token", "table_id", b"table_id", "to", b"to"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSettlementInstructionsRequest: _TypeAlias = ListSettlementInstructionsRequest  # noqa: Y015
+
+@_typing.final
+class SettlementInstructionSummary(_message.Message):
+    """One settlement instruction as scoring emitted it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTRUCTION_ID_FIELD_NUMBER: _builtins.int
+    TABLE_ID_FIELD_NUMBER: _builtins.int
+    REQUESTED_BEANS_FIELD_NUMBER: _builtins.int
+    OCCURRED_AT_FIELD_NUMBER: _builtins.int
+    instruction_id: _builtins.str
+    """The instruction id (the ledger's idempotency key for it)."""
+    table_id: _builtins.str
+    """The game it settles."""
+    requested_beans: _builtins.int
+    """The beans it asked for over all its payees (before balance limits: the ledger may post less)."""
+    @_builtins.property
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """When its SettlementInstructed event occurred (UTC)."""
+
+    def __init__(
+        self,
+        *,
+        instruction_id: _builtins.str = ...,
+        table_id: _builtins.str = ...,
+        requested_beans: _builtins.int = ...,
+        occurred_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["occurred_at", b"occurred_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instruction_id", b"instruction_id", "occurred_at", b"occurred_at", "requested_beans", b"requested_beans", "table_id", b"table_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SettlementInstructionSummary: _TypeAlias = SettlementInstructionSummary  # noqa: Y015
+
+@_typing.final
+class ListSettlementInstructionsResponse(_message.Message):
+    """One page of instructions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTRUCTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token for the next page; empty on the last page."""
+    @_builtins.property
+    def instructions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SettlementInstructionSummary]:
+        """In instruction id order."""
+
+    def __init__(
+        self,
+        *,
+        instructions: _abc.Iterable[Global___SettlementInstructionSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSettlementInstructionsResponse: _TypeAlias = ListSettlementInstructionsResponse  # noqa: Y015

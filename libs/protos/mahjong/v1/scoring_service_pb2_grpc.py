@@ -26,9 +26,10 @@ if _version_not_supported:
 
 
 class ScoringServiceStub:
-    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
-    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
-    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game), each
+    game's settlement (GetGameSettlement: the game's players and ops/finance) and the instructions
+    of a game or a time window (ListSettlementInstructions: ops/finance only, for reconciliation).
+    Every call needs a bearer JWT; a malformed request is INVALID_ARGUMENT.
     """
 
     def __init__(self, channel):
@@ -52,12 +53,18 @@ class ScoringServiceStub:
                 request_serializer=mahjong_dot_v1_dot_scoring__service__pb2.GetGameSettlementRequest.SerializeToString,
                 response_deserializer=mahjong_dot_v1_dot_scoring__service__pb2.GetGameSettlementResponse.FromString,
                 _registered_method=True)
+        self.ListSettlementInstructions = channel.unary_unary(
+                '/mahjong.v1.ScoringService/ListSettlementInstructions',
+                request_serializer=mahjong_dot_v1_dot_scoring__service__pb2.ListSettlementInstructionsRequest.SerializeToString,
+                response_deserializer=mahjong_dot_v1_dot_scoring__service__pb2.ListSettlementInstructionsResponse.FromString,
+                _registered_method=True)
 
 
 class ScoringServiceServicer:
-    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
-    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
-    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game), each
+    game's settlement (GetGameSettlement: the game's players and ops/finance) and the instructions
+    of a game or a time window (ListSettlementInstructions: ops/finance only, for reconciliation).
+    Every call needs a bearer JWT; a malformed request is INVALID_ARGUMENT.
     """
 
     def EvaluateHand(self, request, context):
@@ -82,6 +89,15 @@ class ScoringServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSettlementInstructions(self, request, context):
+        """Every settlement instruction scoring emitted for one game or in a time window, with the beans
+        it asked for, a page at a time: what LedgerService.Reconcile compares the postings with.
+        Ops/finance only; others PERMISSION_DENIED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ScoringServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -100,6 +116,11 @@ def add_ScoringServiceServicer_to_server(servicer, server):
                     request_deserializer=mahjong_dot_v1_dot_scoring__service__pb2.GetGameSettlementRequest.FromString,
                     response_serializer=mahjong_dot_v1_dot_scoring__service__pb2.GetGameSettlementResponse.SerializeToString,
             ),
+            'ListSettlementInstructions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSettlementInstructions,
+                    request_deserializer=mahjong_dot_v1_dot_scoring__service__pb2.ListSettlementInstructionsRequest.FromString,
+                    response_serializer=mahjong_dot_v1_dot_scoring__service__pb2.ListSettlementInstructionsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mahjong.v1.ScoringService', rpc_method_handlers)
@@ -109,9 +130,10 @@ def add_ScoringServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ScoringService:
-    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
-    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
-    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game), each
+    game's settlement (GetGameSettlement: the game's players and ops/finance) and the instructions
+    of a game or a time window (ListSettlementInstructions: ops/finance only, for reconciliation).
+    Every call needs a bearer JWT; a malformed request is INVALID_ARGUMENT.
     """
 
     @staticmethod
@@ -185,6 +207,33 @@ class ScoringService:
             '/mahjong.v1.ScoringService/GetGameSettlement',
             mahjong_dot_v1_dot_scoring__service__pb2.GetGameSettlementRequest.SerializeToString,
             mahjong_dot_v1_dot_scoring__service__pb2.GetGameSettlementResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSettlementInstructions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mahjong.v1.ScoringService/ListSettlementInstructions',
+            mahjong_dot_v1_dot_scoring__service__pb2.ListSettlementInstructionsRequest.SerializeToString,
+            mahjong_dot_v1_dot_scoring__service__pb2.ListSettlementInstructionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,9 +27,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ScoringServiceStub:
-    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
-    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
-    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game), each
+    game's settlement (GetGameSettlement: the game's players and ops/finance) and the instructions
+    of a game or a time window (ListSettlementInstructions: ops/finance only, for reconciliation).
+    Every call needs a bearer JWT; a malformed request is INVALID_ARGUMENT.
     """
 
     @_typing.overload
@@ -44,12 +45,18 @@ class ScoringServiceStub:
     """Every settlement line of a game with its reason and fans, and the totals. The game's players
     and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
     """
+    ListSettlementInstructions: _grpc.UnaryUnaryMultiCallable[_scoring_service_pb2.ListSettlementInstructionsRequest, _scoring_service_pb2.ListSettlementInstructionsResponse]
+    """Every settlement instruction scoring emitted for one game or in a time window, with the beans
+    it asked for, a page at a time: what LedgerService.Reconcile compares the postings with.
+    Ops/finance only; others PERMISSION_DENIED.
+    """
 
 @_typing.type_check_only
 class ScoringServiceAsyncStub(ScoringServiceStub):
-    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
-    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
-    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game), each
+    game's settlement (GetGameSettlement: the game's players and ops/finance) and the instructions
+    of a game or a time window (ListSettlementInstructions: ops/finance only, for reconciliation).
+    Every call needs a bearer JWT; a malformed request is INVALID_ARGUMENT.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -61,11 +68,17 @@ class ScoringServiceAsyncStub(ScoringServiceStub):
     """Every settlement line of a game with its reason and fans, and the totals. The game's players
     and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
     """
+    ListSettlementInstructions: _aio.UnaryUnaryMultiCallable[_scoring_service_pb2.ListSettlementInstructionsRequest, _scoring_service_pb2.ListSettlementInstructionsResponse]  # type: ignore[assignment]
+    """Every settlement instruction scoring emitted for one game or in a time window, with the beans
+    it asked for, a page at a time: what LedgerService.Reconcile compares the postings with.
+    Ops/finance only; others PERMISSION_DENIED.
+    """
 
 class ScoringServiceServicer(metaclass=_abc_1.ABCMeta):
-    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game) and each
-    game's settlement (GetGameSettlement: the game's players and ops/finance). Every call needs a
-    bearer JWT; a malformed hand is INVALID_ARGUMENT.
+    """The rules library over gRPC (EvaluateHand, ListWaits: any caller, they read no game), each
+    game's settlement (GetGameSettlement: the game's players and ops/finance) and the instructions
+    of a game or a time window (ListSettlementInstructions: ops/finance only, for reconciliation).
+    Every call needs a bearer JWT; a malformed request is INVALID_ARGUMENT.
     """
 
     @_abc_1.abstractmethod
@@ -92,6 +105,17 @@ class ScoringServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_scoring_service_pb2.GetGameSettlementResponse, _abc.Awaitable[_scoring_service_pb2.GetGameSettlementResponse]]:
         """Every settlement line of a game with its reason and fans, and the totals. The game's players
         and ops/finance; others PERMISSION_DENIED, an unknown game NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSettlementInstructions(
+        self,
+        request: _scoring_service_pb2.ListSettlementInstructionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scoring_service_pb2.ListSettlementInstructionsResponse, _abc.Awaitable[_scoring_service_pb2.ListSettlementInstructionsResponse]]:
+        """Every settlement instruction scoring emitted for one game or in a time window, with the beans
+        it asked for, a page at a time: what LedgerService.Reconcile compares the postings with.
+        Ops/finance only; others PERMISSION_DENIED.
         """
 
 def add_ScoringServiceServicer_to_server(servicer: ScoringServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
