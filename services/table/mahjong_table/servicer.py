@@ -11,11 +11,14 @@ see; the ops role watches with full information (ARCHITECTURE.md "Identity and h
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import functools
+import logging
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -24,17 +27,25 @@ from typing import TypeVar
 import grpc
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
-from mahjong_platform.aio_grpc_server import reject
+from mahjong_platform.aio_grpc_server import REJECTIONS, reject
 from mahjong_platform.auth import EVERY_CALLER, OPS_ONLY, current_identity, role_table
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
-from mahjong_platform.errors import ConflictError, ErrorMapping, InvalidArgumentError, PermissionDeniedError
+from mahjong_platform.errors import (
+    ConflictError,
+    ErrorMapping,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ServiceError,
+    bounded_text,
+    status_code_for,
+)
 from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import check_idempotency_key, request_digest
 from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
 
 from mahjong_table import codec
-from mahjong_table.commits import Deferral, Deferred, GroupCommitter, Rejection
+from mahjong_table.commits import Accepted, Deferral, Deferred, GroupCommitter, Rejection
 from mahjong_table.domain import commands
 from mahjong_table.domain.errors import InvalidCommandError, TableRuleError
 from mahjong_table.domain.events import NO_SEAT
@@ -45,7 +56,13 @@ from mahjong_table.visibility import CLAIM_WAIT_CAP_SECONDS, answer_envelopes, w
 
 METHOD_ROLES = role_table(
     messages.DESCRIPTOR.services_by_name["TableService"],
-    {"Act": EVERY_CALLER, "Watch": EVERY_CALLER, "GetView": EVERY_CALLER, "WatchView": EVERY_CALLER},
+    {
+        "Act": EVERY_CALLER,
+        "Watch": EVERY_CALLER,
+        "GetView": EVERY_CALLER,
+        "WatchView": EVERY_CALLER,
+        "Play": EVERY_CALLER,
+    },
 )
 """Who may call what (deny by default): every caller, then the handlers check the seat; only ``ops``
 watches with full information (``finance`` sees money, not hands)."""
@@ -58,6 +75,7 @@ WATCH_BATCH_EVENTS = 500
 WATCH_MAX_SECONDS = 4 * 3600.0
 STORE_READ_THREADS = 4
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 TABLE_ERROR_MAPPING: ErrorMapping = {
     InvalidCommandError: grpc.StatusCode.INVALID_ARGUMENT,
@@ -232,13 +250,21 @@ class TableWakeups:
             if not future.done():
                 future.set_result(None)
 
-    async def wait(self, table_id: str, seen_version: int, timeout_seconds: float) -> None:
-        """Return once the table is past `seen_version`, or after `timeout_seconds`."""
+    async def wait(
+        self,
+        table_id: str,
+        seen_version: int,
+        timeout_seconds: float,
+        future: asyncio.Future[None] | None = None,
+    ) -> None:
+        """Return once the table is past `seen_version`, or after `timeout_seconds`, or once
+        `future` (given: another reason to wake, say a Play stream's answer) is done."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         if self._changes.version(table_id) > seen_version:
             return
-        future: asyncio.Future[None] = loop.create_future()
+        if future is None:
+            future = loop.create_future()
         waiters = self._waiters.setdefault(table_id, [])
         waiters.append(future)
         timer = loop.call_later(timeout_seconds, _release, future)
@@ -260,8 +286,67 @@ def _release(future: asyncio.Future[None]) -> None:
 ACT_METHOD = "/mahjong.v1.TableService/Act"
 
 
+PLAY_METHOD = "/mahjong.v1.TableService/Play"
+PLAY_COMMANDS_IN_FLIGHT = 4
+"""Commands of one Play stream waiting for their answers at once (a player decides one at a time)."""
+PLAY_FINAL_ANSWERS_SECONDS = 5.0
+
+
 class _WindowHiddenError(Deferred):
     """A claim window that does not ask the actor opened before its command was decided."""
+
+
+class _Refused(Exception):
+    """A command the group committer refused (its status and message), on a Play stream."""
+
+    def __init__(self, status_code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+def _status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status and message a Play answer carries for `error`: what Act's error mapping answers
+    (an unexpected error is logged with a reference and is INTERNAL with only that reference)."""
+    if isinstance(error, _Refused):
+        return error.status_code, error.message
+    status_code = status_code_for(error, TABLE_ERROR_MAPPING)
+    if status_code is not None:
+        return status_code, error.message if isinstance(error, ServiceError) else bounded_text(str(error))
+    reference = uuid.uuid4().hex
+    logger.error(
+        "a Play command failed with an unexpected exception",
+        exc_info=error,
+        extra={"rpc_method": PLAY_METHOD, "status_code": "INTERNAL", "error_reference": reference},
+    )
+    return grpc.StatusCode.INTERNAL, f"internal error (reference {reference})"
+
+
+class _PlayStream:
+    """One Play stream's commands in flight and the answers not sent yet; an answer wakes the
+    stream's feed (`wake_on`, the future its wait is on)."""
+
+    def __init__(self) -> None:
+        self.answers: collections.deque[messages.PlayAnswer] = collections.deque()
+        self.in_flight = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.wake_on: asyncio.Future[None] | None = None
+
+    def answered(self, answer: messages.PlayAnswer) -> None:
+        self.in_flight -= 1
+        self._send(answer)
+
+    def refuse(self, idempotency_key: str, status_code: grpc.StatusCode, message: str) -> None:
+        REJECTIONS.count(PLAY_METHOD, status_code)
+        self._send(
+            messages.PlayAnswer(idempotency_key=idempotency_key, code=status_code.value[0], message=message)
+        )
+
+    def _send(self, answer: messages.PlayAnswer) -> None:
+        self.answers.append(answer)
+        future = self.wake_on
+        if future is not None and not future.done():
+            future.set_result(None)
 
 
 class TableServicer(table_service_pb2_grpc.TableServiceServicer):
@@ -356,10 +441,22 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         _state, seat = await self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("only a seated player can act at a table")
+        wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
+        outcome = await self._decided(request, seat, wait_until)
+        if isinstance(outcome, Rejection):
+            # An expected refusal (the table moved on, not your turn): counted, not logged or raised.
+            reject(context, outcome.status_code, outcome.message, ACT_METHOD)
+            return messages.ActResponse()
+        return messages.ActResponse.FromString(outcome.answer)
+
+    async def _decided(
+        self, request: messages.ActRequest, seat: int, wait_until: float
+    ) -> Accepted | Rejection:
+        """Decide and commit one command of `seat` (Act's and Play's common path): waited while a
+        claim window that does not ask the seat is open, answered as `visibility` says."""
         command = command_from_request(request, seat)
         expected_sequence = request.expected_sequence
         table_id = request.table_id
-        wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
 
         def command_for(current: TableState) -> commands.TableCommand:
             if window_hidden_from(current, seat):
@@ -384,12 +481,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 self._committer.submit(table_id, command_for, answer_of, idempotency=idempotency)
             )
             if not isinstance(outcome, Deferral):
-                break
-        if isinstance(outcome, Rejection):
-            # An expected refusal (the table moved on, not your turn): counted, not logged or raised.
-            reject(context, outcome.status_code, outcome.message, ACT_METHOD)
-            return messages.ActResponse()
-        return messages.ActResponse.FromString(outcome.answer)
+                return outcome
 
     async def Watch(
         self, request: messages.WatchRequest, context: grpc.aio.ServicerContext
@@ -484,40 +576,158 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         _state, seat = await self._caller_seat(request.table_id)
         if seat is None:
             raise PermissionDeniedError("WatchView follows a seat's view; ops use Watch for full information")
-        after_seat_sequence = request.after_sequence
+        self._presence.connected(request.table_id, seat)
+        try:
+            async for update in self._view_updates(request.table_id, seat, request.after_sequence):
+                if update is not None:
+                    yield update
+        finally:
+            self._presence.disconnected(request.table_id, seat)
+
+    async def _view_updates(
+        self, table_id: str, seat: int, after_seat_sequence: int, play: _PlayStream | None = None
+    ) -> AsyncIterator[messages.TableUpdate | None]:
+        """A seat's feed (WatchView's, and Play's): the view now, then after every change the new
+        events with the view after them, until the game ends. With `play`, None is yielded when
+        the stream has answers to send, and no update is built while one of its commands is in
+        flight, so a command's answer always comes before any update after it, whether or not a
+        claim window delayed the command (`visibility`)."""
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
-        self._presence.connected(request.table_id, seat)
+        while time.monotonic() - started < WATCH_MAX_SECONDS:
+            if play is not None and play.answers:
+                yield None
+                continue
+            state = await self._state(table_id)
+            if window_hidden_from(state, seat):
+                # No update while a window that does not ask this seat is open: the discard then
+                # arrives with what followed it, exactly as when nobody could claim.
+                await self._wait(table_id, state.version, play)
+                continue
+            if not first and state.version <= stored_after:
+                await self._wait(table_id, stored_after, play)
+                continue
+            if play is not None and play.in_flight:
+                await self._wait(table_id, state.version, play)
+                continue
+            envelopes = await self._events_up_to(table_id, stored_after, state.version)
+            if envelopes is None:
+                # Never a view ahead of its events: look again once the store shows them.
+                await self._wait(table_id, state.version, play)
+                continue
+            stored_after = state.version
+            update = messages.TableUpdate()
+            for envelope in seat_envelopes(envelopes, seat, state.hidden_counts[seat]):
+                if envelope.sequence > after_seat_sequence:
+                    update.events.append(envelope)
+            after_seat_sequence = seat_sequence(state, seat)
+            update.view.CopyFrom(table_view_message(state, seat, await self._deadline_of(state)))
+            first = False
+            yield update
+            if state.is_over:
+                return
+
+    async def _wait(self, table_id: str, seen_version: int, play: _PlayStream | None) -> None:
+        """Until the table is past `seen_version` (or a poll interval passed), or, for a Play
+        stream, until it has an answer to send."""
+        if play is None:
+            await self._wakeups.wait(table_id, seen_version, WATCH_POLL_SECONDS)
+            return
+        if play.answers:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        play.wake_on = future
         try:
-            while time.monotonic() - started < WATCH_MAX_SECONDS:
-                state = await self._state(request.table_id)
-                if window_hidden_from(state, seat):
-                    # No update while a window that does not ask this seat is open: the discard then
-                    # arrives with what followed it, exactly as when nobody could claim.
-                    await self._wakeups.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
-                    continue
-                if not first and state.version <= stored_after:
-                    await self._wakeups.wait(request.table_id, stored_after, WATCH_POLL_SECONDS)
-                    continue
-                envelopes = await self._events_up_to(request.table_id, stored_after, state.version)
-                if envelopes is None:
-                    # Never a view ahead of its events: look again once the store shows them.
-                    await self._wakeups.wait(request.table_id, state.version, WATCH_POLL_SECONDS)
-                    continue
-                stored_after = state.version
-                update = messages.TableUpdate()
-                for envelope in seat_envelopes(envelopes, seat, state.hidden_counts[seat]):
-                    if envelope.sequence > after_seat_sequence:
-                        update.events.append(envelope)
-                after_seat_sequence = seat_sequence(state, seat)
-                update.view.CopyFrom(table_view_message(state, seat, await self._deadline_of(state)))
-                first = False
-                yield update
-                if state.is_over:
-                    return
+            await self._wakeups.wait(table_id, seen_version, WATCH_POLL_SECONDS, future)
         finally:
-            self._presence.disconnected(request.table_id, seat)
+            play.wake_on = None
+
+    async def Play(
+        self, requests: AsyncIterator[messages.PlayRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[messages.PlayResponse]:
+        iterator = requests.__aiter__()
+        try:
+            first = await iterator.__anext__()
+        except StopAsyncIteration:
+            raise InvalidArgumentError("a Play stream starts with an open request") from None
+        if first.WhichOneof("request") != "open":
+            raise InvalidArgumentError(
+                "the first request of a Play stream must be open (table_id, after_sequence)"
+            )
+        table_id, after_sequence = first.open.table_id, first.open.after_sequence
+        if after_sequence < 0:
+            raise InvalidArgumentError("after_sequence must not be negative")
+        _state, seat = await self._caller_seat(table_id)
+        if seat is None:
+            raise PermissionDeniedError(
+                "Play is a seated player's stream; ops use Watch for full information"
+            )
+        play = _PlayStream()
+        reader = asyncio.create_task(self._read_commands(iterator, table_id, seat, play))
+        self._presence.connected(table_id, seat)
+        try:
+            async for update in self._view_updates(table_id, seat, after_sequence, play):
+                while play.answers:
+                    yield messages.PlayResponse(answer=play.answers.popleft())
+                if update is not None:
+                    yield messages.PlayResponse(update=update)
+            # The game is over: the commands still in flight are answered (refused) first.
+            if play.tasks:
+                await asyncio.wait(set(play.tasks), timeout=PLAY_FINAL_ANSWERS_SECONDS)
+            while play.answers:
+                yield messages.PlayResponse(answer=play.answers.popleft())
+        finally:
+            reader.cancel()
+            for task in list(play.tasks):
+                task.cancel()  # as a cancelled Act: skipped unless its batch is being written
+            self._presence.disconnected(table_id, seat)
+
+    async def _read_commands(
+        self, requests: AsyncIterator[messages.PlayRequest], table_id: str, seat: int, play: _PlayStream
+    ) -> None:
+        """A Play stream's commands, each decided in a task of its own (at most
+        PLAY_COMMANDS_IN_FLIGHT at once), until the client stops sending."""
+        async for request in requests:
+            if request.WhichOneof("request") != "act":
+                play.refuse(
+                    "", grpc.StatusCode.INVALID_ARGUMENT, "after open, a Play stream takes act requests"
+                )
+                continue
+            if play.in_flight >= PLAY_COMMANDS_IN_FLIGHT:
+                play.refuse(
+                    request.act.idempotency_key,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"at most {PLAY_COMMANDS_IN_FLIGHT} commands of a Play stream may wait for answers",
+                )
+                continue
+            play.in_flight += 1
+            task = asyncio.create_task(self._play_command(request.act, table_id, seat, play))
+            play.tasks.add(task)
+            task.add_done_callback(play.tasks.discard)
+
+    async def _play_command(
+        self, request: messages.ActRequest, table_id: str, seat: int, play: _PlayStream
+    ) -> None:
+        """One command of a Play stream, answered as Act would answer it."""
+        answer = messages.PlayAnswer(idempotency_key=request.idempotency_key)
+        try:
+            if request.table_id and request.table_id != table_id:
+                raise InvalidArgumentError(
+                    f"this Play stream plays table {table_id}, not {request.table_id[:64]}"
+                )
+            request.table_id = table_id  # so the request digest is Act's for the same command
+            check_idempotency_key(request.idempotency_key, IDEMPOTENCY_KEY_MAX_LENGTH)
+            outcome = await self._decided(request, seat, time.monotonic() + CLAIM_WAIT_CAP_SECONDS)
+            if isinstance(outcome, Rejection):
+                raise _Refused(outcome.status_code, outcome.message)
+            answer.result.ParseFromString(outcome.answer)
+        except Exception as error:
+            code, message = _status_of(error)
+            answer.code, answer.message = code.value[0], message
+            if code != grpc.StatusCode.INTERNAL:
+                REJECTIONS.count(PLAY_METHOD, code)
+        play.answered(answer)
 
     async def GetView(
         self, request: messages.GetViewRequest, context: grpc.aio.ServicerContext

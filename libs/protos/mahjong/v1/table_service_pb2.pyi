@@ -387,6 +387,113 @@ class WatchViewRequest(_message.Message):
 Global___WatchViewRequest: _TypeAlias = WatchViewRequest  # noqa: Y015
 
 @_typing.final
+class PlayRequest(_message.Message):
+    """What a player sends on a Play stream: first `open`, then commands."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPEN_FIELD_NUMBER: _builtins.int
+    ACT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def open(self) -> Global___WatchViewRequest:
+        """Which table to play (the caller must be seated there) and the sequence to resume after."""
+
+    @_builtins.property
+    def act(self) -> Global___ActRequest:
+        """A command, as for Act; its table_id must be the stream's table or empty (then the
+        stream's table is meant). Its idempotency_key is required and matches the answer.
+        """
+
+    def __init__(
+        self,
+        *,
+        open: Global___WatchViewRequest | None = ...,
+        act: Global___ActRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["act", b"act", "open", b"open", "request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["act", b"act", "open", b"open", "request", b"request"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["open", "act"]  # noqa: Y015
+    _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
+
+Global___PlayRequest: _TypeAlias = PlayRequest  # noqa: Y015
+
+@_typing.final
+class PlayResponse(_message.Message):
+    """What a Play stream sends: the seat's updates and the answers to its commands, in the order
+    they happen (an answer may come before or after the update showing its command's events).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_FIELD_NUMBER: _builtins.int
+    ANSWER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def update(self) -> Global___TableUpdate:
+        """The new events and the view after them, exactly as WatchView sends them."""
+
+    @_builtins.property
+    def answer(self) -> Global___PlayAnswer:
+        """The answer to one command sent on this stream."""
+
+    def __init__(
+        self,
+        *,
+        update: Global___TableUpdate | None = ...,
+        answer: Global___PlayAnswer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "response", b"response", "update", b"update"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "response", b"response", "update", b"update"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["update", "answer"]  # noqa: Y015
+    _WhichOneofArgType_response: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_response) -> _WhichOneofReturnType_response | None: ...
+
+Global___PlayResponse: _TypeAlias = PlayResponse  # noqa: Y015
+
+@_typing.final
+class PlayAnswer(_message.Message):
+    """The answer to one command of a Play stream: what Act would have answered."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    idempotency_key: _builtins.str
+    """The command's idempotency_key."""
+    code: _builtins.int
+    """0 (OK) when the command was applied, or had been applied under this key before; otherwise the
+    gRPC status code Act would have failed with (e.g. 9 FAILED_PRECONDITION, 10 ABORTED, 3
+    INVALID_ARGUMENT). A refused command changed nothing; the stream goes on.
+    """
+    message: _builtins.str
+    """When code is not 0: why, as Act's error message says it."""
+    @_builtins.property
+    def result(self) -> Global___ActResponse:
+        """When code is 0: Act's response (the sequence after the command, its events for the seat)."""
+
+    def __init__(
+        self,
+        *,
+        idempotency_key: _builtins.str = ...,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        result: Global___ActResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "idempotency_key", b"idempotency_key", "message", b"message", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlayAnswer: _TypeAlias = PlayAnswer  # noqa: Y015
+
+@_typing.final
 class TableUpdate(_message.Message):
     """One change of a seated player's feed."""
 

@@ -59,6 +59,11 @@ class TableServiceStub:
                 request_serializer=mahjong_dot_v1_dot_table__service__pb2.WatchViewRequest.SerializeToString,
                 response_deserializer=mahjong_dot_v1_dot_table__service__pb2.TableUpdate.FromString,
                 _registered_method=True)
+        self.Play = channel.stream_stream(
+                '/mahjong.v1.TableService/Play',
+                request_serializer=mahjong_dot_v1_dot_table__service__pb2.PlayRequest.SerializeToString,
+                response_deserializer=mahjong_dot_v1_dot_table__service__pb2.PlayResponse.FromString,
+                _registered_method=True)
 
 
 class TableServiceServicer:
@@ -101,6 +106,17 @@ class TableServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Play(self, request_iterator, context):
+        """A seated player's two-way stream: the first request opens it (which table, resumed after
+        which sequence), then WatchView's updates flow out and each command sent in is answered on
+        the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
+        decision is not a call of its own. Reopen after a failure with after_sequence = the last view
+        seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TableServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +139,11 @@ def add_TableServiceServicer_to_server(servicer, server):
                     servicer.WatchView,
                     request_deserializer=mahjong_dot_v1_dot_table__service__pb2.WatchViewRequest.FromString,
                     response_serializer=mahjong_dot_v1_dot_table__service__pb2.TableUpdate.SerializeToString,
+            ),
+            'Play': grpc.stream_stream_rpc_method_handler(
+                    servicer.Play,
+                    request_deserializer=mahjong_dot_v1_dot_table__service__pb2.PlayRequest.FromString,
+                    response_serializer=mahjong_dot_v1_dot_table__service__pb2.PlayResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -237,6 +258,33 @@ class TableService:
             '/mahjong.v1.TableService/WatchView',
             mahjong_dot_v1_dot_table__service__pb2.WatchViewRequest.SerializeToString,
             mahjong_dot_v1_dot_table__service__pb2.TableUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Play(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mahjong.v1.TableService/Play',
+            mahjong_dot_v1_dot_table__service__pb2.PlayRequest.SerializeToString,
+            mahjong_dot_v1_dot_table__service__pb2.PlayResponse.FromString,
             options,
             channel_credentials,
             insecure,

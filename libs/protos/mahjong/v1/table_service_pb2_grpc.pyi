@@ -54,6 +54,13 @@ class TableServiceStub:
     after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
     for the reconnect grace, like Watch.
     """
+    Play: _grpc.StreamStreamMultiCallable[_table_service_pb2.PlayRequest, _table_service_pb2.PlayResponse]
+    """A seated player's two-way stream: the first request opens it (which table, resumed after
+    which sequence), then WatchView's updates flow out and each command sent in is answered on
+    the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
+    decision is not a call of its own. Reopen after a failure with after_sequence = the last view
+    seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
+    """
 
 @_typing.type_check_only
 class TableServiceAsyncStub(TableServiceStub):
@@ -79,6 +86,13 @@ class TableServiceAsyncStub(TableServiceStub):
     for the seat) together with the view after them, until the game ends; resumable from
     after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
     for the reconnect grace, like Watch.
+    """
+    Play: _aio.StreamStreamMultiCallable[_table_service_pb2.PlayRequest, _table_service_pb2.PlayResponse]  # type: ignore[assignment]
+    """A seated player's two-way stream: the first request opens it (which table, resumed after
+    which sequence), then WatchView's updates flow out and each command sent in is answered on
+    the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
+    decision is not a call of its own. Reopen after a failure with after_sequence = the last view
+    seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
     """
 
 class TableServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -126,6 +140,19 @@ class TableServiceServicer(metaclass=_abc_1.ABCMeta):
         for the seat) together with the view after them, until the game ends; resumable from
         after_sequence. One stream instead of Watch plus a GetView per event. Counts as connected
         for the reconnect grace, like Watch.
+        """
+
+    @_abc_1.abstractmethod
+    def Play(
+        self,
+        request_iterator: _MaybeAsyncIterator[_table_service_pb2.PlayRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_table_service_pb2.PlayResponse], _abc.AsyncIterator[_table_service_pb2.PlayResponse]]:
+        """A seated player's two-way stream: the first request opens it (which table, resumed after
+        which sequence), then WatchView's updates flow out and each command sent in is answered on
+        the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
+        decision is not a call of its own. Reopen after a failure with after_sequence = the last view
+        seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
         """
 
 def add_TableServiceServicer_to_server(servicer: TableServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
