@@ -41,6 +41,7 @@ api-release: $(BUF)
 lint: setup $(BUF)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BUF) lint
 	$(BUF) breaking --against $(RELEASED_API)
 	$(BIN)/mypy libs/rules libs/platform libs/mjctl/mjctl $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))

@@ -1,0 +1,63 @@
+"""The layer contracts (issue 14) hold, in `make test` too (CI runs `make test`, not `make lint`).
+
+`lint-imports` checks the contracts of pyproject.toml's ``[tool.importlinter]``: the rules library
+and the table domain import no I/O, no service imports another, the platform imports no service,
+no service imports an entry point, and mjctl reaches services through their APIs except in the
+modules the contract names. The second test makes sure the check is not vacuous: the import graph
+it reads does see the packages and the external libraries the contracts forbid.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import grimp
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+CONTRACTS = {
+    "rules-pure",
+    "table-domain-pure",
+    "services-independent",
+    "platform-below-services",
+    "services-below-entry-points",
+    "mjctl-through-apis",
+}
+
+
+def configuration() -> dict[str, object]:
+    with (REPOSITORY / "pyproject.toml").open("rb") as file:
+        tool: dict[str, object] = tomllib.load(file)["tool"]["importlinter"]
+    return tool
+
+
+def test_every_layer_contract_is_kept() -> None:
+    contracts = configuration()["contracts"]
+    assert {contract["id"] for contract in contracts} == CONTRACTS  # type: ignore[attr-defined]
+    completed = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in completed.stdout
+
+
+def test_the_import_graph_sees_the_packages_and_the_libraries_the_contracts_forbid() -> None:
+    packages = configuration()["root_packages"]
+    graph = grimp.build_graph(*packages, include_external_packages=True)  # type: ignore[misc]
+    seen = [
+        ("mahjong_table.domain.rules_adapter", "mahjong_rules"),  # the domain uses the rules
+        ("mahjong_table.codec", "mahjong"),  # the codec, outside the domain, uses the protos
+        ("mahjong_ledger.repository", "sqlalchemy"),
+        ("mahjong_platform.grpc_server", "grpc"),
+        ("mahjong_platform.tracked_consumer", "kafka"),
+    ]
+    for importer, imported in seen:
+        seen_chain = graph.chain_exists(importer=importer, imported=imported, as_packages=True)
+        assert seen_chain, f"{importer} -> {imported} is not in the graph"
