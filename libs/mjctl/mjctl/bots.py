@@ -116,14 +116,6 @@ def choose_command(view: table_messages.TableView) -> table_messages.ActRequest 
 # ------------------------------------------------------------------------------------ player
 
 
-@dataclasses.dataclass
-class GameResult:
-    table_id: str
-    seat: int
-    summary: str
-    seconds: float
-
-
 class BelowEntryFloorError(RuntimeError):
     """Matchmaking refused the bot: its balance is below the room's entry floor (RULES.md 1.9)."""
 

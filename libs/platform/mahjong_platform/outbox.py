@@ -56,34 +56,6 @@ class OutboxMessage:
 _INSERT_OUTBOX = outbox_messages.insert()
 
 
-def add_outbox_message(
-    session: Session,
-    *,
-    topic: str,
-    message_key: str,
-    message_value: bytes,
-    event_id: str,
-    created_at: datetime.datetime,
-) -> None:
-    """Queue one message for publication, inside the caller's transaction.
-
-    Writers that publish without an event store may call this directly. Nothing reaches Kafka
-    unless the caller's transaction commits.
-    """
-    add_outbox_messages(
-        session,
-        [
-            {
-                "topic": topic,
-                "message_key": message_key,
-                "message_value": message_value,
-                "event_id": event_id,
-                "created_at": created_at,
-            }
-        ],
-    )
-
-
 def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]]) -> None:
     """Queue several messages (dicts with topic, message_key, message_value, event_id and
     created_at) in one statement, inside the caller's transaction; the event store calls this

@@ -14,7 +14,6 @@ import datetime
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from pathlib import Path
 from typing import Protocol
 
 import grpc
@@ -357,8 +356,3 @@ def run_service(definition: ServiceDefinition, settings: Settings) -> int:
     running.metrics_server.stop()
     running.engine.dispose()
     return 0
-
-
-def alembic_folder(package_file: str) -> str:
-    """The alembic folder next to a service package's ``__init__.py`` (as a path string)."""
-    return str(Path(package_file).with_name("alembic"))

@@ -47,11 +47,6 @@ def bind_log_fields(**fields: Any) -> Iterator[None]:
         _BOUND_FIELDS.reset(token)
 
 
-def bound_log_fields() -> Mapping[str, Any]:
-    """The fields `bind_log_fields` has bound in the current context."""
-    return _BOUND_FIELDS.get()
-
-
 def _record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """Bound context fields overlaid with the record's own ``extra=`` fields."""
     extra = {key: value for key, value in vars(record).items() if key not in _STANDARD_RECORD_ATTRIBUTES}

@@ -162,7 +162,6 @@ NO_WILDCARD = FanDefinition("no_wildcard", "无财神", 2)
 
 FANS_BY_ID: dict[str, FanDefinition] = {fan.id: fan for fan in (*STANDARD_FANS, NO_WILDCARD)}
 FLOWER_TILES = FANS_BY_ID["flower_tiles"]
-CHICKEN_HAND = FANS_BY_ID["chicken_hand"]
 
 # The calculator's Chinese names where they differ from the rule book's.
 _CALCULATOR_NAME_ALIASES = {"独听・边张": "边张", "独听・嵌张": "嵌张", "独听・单钓": "单钓将"}
@@ -388,22 +387,3 @@ def calculate_standard_fans(
             return None
         raise RulesError(f"the MCR calculator refused the hand: {error}") from None
     return _ANSWERS.get(answer) or _translate(answer)
-
-
-def standard_fans(
-    concealed: Sequence[Tile],
-    melds: Sequence[FormulaMeld],
-    win_tile: Tile,
-    context: FormulaWinContext,
-) -> tuple[ScoredFan, ...] | None:
-    """The standard MCR fans of a hand with no wildcard; ``None`` when it is not a winning hand.
-
-    ``concealed`` is the hand without the winning tile. No flowers, no 无财神 (see ``wildcards``).
-    """
-    found = calculate_standard_fans(
-        calculator_packs(melds),
-        tuple(CALCULATOR_CODES[tile] for tile in concealed),
-        CALCULATOR_CODES[win_tile],
-        calculator_flags(context),
-    )
-    return None if found is None else found[0]
