@@ -10,7 +10,9 @@ than passing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import time
 from collections.abc import Mapping
 from typing import Final
 
@@ -28,6 +30,8 @@ SERVICE_IDENTITY: Final = "service.ledger"
 TOKEN_TTL_SECONDS: Final = 300
 PAGE_SIZE: Final = 5_000
 PAGE_TIMEOUT_SECONDS: Final = 30.0
+BUDGET_SECONDS_MAX: Final = 300.0
+"""The longest one reconcile waits for scoring's whole list (and never past its caller's deadline)."""
 INSTRUCTIONS_MAX: Final = 2_000_000
 """The most instructions one reconcile compares (held in memory); a larger window is refused."""
 
@@ -38,11 +42,17 @@ class ScoringUnavailableError(ServiceError):
     status_code = grpc.StatusCode.UNAVAILABLE
 
 
+@dataclasses.dataclass(frozen=True)
 class ScoringServiceInstructions:
-    """`ScoringInstructions` read from the scoring service over gRPC, every page of the window."""
+    """`ScoringInstructions` read from the scoring service over gRPC, every page of the window,
+    before `deadline` (`time.monotonic()` seconds; None: each page gets `PAGE_TIMEOUT_SECONDS`)."""
 
-    def __init__(self, channel: grpc.Channel) -> None:
-        self._stub = scoring_service_pb2_grpc.ScoringServiceStub(channel)
+    stub: scoring_service_pb2_grpc.ScoringServiceStub
+    deadline: float | None = None
+
+    def within(self, seconds: float) -> ScoringServiceInstructions:
+        """The same source, giving up after `seconds` from now (a caller's remaining time)."""
+        return dataclasses.replace(self, deadline=time.monotonic() + seconds)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ScoringServiceInstructions:
@@ -52,7 +62,7 @@ class ScoringServiceInstructions:
             settings.grpc_target("scoring"),
             lambda: mint_token(secret, SERVICE_IDENTITY, [ROLE_FINANCE], ttl_seconds=TOKEN_TTL_SECONDS),
         )
-        return cls(channel)
+        return cls(scoring_service_pb2_grpc.ScoringServiceStub(channel))
 
     def instructions(
         self, from_time: datetime.datetime | None, to_time: datetime.datetime | None
@@ -66,7 +76,7 @@ class ScoringServiceInstructions:
         found: dict[str, InstructedBeans] = {}
         while True:
             try:
-                page = self._stub.ListSettlementInstructions(request, timeout=PAGE_TIMEOUT_SECONDS)
+                page = self.stub.ListSettlementInstructions(request, timeout=self._page_timeout())
             except grpc.RpcError as error:
                 raise ScoringUnavailableError(
                     "the scoring service did not list its instructions "
@@ -83,6 +93,11 @@ class ScoringServiceInstructions:
             if not page.next_page_token:
                 return found
             request.page_token = page.next_page_token
+
+    def _page_timeout(self) -> float:
+        if self.deadline is None:
+            return PAGE_TIMEOUT_SECONDS
+        return max(0.0, min(PAGE_TIMEOUT_SECONDS, self.deadline - time.monotonic()))
 
 
 def _timestamp(moment: datetime.datetime) -> Timestamp:

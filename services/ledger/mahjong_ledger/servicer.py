@@ -45,6 +45,7 @@ from mahjong_platform.errors import (
     PermissionDeniedError,
 )
 from mahjong_platform.event_store import WrongExpectedVersionError
+from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import check_not_reserved
 from mahjong_platform.time_window import time_window
 from sqlalchemy.exc import IntegrityError
@@ -67,6 +68,8 @@ from mahjong_ledger.messages import (
 )
 from mahjong_ledger.reconcile import ScoringInstructions, reconcile
 from mahjong_ledger.repository import LedgerRepository
+from mahjong_ledger.scoring_client import BUDGET_SECONDS_MAX as SCORING_BUDGET_SECONDS_MAX
+from mahjong_ledger.scoring_client import ScoringServiceInstructions
 from mahjong_ledger.settings import LedgerSettings
 
 logger = logging.getLogger(__name__)
@@ -217,8 +220,11 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
         """Trial balance and per-game checks over [from, to); unset bounds are open."""
         check_roles(f"/{SERVICE_NAME}/Reconcile", current_identity(), OPERATIONS_ROLES)
         from_time, to_time = time_window(request)
+        scoring = self._scoring
+        if isinstance(scoring, ScoringServiceInstructions):
+            scoring = scoring.within(time_budget_seconds(context, SCORING_BUDGET_SECONDS_MAX))
         with transaction(self._session_factory) as session:
-            report = reconcile(session, from_time=from_time, to_time=to_time, scoring=self._scoring)
+            report = reconcile(session, from_time=from_time, to_time=to_time, scoring=scoring)
         if not report.ok:
             logger.warning("reconcile found problems", extra={"finding_count": len(report.findings)})
         return ledger_service_pb2.ReconcileResponse(

@@ -272,6 +272,11 @@ def test_reconcile_needs_the_role_and_reports_a_clean_ledger(
     report = stub.Reconcile(ledger_service_pb2.ReconcileRequest(), metadata=FINANCE)
     assert report.ok and report.accounts_sum_beans == 0
     assert (report.games_checked, report.instructions_checked) == (1, 2)
+    # This servicer has no scoring to ask (the process always gives it one): it says so.
+    assert not report.scoring_checked and not report.findings_truncated
+    assert [(rake.day, rake.room_id, rake.rake_beans, rake.games) for rake in report.rake] == [
+        ("2025-01-02", "novice", 400, 1)
+    ]
 
 
 def test_reconcile_refuses_a_window_that_ends_before_it_starts(stub: Stub) -> None:
