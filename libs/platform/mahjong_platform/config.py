@@ -78,6 +78,7 @@ ENVIRONMENT_VARIABLE: Final = "MAHJONG_ENV"
 GRPC_STREAMS_PER_CALLER_VARIABLE: Final = "MAHJONG_GRPC_STREAMS_PER_CALLER"
 GRPC_CALLS_PER_CALLER_VARIABLE: Final = "MAHJONG_GRPC_CALLS_PER_CALLER"
 GRPC_STREAM_IDLE_SECONDS_VARIABLE: Final = "MAHJONG_GRPC_STREAM_IDLE_SECONDS"
+TABLE_ADVERTISED_ADDRESS_VARIABLE: Final = "MAHJONG_TABLE_ADVERTISED_ADDRESS"
 
 
 def database_url_variable(service: ServiceName) -> str:
@@ -120,6 +121,7 @@ KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
         GRPC_STREAMS_PER_CALLER_VARIABLE,
         GRPC_CALLS_PER_CALLER_VARIABLE,
         GRPC_STREAM_IDLE_SECONDS_VARIABLE,
+        TABLE_ADVERTISED_ADDRESS_VARIABLE,
     }
     | {database_url_variable(service) for service in SERVICE_NAMES}
     | {grpc_address_variable(service) for service in SERVICE_NAMES}
@@ -177,6 +179,9 @@ class Settings:
         )
     )
     """host:port each service serves its Prometheus metrics on (HTTP, path /metrics)."""
+    table_advertised_address: str = ""
+    """host:port where the other table-engine replicas reach this one (the owner directory names
+    it); empty: the listen address, or this host's address when it listens on every interface."""
 
     def __repr__(self) -> str:
         fields = []
@@ -253,6 +258,9 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
                 f"{metrics_address_variable(service)} and {grpc_address_variable(service)} must differ, "
                 f"both are {metrics_addresses[service]!r}"
             )
+    advertised = _read(environ, TABLE_ADVERTISED_ADDRESS_VARIABLE, "")
+    if advertised:
+        _parse_host_port(TABLE_ADVERTISED_ADDRESS_VARIABLE, advertised)
     return Settings(
         data_directory=data_directory,
         database_urls=MappingProxyType(
@@ -302,6 +310,7 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
             MAXIMUM_GRPC_STREAM_IDLE_SECONDS,
         ),
         metrics_addresses=MappingProxyType(metrics_addresses),
+        table_advertised_address=advertised,
     )
 
 

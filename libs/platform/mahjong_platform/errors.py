@@ -80,6 +80,13 @@ class UnauthenticatedError(ServiceError):
     status_code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class UnavailableError(ServiceError):
+    """This process cannot serve the request now, another may (a table that moved to another
+    replica); the client retries, and the retry reaches one that can."""
+
+    status_code = grpc.StatusCode.UNAVAILABLE
+
+
 class ResourceExhaustedError(ServiceError):
     """The caller holds too many open streams or concurrent calls; retry once some have finished."""
 

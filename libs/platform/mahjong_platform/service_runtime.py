@@ -44,7 +44,13 @@ from mahjong_platform.outbox import OutboxRelay
 from mahjong_platform.retention import RetentionWorker
 from mahjong_platform.rpc_metrics import AioRpcMetricsInterceptor, RpcMetricsInterceptor
 from mahjong_platform.topics import Topics, ensure_topics
-from mahjong_platform.tracked_consumer import BatchHandler, Handler, Relevance, TrackedConsumer
+from mahjong_platform.tracked_consumer import (
+    AssignmentHook,
+    BatchHandler,
+    Handler,
+    Relevance,
+    TrackedConsumer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +81,8 @@ class ConsumerDefinition:
     wants: Relevance | None = None
     # Set-based alternative to `handler`: the whole poll batch in one call (give one of them).
     batch_handler: BatchHandler | None = None
+    # Told each partition assignment of the group (`TrackedConsumer`'s `on_assignment`).
+    on_assignment: AssignmentHook | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +105,9 @@ class ServiceDefinition:
     asyncio_server: bool = False
     # Adds the service's own metrics (counters, observers, database gauges) to its `ServiceMetrics`.
     instrument: Callable[[ServiceMetrics, Engine], None] = lambda *_: None
+    # asyncio servers: interceptors run inside authentication and the caller limits (the table
+    # engine's routing of a call to the replica that owns its table).
+    extra_interceptors: Callable[[], Sequence[grpc.aio.ServerInterceptor]] = lambda: ()
 
 
 def migrate(definition: ServiceDefinition, database_url: str) -> None:
@@ -293,6 +304,7 @@ def start_service(
             interceptors=[
                 AioAuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
                 AioCallerLimitInterceptor(limiter),
+                *definition.extra_interceptors(),
             ],
             extra_error_mapping=definition.error_mapping,
             outermost_interceptors=[AioRpcMetricsInterceptor(metrics)],
@@ -337,6 +349,7 @@ def _consumer_factory(
             topics.dead_letter,
             batch_handler=consumer.batch_handler,
             wants=consumer.wants,
+            on_assignment=consumer.on_assignment,
         )
 
     return create

@@ -40,7 +40,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy
@@ -119,6 +119,21 @@ Relevance = Callable[[envelope_pb2.Envelope], bool]
 BeforeCommitHook = Callable[[MessagePosition], None]
 """Called for each applied message after its batch is applied and the positions written, before
 the commit; tests raise here to simulate a consumer killed between applying and storing offsets."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Assignment:
+    """The partitions the group gave this member at a rebalance (possibly none), and how many
+    partitions each subscribed topic has."""
+
+    partitions: frozenset[tuple[str, int]]
+    partition_counts: Mapping[str, int]
+
+
+AssignmentHook = Callable[[Assignment], None]
+"""Told about each new assignment on the consumer's own thread, after the poll that brought it and
+before that poll's records are applied (it may use the database; the table engine claims its
+partitions' tables here). Raising fails the poll: the consumer rewinds to the stored positions."""
 
 FailureHook = Callable[[Delivery, str], None]
 """Told about an event whose handler raised even alone, with the error, before its position is
@@ -332,6 +347,7 @@ class TrackedConsumer:
         clock: Clock = utc_now,
         before_commit: BeforeCommitHook | None = None,
         wants: Relevance | None = None,
+        on_assignment: AssignmentHook | None = None,
     ) -> None:
         if not 0 < len(group_id) <= CONSUMER_GROUP_MAX_LENGTH:
             raise ValueError(f"group id must be 1..{CONSUMER_GROUP_MAX_LENGTH} characters")
@@ -352,6 +368,8 @@ class TrackedConsumer:
         self._dead_letter_publish_timeout_ms = dead_letter_publish_timeout_ms
         self._clock = clock
         self._wants = wants
+        self._on_assignment = on_assignment
+        self._topics = tuple(topics)
         self._applier = BatchApplier(
             self._session_factory,
             group_id,
@@ -386,6 +404,7 @@ class TrackedConsumer:
         # Assigned partitions not yet seeked to their stored positions (see _SeekToStoredPositions).
         self._unseeked: set[TopicPartition] = set()
         self._unseeked_lock = threading.Lock()
+        self._new_assignment: frozenset[TopicPartition] | None = None  # for `on_assignment`
         self._consumer.subscribe(list(topics), listener=_SeekToStoredPositions(self))
         self._last_progress = time.monotonic()
 
@@ -427,6 +446,7 @@ class TrackedConsumer:
                 raise
         records = [record for partition_records in batches.values() for record in partition_records]
         try:
+            self._tell_assignment()
             self._handle_batch(records)
         except BaseException:
             try:
@@ -555,6 +575,23 @@ class TrackedConsumer:
             unseeked, self._unseeked = self._unseeked, set()
         return unseeked
 
+    def _tell_assignment(self) -> None:
+        """Hand the assignment the last rebalance made (if any, and not yet told) to `on_assignment`."""
+        if self._on_assignment is None:
+            return
+        with self._unseeked_lock:
+            assigned, self._new_assignment = self._new_assignment, None
+        if assigned is None:
+            return
+        try:
+            counts = {topic: len(self._consumer.partitions_for_topic(topic) or ()) for topic in self._topics}
+            self._on_assignment(Assignment(frozenset((tp.topic, tp.partition) for tp in assigned), counts))
+        except BaseException:
+            with self._unseeked_lock:  # told again after the rewind, unless a newer one came
+                if self._new_assignment is None:
+                    self._new_assignment = assigned
+            raise
+
     def _dead_letter_failed(self, delivery: Delivery, error: str) -> None:
         self._dead_letter(self._records_by_position[delivery.position], delivery.position, error)
 
@@ -644,3 +681,5 @@ class _SeekToStoredPositions(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self._tracked_consumer._note_unseeked(assigned)
+        with self._tracked_consumer._unseeked_lock:
+            self._tracked_consumer._new_assignment = frozenset(assigned)

@@ -18,21 +18,35 @@ from sqlalchemy import Engine
 
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.metrics import instrument
+from mahjong_table.ownership import DirectoryWorker, Ownership, advertised_address
 from mahjong_table.projection import table_opening_handler
+from mahjong_table.routing import OwnerRoutingInterceptor
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
 
 
 @dataclasses.dataclass
 class TableProcess:
-    """The objects one table-engine process shares between its gRPC server and its workers."""
+    """The objects one table-engine process shares between its gRPC server and its workers: the
+    tables it owns (in memory), who is connected, and which partitions are its (`ownership`)."""
 
     engine: TableEngine
     presence: Presence
+    settings: Settings
+    _ownership: Ownership | None = None
+
+    def ownership(self, database: Engine, topics: Topics) -> Ownership:
+        """One per process, made at the first use (every piece gets the same database engine)."""
+        if self._ownership is None:
+            self._ownership = Ownership(
+                topics.match, advertised_address(self.settings), create_session_factory(database), self.engine
+            )
+        return self._ownership
 
     def registrations(
         self, database: Engine, settings: Settings, topics: Topics
     ) -> list[ServiceRegistration]:
+        self.ownership(database, topics)  # before the server: its interceptor routes by it
         servicer = TableServicer(create_session_factory(database), self.engine, self.presence)
         return [
             register_service(
@@ -45,7 +59,10 @@ class TableProcess:
     def consumers(self, database: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
         return [
             ConsumerDefinition(
-                "table-openings", lambda topics: [topics.match], table_opening_handler(self.engine)
+                "table-openings",
+                lambda topics: [topics.match],
+                table_opening_handler(self.engine),
+                on_assignment=self.ownership(database, topics).assigned,
             )
         ]
 
@@ -53,12 +70,23 @@ class TableProcess:
         self, database: Engine, settings: Settings, topics: Topics
     ) -> list[tuple[str, Callable[[], Worker]]]:
         session_factory = create_session_factory(database)
-        return [("deadlines", lambda: DeadlineWorker(session_factory, self.engine, self.presence, utc_now))]
+        ownership = self.ownership(database, topics)
+        return [
+            (
+                "deadlines",
+                lambda: DeadlineWorker(session_factory, self.engine, self.presence, utc_now, ownership),
+            ),
+            ("owner-directory", lambda: DirectoryWorker(ownership)),
+        ]
+
+    def interceptors(self) -> list[OwnerRoutingInterceptor]:
+        assert self._ownership is not None, "the registrations make the ownership first"
+        return [OwnerRoutingInterceptor(self._ownership)]
 
 
 def definition(settings: Settings) -> ServiceDefinition:
     process = TableProcess(
-        TableEngine(EventStore(Topics.with_prefix(settings.topic_prefix)), utc_now), Presence()
+        TableEngine(EventStore(Topics.with_prefix(settings.topic_prefix)), utc_now), Presence(), settings
     )
     return ServiceDefinition(
         name="table",
@@ -70,6 +98,7 @@ def definition(settings: Settings) -> ServiceDefinition:
         error_mapping=TABLE_ERROR_MAPPING,
         asyncio_server=True,
         instrument=instrument,
+        extra_interceptors=process.interceptors,
     )
 
 

@@ -4,6 +4,9 @@ Polls the live tables' status rows: where a deadline passed, `ExpireDeadline` le
 for whoever is waited on (recorded as `TurnTimedOut` + the automatic action, so replays never
 depend on clocks); where a seated player has had no Watch stream open for longer than the room's
 `reconnect_grace_ms`, the player escapes (`Leave`, reason "disconnected").
+
+With replicas, each fires the timers of the tables it owns only (`ownership`): a replica that takes
+over a partition finds its tables' deadlines in their status rows, so every game still ends.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import typing
 from collections.abc import Callable
 
 import sqlalchemy
@@ -21,6 +25,7 @@ from mahjong_table.domain.commands import ExpireDeadline, Leave, TableCommand
 from mahjong_table.domain.errors import TableRuleError
 from mahjong_table.domain.events import LEAVE_REASON_DISCONNECTED
 from mahjong_table.models import table_status
+from mahjong_table.ownership import Ownership
 from mahjong_table.servicer import Presence
 from mahjong_table.tables import TableEngine
 from mahjong_table.variants import AnyTableState as TableState
@@ -28,6 +33,7 @@ from mahjong_table.variants import AnyTableState as TableState
 logger = logging.getLogger(__name__)
 
 CommandFor = Callable[[TableState], TableCommand]
+_Row = typing.TypeVar("_Row", bound=tuple[typing.Any, ...])
 
 POLL_INTERVAL_SECONDS = 0.1
 PRESENCE_CHECK_INTERVAL_SECONDS = 1.0
@@ -42,12 +48,18 @@ class DeadlineWorker:
     """A background worker (see `service_runtime.Worker`)."""
 
     def __init__(
-        self, session_factory: SessionFactory, engine: TableEngine, presence: Presence, clock: Clock
+        self,
+        session_factory: SessionFactory,
+        engine: TableEngine,
+        presence: Presence,
+        clock: Clock,
+        ownership: Ownership | None = None,
     ) -> None:
         self._session_factory = session_factory
         self._engine = engine
         self._presence = presence
         self._clock = clock
+        self._ownership = ownership  # None: one process owns every table
         self._last_presence_check = 0.0
 
     def run_forever(self, stop_event: threading.Event) -> None:
@@ -66,13 +78,18 @@ class DeadlineWorker:
             acted += self.escape_disconnected()
         return acted
 
+    def _owned(self, query: sqlalchemy.Select[_Row]) -> sqlalchemy.Select[_Row]:
+        return query if self._ownership is None else query.where(self._ownership.owned_partition_clause())
+
     def expire_deadlines(self) -> int:
         with read_transaction(self._session_factory) as session:
             expired = session.execute(
-                sqlalchemy.select(table_status.c.table_id, table_status.c.version)
-                .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= self._clock())
-                .order_by(table_status.c.deadline_at)
-                .limit(EXPIRED_TABLES_PER_POLL)
+                self._owned(
+                    sqlalchemy.select(table_status.c.table_id, table_status.c.version)
+                    .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= self._clock())
+                    .order_by(table_status.c.deadline_at)
+                    .limit(EXPIRED_TABLES_PER_POLL)
+                )
             ).all()
         acted = 0
         for row in expired:
@@ -81,7 +98,17 @@ class DeadlineWorker:
 
     def escape_disconnected(self) -> int:
         with read_transaction(self._session_factory) as session:
-            live = self._engine.live_tables(session)
+            live = (
+                self._engine.live_tables(session)
+                if self._ownership is None
+                else list(
+                    session.execute(
+                        self._owned(
+                            sqlalchemy.select(table_status.c.table_id).where(table_status.c.ended.is_(False))
+                        )
+                    ).scalars()
+                )
+            )
             states = [self._engine.load_state(session, table_id, for_reading=True) for table_id in live]
         acted = 0
         for state in states:

@@ -1,5 +1,5 @@
 """The table service's own tables besides the event store: live status (for deadlines and
-listing) and the first answer of every idempotent Act."""
+listing), the first answer of every idempotent Act, and which replica owns which partition."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Integer,
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
@@ -28,6 +29,25 @@ table_status = Table(
     Column("last_event_at", DateTime(timezone=True), nullable=False),
     # When the server acts for whoever it waits on; NULL when it waits on nobody.
     Column("deadline_at", DateTime(timezone=True), nullable=True),
+    # The `mahjong.match.v1` partition its TableAssigned was read from: which replica owns it
+    # (`ownership`). NULL on tables opened before replicas (migration 0005) or without Kafka.
+    Column("match_partition", Integer, nullable=True),
+)
+
+table_partition_owners = Table(
+    "table_partition_owners",
+    metadata,
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    # Where the owning replica serves TableService (its advertised host:port).
+    Column("owner_address", String(255), nullable=False),
+    # The owning process (a fresh id per start), so a restarted replica's claim is a new epoch.
+    Column("owner_instance", String(64), nullable=False),
+    # Raised by every change of owner: a replica that finds its own epoch still there owned the
+    # partition all along and keeps its tables in memory; otherwise it reloads them from the store.
+    Column("epoch", BigInteger, nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("topic", "partition"),
 )
 
 table_answers = Table(

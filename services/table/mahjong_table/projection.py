@@ -16,6 +16,11 @@ from mahjong_table.tables import TableEngine
 def table_opening_handler(engine: TableEngine) -> Handler:
     def handle(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
         if envelope.WhichOneof("payload") == "table_assigned":
-            engine.open_from_assignment(session, envelope.table_assigned, causation_id=envelope.event_id)
+            engine.open_from_assignment(
+                session,
+                envelope.table_assigned,
+                causation_id=envelope.event_id,
+                match_partition=position.partition,
+            )
 
     return handle

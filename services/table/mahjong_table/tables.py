@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2
 from mahjong_platform.envelopes import Clock, new_envelope
-from mahjong_platform.errors import ConflictError, NotFoundError
+from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
@@ -35,6 +35,16 @@ CACHED_TABLES_MAX = 10_000
 DECIDE_ATTEMPTS_MAX = 5
 RECENT_EVENTS_PER_TABLE = 128
 RECENT_EVENTS_TABLES_MAX = 1_000
+MOVED_MESSAGE = "this table moved to another table-engine replica; retry or reconnect to continue"
+
+
+class TableMovedError(UnavailableError):
+    """The table's partition is no longer this replica's (`ownership`): it serves the table no
+    more, so a stream ends and a command is refused (UNAVAILABLE: the client's retry reaches the
+    new owner)."""
+
+    def __init__(self) -> None:
+        super().__init__(MOVED_MESSAGE)
 
 
 class TableChanges:
@@ -114,6 +124,15 @@ class StateCache:
             while len(self._states) > self._capacity:
                 self._states.popitem(last=False)
 
+    def discard_where(self, stale: Callable[[str], bool]) -> int:
+        """Drop the states of the tables `stale(table_id)` names (another replica may have written
+        them since: `ownership`); how many were dropped."""
+        with self._lock:
+            table_ids = [table_id for table_id in self._states if stale(table_id)]
+            for table_id in table_ids:
+                del self._states[table_id]
+        return len(table_ids)
+
 
 class RecentEvents:
     """The last events this process committed per table (bounded per table, least recently used
@@ -170,6 +189,8 @@ class TableEngine:
     cache: StateCache = dataclasses.field(default_factory=StateCache)
     changes: TableChanges = dataclasses.field(default_factory=TableChanges)
     recent: RecentEvents = dataclasses.field(default_factory=RecentEvents)
+    # Whether this replica owns a table (`ownership`); None: one process owns them all.
+    owns: Callable[[str], bool] | None = None
     # The deadline written with each table's latest version, so a view needs no extra query.
     _deadlines: dict[str, tuple[int, datetime.datetime | None]] = dataclasses.field(default_factory=dict)
     _deadlines_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -189,8 +210,14 @@ class TableEngine:
             ).scalar_one_or_none()
         return None if deadline is None else typing.cast(datetime.datetime, deadline)
 
+    def check_owned(self, table_id: str) -> None:
+        """`TableMovedError` unless this replica owns the table (every read and write asks)."""
+        if self.owns is not None and not self.owns(table_id):
+            raise TableMovedError
+
     def cached_state(self, table_id: str) -> TableState | None:
         """The table's state when the cache holds everything this process committed of it."""
+        self.check_owned(table_id)
         cached = self.cache.get(table_id)
         if cached is not None and cached.version >= self.changes.version(table_id):
             return cached
@@ -208,6 +235,7 @@ class TableEngine:
         self, table_id: str, after_sequence: int, limit: int, *, at_least_up_to: int = 0
     ) -> list[envelope_pb2.Envelope] | None:
         """`events_after` from memory alone; None when the store must be asked."""
+        self.check_owned(table_id)
         up_to = max(self.changes.version(table_id), at_least_up_to)
         return self.recent.after(table_id, after_sequence, up_to, limit)
 
@@ -216,6 +244,7 @@ class TableEngine:
     ) -> TableState:
         """`load_state(for_reading=True)` that opens a (read) transaction only when the cache
         cannot answer."""
+        self.check_owned(table_id)
         cached = self.cache.get(table_id)
         if cached is not None and cached.version >= self.changes.version(table_id):
             return cached
@@ -234,6 +263,7 @@ class TableEngine:
         """Committed events after `after_sequence`, from memory when it holds all of them up to
         the latest published version (or `at_least_up_to`, e.g. a state the caller already read,
         which the cache may know before its events are published)."""
+        self.check_owned(table_id)
         up_to = max(self.changes.version(table_id), at_least_up_to)
         recent = self.recent.after(table_id, after_sequence, up_to, limit)
         if recent is not None:
@@ -249,6 +279,7 @@ class TableEngine:
         (table engines shard by table id, ARCHITECTURE.md), so nothing newer can exist; a writer
         always reads the database, inside its own transaction.
         """
+        self.check_owned(table_id)
         cached = self.cache.get(table_id)
         if for_reading and cached is not None and cached.version >= self.changes.version(table_id):
             return cached
@@ -263,9 +294,14 @@ class TableEngine:
         return state
 
     def open_from_assignment(
-        self, session: Session, assigned: match_events_pb2.TableAssigned, causation_id: str
+        self,
+        session: Session,
+        assigned: match_events_pb2.TableAssigned,
+        causation_id: str,
+        match_partition: int | None = None,
     ) -> list[envelope_pb2.Envelope]:
-        """Open the table matchmaking formed; a table already open is left alone (redelivery)."""
+        """Open the table matchmaking formed; a table already open is left alone (redelivery).
+        `match_partition`: the partition the assignment was read from (its owner, `ownership`)."""
         if self.store.stream_version(session, assigned.table_id) > 0:
             return []
         seats = [seat.player_id for seat in sorted(assigned.seats, key=lambda seat: seat.seat)]
@@ -276,7 +312,12 @@ class TableEngine:
             seats,
             assigned.seed,
         )
-        return self._append(session, None, events, causation_id=causation_id)[0]
+        envelopes = self._append(session, None, events, causation_id=causation_id)[0]
+        if match_partition is not None:
+            session.execute(
+                _SET_PARTITION, {"status_of": assigned.table_id, "match_partition": match_partition}
+            )
+        return envelopes
 
     def act(
         self,
@@ -484,6 +525,7 @@ _FIRST_ANSWERS = sqlalchemy.select(
 _REMEMBER_ANSWER = table_answers.insert()
 _UPDATE_STATUS = table_status.update().where(table_status.c.table_id == sqlalchemy.bindparam("status_of"))
 _INSERT_STATUS = table_status.insert()
+_SET_PARTITION = _UPDATE_STATUS.values(match_partition=sqlalchemy.bindparam("match_partition"))
 
 
 def first_answer(session: Session, table_id: str, player_id: str, key: str, digest: str) -> bytes | None:

@@ -37,8 +37,16 @@ class TableServer:
         token = None if player_id is None else mint_token(SECRET, player_id, roles)
         return table_service_pb2_grpc.TableServiceStub(open_channel(f"127.0.0.1:{self.port}", token))
 
-    def open_table(self, players: list[str], seed: int = 7, **rules: int) -> str:
-        table_id = str(uuid.uuid4())
+    def open_table(
+        self,
+        players: list[str],
+        seed: int = 7,
+        *,
+        table_id: str | None = None,
+        match_partition: int | None = None,
+        **rules: int,
+    ) -> str:
+        table_id = table_id or str(uuid.uuid4())
         assigned = match_events_pb2.TableAssigned(
             table_id=table_id,
             room_id="test-room",
@@ -67,7 +75,9 @@ class TableServer:
             ),
         )
         with transaction(self.session_factory) as session:  # type: ignore[arg-type]
-            envelopes = self.engine.open_from_assignment(session, assigned, causation_id="test")
+            envelopes = self.engine.open_from_assignment(
+                session, assigned, causation_id="test", match_partition=match_partition
+            )
         self.engine.committed(envelopes)
         return table_id
 

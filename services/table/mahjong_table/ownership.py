@@ -1,0 +1,330 @@
+"""Which table-engine replica owns which tables (README "Scale-out: replicas").
+
+A table belongs to the partition of ``mahjong.match.v1`` its ``TableAssigned`` is published to: the
+message key is the table id, so Kafka's default partitioner (murmur2 of the key, `partition_of`)
+names it for every table, opened or not. The table engine's consumer group gives each replica some
+of those partitions; the replica **owns** their tables: it opens them (its consumer reads their
+assignments), keeps them in memory, serves their calls and fires their timers (`deadlines`).
+
+The **owner directory** (``table_partition_owners`` in the table database every replica shares)
+names each partition's owner: its advertised address and an epoch raised at every change of owner.
+A replica writes it when the group assigns it partitions (`Ownership.assigned`, on the consumer's
+own thread, never on kafka-python's network thread: README "Reliability") and every replica reads
+it once a second (`DirectoryWorker`), so a call that reaches a replica that does not own its table
+is forwarded to the one that does (`routing`).
+
+Taking over a partition: a replica that finds its own epoch still in the directory owned it all
+along and keeps its tables in memory; otherwise another replica may have written them meanwhile, so
+it drops what it cached of them, reloads their live tables from the event store and tells their
+watchers; their deadlines are in the status rows, so the timers fire again from the recorded
+deadlines. Losing one: it stops serving the partition's tables at once (`TableEngine.check_owned`: a
+command is refused and an open stream ends, at its next look at the table, with UNAVAILABLE), so
+each client retries or reconnects and is forwarded to the new owner. Between the two, a
+stale owner that still writes cannot fork a table: every append is checked against the stored
+version (``WrongExpectedVersionError``, in the group commit's batches too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+import sqlalchemy
+from kafka.partitioner.default import murmur2
+from mahjong_platform.config import Settings
+from mahjong_platform.database import SessionFactory, read_transaction, transaction
+from mahjong_platform.envelopes import Clock, utc_now
+from mahjong_platform.tracked_consumer import Assignment
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from mahjong_table.models import table_partition_owners, table_status
+from mahjong_table.tables import TableEngine
+
+logger = logging.getLogger(__name__)
+
+DIRECTORY_REFRESH_SECONDS: Final = 1.0
+_WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "[::]", "::", ""})
+
+
+@functools.lru_cache(maxsize=65_536)
+def partition_of(table_id: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner (Java's and kafka-python's) gives the key
+    `table_id` on a topic of `partitions` partitions."""
+    hashed: int = murmur2(table_id.encode())
+    return (hashed & 0x7FFFFFFF) % partitions
+
+
+def advertised_address(settings: Settings) -> str:
+    """Where the other replicas reach this one: ``MAHJONG_TABLE_ADVERTISED_ADDRESS``, else the listen
+    address, or this host's address when it listens on every interface (a container's own IP)."""
+    if settings.table_advertised_address:
+        return settings.table_advertised_address
+    address = settings.grpc_address("table")
+    host, _, port = address.rpartition(":")
+    if host not in _WILDCARD_HOSTS:
+        return address
+    hostname = socket.gethostname()
+    try:
+        return f"{socket.gethostbyname(hostname)}:{port}"
+    except OSError:
+        return f"{hostname}:{port}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Owner:
+    """A partition's owner as the directory names it."""
+
+    address: str
+    epoch: int
+
+
+class _Local:
+    def __repr__(self) -> str:
+        return "LOCAL"
+
+
+LOCAL: Final = _Local()
+"""`Ownership.route`: this replica owns the table."""
+Route = _Local | str | None
+"""LOCAL, the owner's address to forward to, or None: no replica serves the table right now."""
+
+
+class Ownership:
+    """This replica's partitions, the directory as last read, and the streams of owned tables.
+
+    Read on every call (`route`) without a lock: the owned set, the partition count and the
+    directory are immutable snapshots replaced whole on each change."""
+
+    def __init__(
+        self,
+        topic: str,
+        address: str,
+        session_factory: SessionFactory,
+        engine: TableEngine,
+        *,
+        instance_id: str | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.topic = topic
+        self.address = address
+        self.instance_id = instance_id or uuid.uuid4().hex
+        self._session_factory = session_factory
+        self._engine = engine
+        self._clock = clock
+        self._partitions = 0  # the topic's partition count; 0 until the first assignment
+        self._owned: frozenset[int] = frozenset()
+        self._directory: Mapping[int, Owner] = MappingProxyType({})
+        self._claimed: dict[int, int] = {}  # partition -> the epoch this process claimed it at
+        self._claims_lock = threading.Lock()  # one assignment at a time (a replaced consumer's too)
+        engine.owns = self.owns
+
+    # ------------------------------------------------------------------ read on every call
+
+    def partition(self, table_id: str) -> int | None:
+        """The table's partition, or None before the partition count is known."""
+        return partition_of(table_id, self._partitions) if self._partitions else None
+
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    def owns(self, table_id: str) -> bool:
+        partition = self.partition(table_id)
+        return partition is not None and partition in self._owned
+
+    def route(self, table_id: str) -> Route:
+        """Where a call about `table_id` is served: here (LOCAL), at the owner's address, or nowhere
+        right now (None: the partition is between owners, or its owner is this address's previous
+        process)."""
+        partition = self.partition(table_id)
+        if partition is None:
+            return None
+        if partition in self._owned:
+            return LOCAL
+        owner = self._directory.get(partition)
+        if owner is None or owner.address == self.address:
+            return None
+        return owner.address
+
+    def directory(self) -> Mapping[int, Owner]:
+        """Partition -> owner, as this replica last read it (its own partitions included)."""
+        return self._directory
+
+    # ------------------------------------------------------------------ the consumer's assignment
+
+    def assigned(self, assignment: Assignment) -> None:
+        """The consumer group's new assignment (`TrackedConsumer`'s ``on_assignment``, on the
+        consumer's thread): claim the partitions in the directory, reload those another replica
+        may have written, stop serving the ones taken away."""
+        partitions = frozenset(p for topic, p in assignment.partitions if topic == self.topic)
+        count = assignment.partition_counts.get(self.topic, 0)
+        with self._claims_lock:
+            with transaction(self._session_factory) as session:
+                epochs, continuous = self._claim(session, partitions)
+            reloaded = partitions - continuous
+            if reloaded and count:
+                # Before serving them: nothing cached of a partition someone else wrote is trusted.
+                self._engine.cache.discard_where(lambda table_id: partition_of(table_id, count) in reloaded)
+            lost = self._owned - partitions
+            directory = dict(self._directory)
+            directory.update({partition: Owner(self.address, epochs[partition]) for partition in partitions})
+            for partition in lost:  # no longer ours; the next read of the directory names the new owner
+                if partition in directory and directory[partition].address == self.address:
+                    del directory[partition]
+            self._claimed.update(epochs)
+            self._partitions = count or self._partitions
+            self._directory = MappingProxyType(directory)
+            self._owned = partitions
+        loaded = self._load_live_tables(reloaded)
+        logger.info(
+            "table partitions assigned",
+            extra={
+                "topic": self.topic,
+                "owned": sorted(partitions),
+                "taken_over": sorted(reloaded),
+                "lost": sorted(lost),
+                "tables_loaded": loaded,
+            },
+        )
+
+    def _claim(self, session: Session, partitions: frozenset[int]) -> tuple[dict[int, int], frozenset[int]]:
+        """Write this replica as the owner of `partitions`; their epochs, and those it owned all
+        along (its own claim still there)."""
+        if not partitions:
+            return {}, frozenset()
+        now = self._clock()
+        insert = (postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert)(  # type: ignore[union-attr]
+            table_partition_owners
+        )
+        session.execute(
+            insert.on_conflict_do_nothing(index_elements=["topic", "partition"]),
+            [
+                {
+                    "topic": self.topic,
+                    "partition": partition,
+                    "owner_address": "",
+                    "owner_instance": "",
+                    "epoch": 0,
+                    "claimed_at": now,
+                }
+                for partition in sorted(partitions)
+            ],
+        )
+        rows = session.execute(
+            sqlalchemy.select(
+                table_partition_owners.c.partition,
+                table_partition_owners.c.owner_instance,
+                table_partition_owners.c.epoch,
+            )
+            .where(
+                table_partition_owners.c.topic == self.topic,
+                table_partition_owners.c.partition.in_(sorted(partitions)),
+            )
+            .order_by(table_partition_owners.c.partition)
+            .with_for_update()
+        ).all()
+        epochs: dict[int, int] = {}
+        continuous: set[int] = set()
+        for row in rows:
+            if row.owner_instance == self.instance_id and self._claimed.get(row.partition) == row.epoch:
+                epochs[row.partition] = int(row.epoch)
+                continuous.add(row.partition)
+                continue
+            epochs[row.partition] = int(row.epoch) + 1
+            session.execute(
+                _CLAIM,
+                {
+                    "claimed_topic": self.topic,
+                    "claimed_partition": row.partition,
+                    "owner_address": self.address,
+                    "owner_instance": self.instance_id,
+                    "epoch": epochs[row.partition],
+                    "claimed_at": now,
+                },
+            )
+        return epochs, frozenset(continuous)
+
+    def _load_live_tables(self, partitions: frozenset[int]) -> int:
+        """Fold the live tables of `partitions` from the event store into memory and wake their
+        watchers; their timers are the status rows' deadlines, which `deadlines` now reads."""
+        if not partitions:
+            return 0
+        loaded = []
+        with read_transaction(self._session_factory) as session:
+            table_ids = session.execute(
+                sqlalchemy.select(table_status.c.table_id).where(
+                    table_status.c.match_partition.in_(sorted(partitions)), table_status.c.ended.is_(False)
+                )
+            ).scalars()
+            for table_id in table_ids:
+                loaded.append(self._engine.load_state(session, table_id))
+        for state in loaded:
+            self._engine.changes.notify(state.table_id, state.version)
+        return len(loaded)
+
+    # ------------------------------------------------------------------ the directory
+
+    def refresh_directory(self) -> Mapping[int, Owner]:
+        """Read the owner directory (every partition's owner); this replica's own partitions are
+        what it knows of them."""
+        with read_transaction(self._session_factory) as session:
+            rows = session.execute(
+                sqlalchemy.select(
+                    table_partition_owners.c.partition,
+                    table_partition_owners.c.owner_address,
+                    table_partition_owners.c.epoch,
+                ).where(
+                    table_partition_owners.c.topic == self.topic, table_partition_owners.c.owner_address != ""
+                )
+            ).all()
+        owned = self._owned
+        directory = {row.partition: Owner(row.owner_address, int(row.epoch)) for row in rows}
+        for partition in owned:
+            directory[partition] = Owner(self.address, self._claimed.get(partition, 0))
+        self._directory = MappingProxyType(directory)
+        return self._directory
+
+    def owned_partition_clause(self) -> sqlalchemy.ColumnElement[bool]:
+        """A status-row condition: the tables of this replica's partitions, and those opened before
+        partitions were recorded (NULL: any replica may act on them, one action each by version)."""
+        column = table_status.c.match_partition
+        return sqlalchemy.or_(column.in_(sorted(self._owned)), column.is_(None))
+
+
+_CLAIM = (
+    table_partition_owners.update()
+    .where(
+        table_partition_owners.c.topic == sqlalchemy.bindparam("claimed_topic"),
+        table_partition_owners.c.partition == sqlalchemy.bindparam("claimed_partition"),
+    )
+    .values(
+        owner_address=sqlalchemy.bindparam("owner_address"),
+        owner_instance=sqlalchemy.bindparam("owner_instance"),
+        epoch=sqlalchemy.bindparam("epoch"),
+        claimed_at=sqlalchemy.bindparam("claimed_at"),
+    )
+)
+
+
+class DirectoryWorker:
+    """Reads the owner directory every DIRECTORY_REFRESH_SECONDS (a background worker, see
+    `service_runtime.Worker`), so calls for a table another replica took over are forwarded there."""
+
+    def __init__(self, ownership: Ownership, interval_seconds: float = DIRECTORY_REFRESH_SECONDS) -> None:
+        self._ownership = ownership
+        self._interval_seconds = interval_seconds
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        while not stop_event.is_set():
+            self._ownership.refresh_directory()
+            stop_event.wait(self._interval_seconds)
+
+    def close(self) -> None:
+        """Nothing to release."""

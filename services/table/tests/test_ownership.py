@@ -1,0 +1,320 @@
+"""Table-engine replicas (README "Scale-out: replicas"): which replica owns a table, the owner
+directory and its epochs, a partition taken over (its tables reloaded from the event store, their
+timers fired by the new owner), and a call that reaches any replica served by the owner.
+
+Two real asyncio TableService servers share one database; their partitions are assigned by calling
+`Ownership.assigned` as the consumer does after a rebalance (the Kafka side is in
+tests/test_replicas.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import random
+import uuid
+from collections.abc import Iterator
+
+import grpc
+import pytest
+import sqlalchemy
+from kafka.partitioner.default import DefaultPartitioner
+from mahjong.v1 import table_service_pb2 as messages
+from mahjong.v1 import table_service_pb2_grpc
+from mahjong_infra.kafka import free_port
+from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioRunningServer, serve_aio
+from mahjong_platform.auth import mint_token
+from mahjong_platform.config import load_settings
+from mahjong_platform.database import create_engine_for, create_session_factory, read_transaction, sqlite_url
+from mahjong_platform.envelopes import utc_now
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_client import open_channel
+from mahjong_platform.grpc_server import register_service
+from mahjong_platform.migrations import upgrade
+from mahjong_platform.tracked_consumer import Assignment
+from mahjong_table.deadlines import DeadlineWorker
+from mahjong_table.models import table_partition_owners
+from mahjong_table.ownership import LOCAL, Ownership, partition_of
+from mahjong_table.routing import (
+    FORWARDED_BY_METADATA_KEY,
+    MOVED_MESSAGE,
+    NO_OWNER_MESSAGE,
+    OwnerRoutingInterceptor,
+)
+from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
+from mahjong_table.tables import TableEngine
+from mjctl.bots import choose_command
+
+from .conftest import SECRET, TableServer
+
+TOPIC = "mahjong.match.v1"
+PARTITIONS = 2
+PLAYERS = ["east", "south", "west", "north"]
+
+
+@dataclasses.dataclass
+class Replica:
+    server: TableServer
+    ownership: Ownership
+    running: AioRunningServer
+    presence: Presence
+
+    def assign(self, *partitions: int) -> None:
+        """What the consumer does after a rebalance gave this replica `partitions`."""
+        self.ownership.assigned(
+            Assignment(frozenset((TOPIC, partition) for partition in partitions), {TOPIC: PARTITIONS})
+        )
+
+    def stub(self, player: str, roles: tuple[str, ...] = ()) -> table_service_pb2_grpc.TableServiceStub:
+        return self.server.stub_for(player, roles)
+
+
+@pytest.fixture
+def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
+    database_url = sqlite_url(tmp_path, "table")
+    upgrade(database_url, "mahjong_table:alembic", version_table="alembic_version_table")
+    database = create_engine_for(database_url)
+    session_factory = create_session_factory(database)
+    started: list[Replica] = []
+    for _ in range(2):
+        engine = TableEngine(EventStore(), utc_now)
+        port = free_port()
+        ownership = Ownership(TOPIC, f"127.0.0.1:{port}", session_factory, engine)
+        presence = Presence()
+        registration = register_service(
+            messages.DESCRIPTOR.services_by_name["TableService"],
+            table_service_pb2_grpc.add_TableServiceServicer_to_server,
+            TableServicer(session_factory, engine, presence),
+        )
+        running = serve_aio(
+            [registration],
+            f"127.0.0.1:{port}",
+            load_settings({"MAHJONG_JWT_SECRET": SECRET}),
+            interceptors=[AioAuthInterceptor(SECRET, METHOD_ROLES), OwnerRoutingInterceptor(ownership)],
+            extra_error_mapping=TABLE_ERROR_MAPPING,
+        )
+        started.append(Replica(TableServer(port, engine, session_factory), ownership, running, presence))
+    yield started[0], started[1]
+    for replica in started:
+        replica.running.stop(0)
+    database.dispose()
+
+
+def table_in(partition: int) -> str:
+    """A fresh table id whose TableAssigned Kafka puts on `partition`."""
+    while True:
+        table_id = str(uuid.uuid4())
+        if partition_of(table_id, PARTITIONS) == partition:
+            return table_id
+
+
+def open_at(owner: Replica, partition: int, **rules: int) -> str:
+    return owner.server.open_table(
+        PLAYERS, seed=3, table_id=table_in(partition), match_partition=partition, **rules
+    )
+
+
+def act_once(replica: Replica, table_id: str) -> messages.ActResponse:
+    """The first seat the table waits on acts (its bot decision), through `replica`."""
+    for player in PLAYERS:
+        stub = replica.stub(player)
+        request = choose_command(stub.GetView(messages.GetViewRequest(table_id=table_id)))
+        if request is not None:
+            response: messages.ActResponse = stub.Act(request)
+            return response
+    raise AssertionError("nobody is waited on")
+
+
+def stored_version(replica: Replica, table_id: str) -> int:
+    with read_transaction(replica.server.session_factory) as session:  # type: ignore[arg-type]
+        return replica.server.engine.store.stream_version(session, table_id)
+
+
+def epochs(replica: Replica) -> dict[int, tuple[str, int]]:
+    with read_transaction(replica.server.session_factory) as session:  # type: ignore[arg-type]
+        rows = session.execute(
+            sqlalchemy.select(
+                table_partition_owners.c.partition,
+                table_partition_owners.c.owner_address,
+                table_partition_owners.c.epoch,
+            )
+        ).all()
+    return {row.partition: (row.owner_address, row.epoch) for row in rows}
+
+
+class _Cluster:
+    """What kafka-python's partitioner reads of the cluster metadata: one topic's partitions."""
+
+    def __init__(self, count: int) -> None:
+        self._partitions = set(range(count))
+
+    def topics(self) -> set[str]:
+        return {TOPIC}
+
+    def partitions_for_topic(self, _topic: str) -> set[int]:
+        return self._partitions
+
+    def available_partitions_for_topic(self, _topic: str) -> set[int]:
+        return self._partitions
+
+
+def test_a_tables_partition_is_the_one_kafkas_default_partitioner_gives_its_key() -> None:
+    """The outbox relay publishes a TableAssigned keyed by its table id (the stream id) with
+    kafka-python's default partitioner; `partition_of` must name the same partition."""
+    partitioner = DefaultPartitioner()
+    chooser = random.Random(11)
+    for count in (1, 2, 6, 7, 32):
+        cluster = _Cluster(count)
+        for _ in range(200):
+            table_id = str(uuid.UUID(int=chooser.getrandbits(128)))
+            key = table_id.encode()
+            assert partition_of(table_id, count) == partitioner.partition(
+                TOPIC, table_id, key, None, b"", cluster
+            )
+
+
+def test_the_directory_names_each_partitions_owner_and_a_new_owner_raises_its_epoch(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = replicas
+    a.assign(0, 1)
+    b.assign()
+    assert epochs(a) == {0: (a.ownership.address, 1), 1: (a.ownership.address, 1)}
+    b.ownership.refresh_directory()
+    table = table_in(1)
+    assert a.ownership.route(table) is LOCAL and b.ownership.route(table) == a.ownership.address
+
+    # A rebalance moves partition 1 to b: a new owner, a new epoch; partition 0 stays a's at epoch 1.
+    a.assign(0)
+    b.assign(1)
+    assert epochs(a) == {0: (a.ownership.address, 1), 1: (b.ownership.address, 2)}
+    assert a.ownership.route(table) is None  # until a reads the directory again
+    a.ownership.refresh_directory()
+    assert a.ownership.route(table) == b.ownership.address and b.ownership.route(table) is LOCAL
+    a.assign(0)  # the same partitions again (every rebalance reassigns them): no new claim
+    assert epochs(a)[0] == (a.ownership.address, 1)
+
+
+def test_a_replica_taking_a_partition_over_loads_its_tables_and_reloads_what_it_missed(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = replicas
+    a.assign(0, 1)
+    table = open_at(a, 1)
+    act_once(a, table)
+    before = stored_version(a, table)
+
+    a.assign(0)
+    b.assign(1)  # b takes the table over: loaded from the event store, at the stored version
+    loaded = b.server.engine.cached_state(table)
+    assert loaded is not None and loaded.version == before
+    act_once(b, table)
+    assert stored_version(b, table) > before
+    for player in PLAYERS[:3]:  # three escapes end the game (RULES.md 1.10) while b owns it
+        request = messages.ActRequest(table_id=table, idempotency_key=f"leave-{player}")
+        request.leave.SetInParent()
+        b.stub(player).Act(request)
+    assert b.server.view("north", table).phase == "ended"
+
+    # a gets it back: what it cached is from before b's acts, so it is dropped, never served.
+    b.assign()
+    a.assign(0, 1)
+    assert a.server.view("north", table).phase == "ended"
+    again = a.server.engine.cached_state(table)
+    assert again is not None and again.version == stored_version(a, table)
+
+
+def test_a_call_to_any_replica_is_answered_by_the_owner(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    a.assign(0)
+    b.assign(1)
+    a.ownership.refresh_directory()
+    table = open_at(b, 1)
+    view = a.server.view("east", table)  # asked of a, forwarded to b
+    assert view.table_id == table and view.your_seat == 0
+    answer = act_once(a, table)
+    assert answer.sequence > 0 and stored_version(b, table) > 1
+    first = next(iter(a.stub("east").WatchView(messages.WatchViewRequest(table_id=table), timeout=30)))
+    assert first.view.sequence == a.server.view("east", table).sequence
+    # The owner's refusals come back as it answered them.
+    with pytest.raises(grpc.RpcError) as refused:
+        a.server.view("somebody-else", table)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as malformed:
+        a.server.view("east", "")
+    assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # Ops watch through either replica with full information (the wall is in TableOpened).
+    watch = a.stub("ops-1", ("ops",)).Watch(messages.WatchRequest(table_id=table), timeout=30)
+    opened = next(watch)
+    watch.cancel()
+    assert opened.WhichOneof("payload") == "table_opened" and opened.table_opened.wall
+
+
+def test_a_stream_of_a_table_that_moves_ends_unavailable_and_resumes_at_the_new_owner(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = replicas
+    a.assign(0)
+    b.assign(1)
+    table = open_at(b, 1)
+    feed = b.stub("east").WatchView(messages.WatchViewRequest(table_id=table), timeout=60)
+    first = next(feed)
+    b.assign()
+    a.assign(0, 1)
+    with pytest.raises(grpc.RpcError) as ended:
+        next(feed)
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE and ended.value.details() == MOVED_MESSAGE
+    b.ownership.refresh_directory()
+    resumed = b.stub("east").WatchView(
+        messages.WatchViewRequest(table_id=table, after_sequence=first.view.sequence), timeout=60
+    )
+    update = next(resumed)  # served by a, the new owner, through b
+    resumed.cancel()
+    assert update.view.sequence == first.view.sequence and not update.events
+
+
+def test_a_table_no_replica_serves_is_unavailable_and_the_answer_names_nothing(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = replicas
+    table = table_in(1)
+    with pytest.raises(grpc.RpcError) as unknown:  # no assignment yet: no partition known
+        a.server.view("east", table)
+    assert unknown.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert unknown.value.details() == NO_OWNER_MESSAGE
+    a.assign(0)
+    b.assign(1)
+    open_at(b, 1)
+    a.ownership.refresh_directory()
+    # A call already forwarded once is not forwarded again (the table is moving).
+    stub = table_service_pb2_grpc.TableServiceStub(open_channel(f"127.0.0.1:{a.server.port}"))
+    token = mint_token(SECRET, "east")
+    with pytest.raises(grpc.RpcError) as twice:
+        stub.GetView(
+            messages.GetViewRequest(table_id=table),
+            metadata=[("authorization", f"Bearer {token}"), (FORWARDED_BY_METADATA_KEY, "elsewhere:1")],
+        )
+    assert twice.value.code() == grpc.StatusCode.UNAVAILABLE and twice.value.details() == NO_OWNER_MESSAGE
+    # The owner is down: UNAVAILABLE, with neither its address nor the transport's words.
+    b.running.stop(0)
+    with pytest.raises(grpc.RpcError) as down:
+        a.server.view("east", table)
+    assert down.value.code() == grpc.StatusCode.UNAVAILABLE and down.value.details() == NO_OWNER_MESSAGE
+
+
+def test_only_the_owner_fires_a_tables_timers_and_a_new_owner_fires_them_after_a_takeover(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """RULES.md 1.10: the server acts for a player whose time ran out. The owner that opened the
+    table dies (its worker never runs again); the replica that takes its partition over finds the
+    recorded deadline and the game still ends."""
+    a, b = replicas
+    a.assign(0, 1)
+    table = open_at(a, 1, turn_timeout_ms=0)
+    b.assign()
+    worker_b = DeadlineWorker(b.server.session_factory, b.server.engine, b.presence, utc_now, b.ownership)  # type: ignore[arg-type]
+    assert worker_b.expire_deadlines() == 0  # not b's table
+    b.assign(0, 1)  # a is gone: b takes both partitions
+    for _ in range(2000):
+        if not worker_b.expire_deadlines():
+            break
+    assert b.server.view("east", table).phase == "ended"
