@@ -157,12 +157,11 @@ def test_the_stack_requires_a_jwt_secret_from_the_host(compose_text: str, compos
     assert "MAHJONG_ENV" not in compose_text, "the stack runs as production"
 
 
-def test_scoring_ledger_and_matchmaking_have_replicas_on_the_same_database_and_group(
-    compose: dict[str, Any],
-) -> None:
+def test_every_service_has_replicas_on_the_same_database_and_group(compose: dict[str, Any]) -> None:
     """README "Scale-out: replicas": `<service>-replica` runs `deploy.replicas` more processes of
-    the service with its environment (database, consumer group), unpublished on the host."""
-    for service in ("matchmaking", "scoring", "ledger"):
+    the service with its environment (database, consumer group), unpublished on the host; a table
+    engine replica advertises its container's own address (the variable is left unset)."""
+    for service in ("matchmaking", "table", "scoring", "ledger"):
         replica = compose["services"][f"{service}-replica"]
         assert replica["command"] == compose["services"][service]["command"]
         assert service_environment(compose, f"{service}-replica") == service_environment(compose, service)
@@ -172,4 +171,4 @@ def test_scoring_ledger_and_matchmaking_have_replicas_on_the_same_database_and_g
             f"127.0.0.1:{SERVICE_PORTS[service]}",
             GRPC_SERVICE_NAMES[service],
         ]
-    assert "table-replica" not in compose["services"]
+    assert "MAHJONG_TABLE_ADVERTISED_ADDRESS" not in service_environment(compose, "table-replica")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 SERVICES = ("ledger", "scoring", "table", "matchmaking")
 HEALTH_TIMEOUT_SECONDS = 90.0
-REPLICATED_SERVICES = ("ledger", "scoring", "matchmaking")
+REPLICATED_SERVICES = ("ledger", "scoring", "table", "matchmaking")
 """The services that run as several processes on one PostgreSQL (README "Scale-out: replicas")."""
 REPLICAS_MAX = 8
 REPLICA_PORT_STEP = 100
@@ -66,8 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def replica_names(names: list[str], replicas: int) -> list[str]:
-    """Process names: each service once, then ``<service>-<k>`` for k = 2..replicas of the
-    replicated ones (the table engine runs once: its tables live in one process's memory)."""
+    """Process names: each service once, then ``<service>-<k>`` for k = 2..replicas of each."""
     assert 1 <= replicas <= REPLICAS_MAX, replicas
     extra = [f"{name}-{k}" for k in range(2, replicas + 1) for name in names if name in REPLICATED_SERVICES]
     return [*names, *extra]

@@ -1,10 +1,11 @@
-"""``mjctl run --replicas N``: which processes start, and the ports each replica listens on."""
+"""``mjctl run --replicas N``: which processes start, and the ports each replica listens on (a table
+engine replica advertises that address in the owner directory)."""
 
 from mahjong_platform.config import load_settings
 from mjctl.run import replica_environment, replica_names, service_of
 
 
-def test_replicas_multiply_scoring_ledger_and_matchmaking_but_not_the_table_engine() -> None:
+def test_replicas_multiply_every_service() -> None:
     names = replica_names(["ledger", "scoring", "table", "matchmaking"], 3)
     assert names == [
         "ledger",
@@ -13,12 +14,14 @@ def test_replicas_multiply_scoring_ledger_and_matchmaking_but_not_the_table_engi
         "matchmaking",
         "ledger-2",
         "scoring-2",
+        "table-2",
         "matchmaking-2",
         "ledger-3",
         "scoring-3",
+        "table-3",
         "matchmaking-3",
     ]
-    assert [service_of(name) for name in names[4:7]] == ["ledger", "scoring", "matchmaking"]
+    assert [service_of(name) for name in names[4:8]] == ["ledger", "scoring", "table", "matchmaking"]
     assert replica_names(["ledger", "table"], 1) == ["ledger", "table"]
 
 

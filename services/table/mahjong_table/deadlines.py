@@ -27,7 +27,7 @@ from mahjong_table.domain.events import LEAVE_REASON_DISCONNECTED
 from mahjong_table.models import table_status
 from mahjong_table.ownership import Ownership
 from mahjong_table.servicer import Presence
-from mahjong_table.tables import TableEngine
+from mahjong_table.tables import TableEngine, TableMovedError
 from mahjong_table.variants import AnyTableState as TableState
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,12 @@ class DeadlineWorker:
                     ).scalars()
                 )
             )
-            states = [self._engine.load_state(session, table_id, for_reading=True) for table_id in live]
+            states = []
+            for table_id in live:
+                try:
+                    states.append(self._engine.load_state(session, table_id, for_reading=True))
+                except TableMovedError:
+                    continue  # its partition was taken away since the query: not ours to act on
         acted = 0
         for state in states:
             grace_seconds = state.rules.reconnect_grace_ms / 1000
@@ -121,7 +126,7 @@ class DeadlineWorker:
     def _act(self, table_id: str, command_for: CommandFor) -> int:
         try:
             self._engine.act(lambda: transaction(self._session_factory), table_id, command_for)
-        except (_Superseded, TableRuleError) as reason:
+        except (_Superseded, TableRuleError, TableMovedError) as reason:
             logger.debug("table %s: automatic action skipped: %s", table_id, reason)
             return 0
         return 1
