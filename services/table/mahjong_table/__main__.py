@@ -32,15 +32,14 @@ class TableProcess:
 
     engine: TableEngine
     presence: Presence
-    settings: Settings
+    settings: Settings | None = None  # for the advertised address; None: the environment's
     _ownership: Ownership | None = None
 
     def ownership(self, database: Engine, topics: Topics) -> Ownership:
         """One per process, made at the first use (every piece gets the same database engine)."""
         if self._ownership is None:
-            self._ownership = Ownership(
-                topics.match, advertised_address(self.settings), create_session_factory(database), self.engine
-            )
+            address = advertised_address(self.settings or load_settings())
+            self._ownership = Ownership(topics.match, address, create_session_factory(database), self.engine)
         return self._ownership
 
     def registrations(

@@ -124,7 +124,6 @@ class Ownership:
         self._directory: Mapping[int, Owner] = MappingProxyType({})
         self._claimed: dict[int, int] = {}  # partition -> the epoch this process claimed it at
         self._claims_lock = threading.Lock()  # one assignment at a time (a replaced consumer's too)
-        engine.owns = self.owns
 
     # ------------------------------------------------------------------ read on every call
 
@@ -182,6 +181,9 @@ class Ownership:
             self._partitions = count or self._partitions
             self._directory = MappingProxyType(directory)
             self._owned = partitions
+            # From the first assignment on, the engine serves only what this replica owns (before
+            # it, `routing` sends nothing here: no partition is known yet).
+            self._engine.owns = self.owns
         loaded = self._load_live_tables(reloaded)
         logger.info(
             "table partitions assigned",
