@@ -68,8 +68,7 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """Responses leave as bytes (serialized here for a local call, as the owner sent them for a
-        forwarded one). A client-streaming method carries its table in its messages: served where
-        it lands."""
+        forwarded one). A two-way stream (Play) is routed by the table its first request opens."""
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary, handler.response_serializer),
@@ -78,6 +77,11 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(method, handler.unary_stream, handler.response_serializer),
+                request_deserializer=handler.request_deserializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._two_way(method, handler.stream_stream, handler.response_serializer),
                 request_deserializer=handler.request_deserializer,
             )
         return handler
@@ -147,6 +151,49 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
 
         return stream
 
+    def _two_way(
+        self,
+        method: str,
+        behavior: Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]],
+        serialize: Callable[[Any], bytes],
+    ) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        async def two_way(
+            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[bytes]:
+            iterator = requests.__aiter__()
+            try:
+                first = await iterator.__anext__()
+            except StopAsyncIteration:
+                first = None
+
+            async def replayed() -> AsyncIterator[Any]:
+                if first is not None:
+                    yield first
+                async for request in iterator:
+                    yield request
+
+            _table, route = self._route(_opened(first), context)
+            if route is LOCAL:
+                async for item in behavior(replayed(), context):
+                    yield serialize(item)
+                return
+            if route is None:
+                reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)
+                return
+            assert isinstance(route, str)
+            call = self._channel(route).stream_stream(method, request_serializer=_serialized)(
+                replayed(), metadata=self._metadata(context), timeout=remaining_seconds(context)
+            )
+            try:
+                async for answer in call:
+                    yield answer
+            except grpc.aio.AioRpcError as error:
+                self._answer_failure(error, context, method)
+            finally:
+                call.cancel()
+
+        return two_way
+
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
@@ -173,6 +220,18 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
             MOVED_MESSAGE,
         )
         reject(context, code, NO_OWNER_MESSAGE if unreachable else (error.details() or code.name), method)
+
+
+def _opened(first: Any) -> Any:
+    """What the first request of a two-way stream opens (the message of its oneof that names a
+    table, e.g. PlayRequest.open), or the request itself."""
+    if first is None:
+        return None
+    for oneof in first.DESCRIPTOR.oneofs:
+        kind = first.WhichOneof(oneof.name)
+        if kind is not None and _table_id(getattr(first, kind)) is not None:
+            return getattr(first, kind)
+    return first
 
 
 def _serialized(request: Any) -> bytes:

@@ -34,17 +34,13 @@ from mahjong_platform.tracked_consumer import Assignment
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.models import table_partition_owners
 from mahjong_table.ownership import LOCAL, Ownership, partition_of
-from mahjong_table.routing import (
-    FORWARDED_BY_METADATA_KEY,
-    MOVED_MESSAGE,
-    NO_OWNER_MESSAGE,
-    OwnerRoutingInterceptor,
-)
+from mahjong_table.routing import FORWARDED_BY_METADATA_KEY, NO_OWNER_MESSAGE, OwnerRoutingInterceptor
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
-from mahjong_table.tables import TableEngine
+from mahjong_table.tables import MOVED_MESSAGE, TableEngine
 from mjctl.bots import choose_command
 
 from .conftest import SECRET, TableServer
+from .test_play_stream import PlayClient, next_of
 
 TOPIC = "mahjong.match.v1"
 PARTITIONS = 2
@@ -318,3 +314,30 @@ def test_only_the_owner_fires_a_tables_timers_and_a_new_owner_fires_them_after_a
         if not worker_b.expire_deadlines():
             break
     assert b.server.view("east", table).phase == "ended"
+
+
+def test_a_play_stream_opened_at_any_replica_is_played_at_the_owner_until_the_table_moves(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = replicas
+    a.assign(0)
+    b.assign(1)
+    a.ownership.refresh_directory()
+    table = open_at(b, 1)
+    client = PlayClient(a.stub("east"), table)  # opened at a, played at b
+    try:
+        view = next_of(client, "update").update.view
+        request = choose_command(view)  # every seat picks its exchange at once
+        assert request is not None
+        client.send(request)
+        answer = next_of(client, "answer").answer
+        assert answer.idempotency_key == request.idempotency_key and answer.code == 0
+        b.assign()
+        a.assign(0, 1)  # the table moves to a: b ends the stream, a passes that on
+        with pytest.raises(grpc.RpcError) as ended:
+            for _response in client.responses:
+                pass
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert ended.value.details() in (MOVED_MESSAGE, NO_OWNER_MESSAGE)
+    finally:
+        client.close()
