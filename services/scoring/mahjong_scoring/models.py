@@ -1,8 +1,8 @@
 """The scoring service's own tables (SQLAlchemy Core), next to the platform's event store and outbox.
 
-- `scoring_games`: one row per table: room, coefficient N, whether scoring settles its variant,
-  the last table event sequence applied, the number of settlement lines, and whether `GameSettled`
-  was emitted.
+- `scoring_games`: one row per table: room, coefficient N, whether scoring settles its variant
+  (always true now that both families settle; kept until a migration drops it), the last table
+  event sequence applied, the number of settlement lines, and whether `GameSettled` was emitted.
 - `scoring_table_events`: the table events of every game as received (the consumer's inbox), so
   the in-memory fold of a game can be rebuilt after a restart without re-reading Kafka.
 - `scoring_lines`: every `SettlementInstructed`, keyed by its instruction id, in line order, with
