@@ -14,6 +14,7 @@ gone (the session timeout): it reloads their tables from the event store and fir
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import threading
@@ -136,6 +137,8 @@ def _kill_one_replica_of_each_mid_game(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             killed.append(name)
+    # For the log reader (when the survivors took over: their "table partitions assigned" lines).
+    print(f"replicas: SIGKILLed {', '.join(killed)} at {datetime.datetime.now(datetime.UTC).isoformat()}")
 
 
 def test_replicas_of_every_service_survive_a_sigkill_mid_game_with_exact_books(
