@@ -16,17 +16,20 @@ is forwarded to the one that does (`routing`).
 Taking over a partition: a replica that finds its own epoch still in the directory owned it all
 along and keeps its tables in memory; otherwise another replica may have written them meanwhile, so
 it drops what it cached of them, reloads their live tables from the event store and tells their
-watchers; their deadlines are in the status rows, so the timers fire again from the recorded
-deadlines. Losing one: it stops serving the partition's tables at once (`TableEngine.check_owned`: a
-command is refused and an open stream ends, at its next look at the table, with UNAVAILABLE), so
-each client retries or reconnects and is forwarded to the new owner. Between the two, a
-stale owner that still writes cannot fork a table: every append is checked against the stored
-version (``WrongExpectedVersionError``, in the group commit's batches too).
+watchers. Their deadlines are in the status rows, so the timers fire again from the recorded
+deadlines (one that passed while nobody owned the table is moved to TAKEOVER_GRACE after the
+takeover, so a player is not timed out for the outage). Losing one: it stops serving the
+partition's tables at once (`TableEngine.check_owned`: a command is refused and an open stream
+ends, at its next look at the table, with UNAVAILABLE), so each client retries or reconnects and
+is forwarded to the new owner. Between the two, a stale owner that still writes cannot fork a
+table: every append is checked against the stored version (``WrongExpectedVersionError``, in the
+group commit's batches too).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import logging
 import socket
@@ -51,6 +54,8 @@ from mahjong_table.tables import TableEngine
 logger = logging.getLogger(__name__)
 
 DIRECTORY_REFRESH_SECONDS: Final = 1.0
+TAKEOVER_GRACE: Final = datetime.timedelta(seconds=5)
+"""At least this long, from a takeover, before the new owner acts for a player (`deadlines`)."""
 _WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "[::]", "::", ""})
 
 
@@ -167,7 +172,8 @@ class Ownership:
         with self._claims_lock:
             with transaction(self._session_factory) as session:
                 epochs, continuous = self._claim(session, partitions)
-            reloaded = partitions - continuous
+                reloaded = partitions - continuous
+                self._grant_takeover_grace(session, reloaded)
             if reloaded and count:
                 # Before serving them: nothing cached of a partition someone else wrote is trusted.
                 self._engine.cache.discard_where(lambda table_id: partition_of(table_id, count) in reloaded)
@@ -252,6 +258,24 @@ class Ownership:
                 },
             )
         return epochs, frozenset(continuous)
+
+    def _grant_takeover_grace(self, session: Session, partitions: frozenset[int]) -> None:
+        """A deadline that passed, or would pass within TAKEOVER_GRACE, while the partition had no
+        owner (the previous one died: no call reached the table for a session timeout) is moved to
+        TAKEOVER_GRACE from now, so the player waited on can reconnect and act before the server
+        acts for them. Every live table of the partitions alike: nothing depends on a hand."""
+        if not partitions:
+            return
+        granted = self._clock() + TAKEOVER_GRACE
+        session.execute(
+            table_status.update()
+            .where(
+                table_status.c.match_partition.in_(sorted(partitions)),
+                table_status.c.ended.is_(False),
+                table_status.c.deadline_at < granted,
+            )
+            .values(deadline_at=granted)
+        )
 
     def _load_live_tables(self, partitions: frozenset[int]) -> int:
         """Fold the live tables of `partitions` from the event store into memory and wake their

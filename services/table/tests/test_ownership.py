@@ -9,6 +9,7 @@ tests/test_replicas.py)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import pathlib
 import random
 import uuid
@@ -33,7 +34,7 @@ from mahjong_platform.migrations import upgrade
 from mahjong_platform.tracked_consumer import Assignment
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.models import table_partition_owners
-from mahjong_table.ownership import LOCAL, Ownership, partition_of
+from mahjong_table.ownership import LOCAL, TAKEOVER_GRACE, Ownership, partition_of
 from mahjong_table.routing import FORWARDED_BY_METADATA_KEY, NO_OWNER_MESSAGE, OwnerRoutingInterceptor
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import MOVED_MESSAGE, TableEngine
@@ -306,10 +307,16 @@ def test_only_the_owner_fires_a_tables_timers_and_a_new_owner_fires_them_after_a
     a, b = replicas
     a.assign(0, 1)
     table = open_at(a, 1, turn_timeout_ms=0)
+    later = utc_now() + datetime.timedelta(hours=1)  # the worker's clock: every deadline has passed
+    worker_b = DeadlineWorker(
+        b.server.session_factory, b.server.engine, b.presence, lambda: later, b.ownership
+    )  # type: ignore[arg-type]
     b.assign()
-    worker_b = DeadlineWorker(b.server.session_factory, b.server.engine, b.presence, utc_now, b.ownership)  # type: ignore[arg-type]
     assert worker_b.expire_deadlines() == 0  # not b's table
+    taken_over_at = utc_now()
     b.assign(0, 1)  # a is gone: b takes both partitions
+    # The deadline that passed while nobody served the table is moved past the takeover.
+    assert b.server.view("east", table).deadline.ToDatetime(datetime.UTC) >= taken_over_at + TAKEOVER_GRACE
     for _ in range(2000):
         if not worker_b.expire_deadlines():
             break
