@@ -17,11 +17,11 @@ Taking over a partition: a replica that finds its own epoch still in the directo
 along and keeps its tables in memory; otherwise another replica may have written them meanwhile, so
 it drops what it cached of them, reloads their live tables from the event store and tells their
 watchers. Their deadlines are in the status rows, so the timers fire again from the recorded
-deadlines (one that passed while nobody owned the table is moved to TAKEOVER_GRACE after the
-takeover, so a player is not timed out for the outage). Losing one: it stops serving the
-partition's tables at once (`TableEngine.check_owned`: a command is refused and an open stream
-ends, at its next look at the table, with UNAVAILABLE), so each client retries or reconnects and
-is forwarded to the new owner. Between the two, a stale owner that still writes cannot fork a
+deadlines (one that has passed by the takeover, or would pass within TAKEOVER_GRACE of it, is
+moved to TAKEOVER_GRACE after it, so a player is not timed out for the outage). Losing one: it
+stops serving the partition's tables at once (`TableEngine.check_owned`: a command is refused and
+an open stream ends, at its next look at the table, with UNAVAILABLE), so each client retries or
+reconnects and is forwarded to the new owner. Between the two, a stale owner that still writes cannot fork a
 table: every append is checked against the stored version (``WrongExpectedVersionError``, in the
 group commit's batches too).
 """
@@ -260,10 +260,10 @@ class Ownership:
         return epochs, frozenset(continuous)
 
     def _grant_takeover_grace(self, session: Session, partitions: frozenset[int]) -> None:
-        """A deadline that passed, or would pass within TAKEOVER_GRACE, while the partition had no
-        owner (the previous one died: no call reached the table for a session timeout) is moved to
-        TAKEOVER_GRACE from now, so the player waited on can reconnect and act before the server
-        acts for them. Every live table of the partitions alike: nothing depends on a hand."""
+        """A deadline that has passed, or would pass within TAKEOVER_GRACE (the partition may have
+        had no owner for a session timeout: no call reached its tables), is moved to TAKEOVER_GRACE
+        from now, so the player waited on can reconnect and act before the server acts for them.
+        Every live table of the partitions alike: nothing depends on a hand."""
         if not partitions:
             return
         granted = self._clock() + TAKEOVER_GRACE
