@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -169,3 +170,40 @@ def test_bots_spread_over_processes_with_think_time_report_their_figures(
     assert figures["games"] == 1 and figures["processes"] == 2 and figures["unsettled"] == 0
     assert figures["act_calls"] > 0 and figures["delivery_p99_ms"] > 0 and figures["lag_p99_ms"] > 0
     assert figures["client_cpu_seconds"] > 0
+
+
+def test_bots_on_one_event_loop_play_a_game_on_play_streams_and_it_settles(
+    services: dict[str, int],
+) -> None:
+    """`bots.run_bots_async` (what `mjctl bots --processes` runs in each process): four bots on one
+    event loop and one grpc.aio channel per service play their table on Play streams; every
+    command is answered, the game ends and the ledger posts it."""
+    import asyncio
+
+    import grpc.aio
+    from mjctl.bots import run_bots_async
+
+    async def run() -> Any:
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{services['matchmaking']}") as matchmaking,
+            grpc.aio.insecure_channel(f"127.0.0.1:{services['table']}") as table,
+        ):
+            return await run_bots_async(
+                "sichuan-novice",
+                4,
+                1,
+                matchmaking,
+                table,
+                lambda player: mint_token(SECRET, player),
+                log=lambda _line: None,
+            )
+
+    report = asyncio.run(run())
+    assert len(report.table_ids) == 1 and len(report.games) == 1
+    assert "ended" in report.games[0]
+    assert len(report.act_latencies_seconds) > 20  # one per answered command
+    ledger = ledger_service_pb2_grpc.LedgerServiceStub(
+        open_channel(f"127.0.0.1:{services['ledger']}", mint_token(SECRET, "finance-desk", ["finance"]))
+    )
+    statement = wait_for_rake(ledger, report.table_ids[0])
+    assert sum(posting.beans for posting in statement.net) == 0

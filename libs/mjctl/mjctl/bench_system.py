@@ -7,7 +7,7 @@ services as their own processes on free ports; then plays ``--tables`` tables at
 ``--think-ms`` before each decision. For each run it prints one table: games settled per second,
 Act p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot
 read it), settlement lag p50/p99 (GameEnded -> last TransferPosted), CPU seconds per game of each
-server process and of the bots apart, and the same run's pure engine rate
+server process, of the Kafka broker and of the bots apart, and their sum, and the same run's pure engine rate
 (`mahjong_table.bench`) with the ratio full system / pure engine. Not a test: nothing is asserted.
 """
 
@@ -91,7 +91,11 @@ def _system(root: Path, database: str) -> Iterator[dict[str, str]]:
             for name in SERVICES:
                 environment[f"MAHJONG_{name.upper()}_DATABASE_URL"] = cluster.create_database(f"bench_{name}")
         with _services(root, environment) as processes:
-            environment["BENCH_SERVICE_PIDS"] = json.dumps({name: p.pid for name, p in processes.items()})
+            pids = {name: process.pid for name, process in processes.items()}
+            broker_pid = broker.running_pid()
+            if broker_pid is not None:
+                pids["kafka broker"] = broker_pid
+            environment["BENCH_SERVICE_PIDS"] = json.dumps(pids)
             yield environment
     finally:
         if cluster is not None:
@@ -209,6 +213,8 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
             f"{figures['client_cpu_seconds'] / games:.3f}",
         )
     )
+    total = sum(figures["server_cpu_seconds"].values()) + figures["client_cpu_seconds"]
+    rows.append(("CPU s / game: everything (services, broker, bots)", f"{total / games:.3f}"))
     engine = figures["engine_games_per_second"]
     rows.append(("pure engine (same run)", f"{engine:.1f} games/s"))
     rows.append(("full system / pure engine", f"{rate / engine:.4f}"))

@@ -14,6 +14,7 @@ them aside), so formula views need nothing more.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import datetime
 import functools
@@ -24,8 +25,10 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from typing import Final
 
 import grpc
+import grpc.aio
 from mahjong.v1 import (
     ledger_service_pb2,
     ledger_service_pb2_grpc,
@@ -34,6 +37,7 @@ from mahjong.v1 import (
 )
 from mahjong.v1 import matchmaking_service_pb2 as matchmaking_messages
 from mahjong.v1 import table_service_pb2 as table_messages
+from mahjong_platform.grpc_client import bearer_metadata
 
 from mjctl import client
 
@@ -376,6 +380,227 @@ def run_bots(
     deliveries = [latency for bot in bots for latency in bot.delivery_latencies_seconds]
     retries = sum(bot.retries for bot in bots)
     return BotRunReport(finished, table_ids, seconds, latencies, deliveries, retries)
+
+
+# ------------------------------------------------------------------------------ grpc.aio
+
+REFUSED_CODES: Final = frozenset(
+    {grpc.StatusCode.FAILED_PRECONDITION.value[0], grpc.StatusCode.ABORTED.value[0]}
+)
+"""Answers that mean the table moved on (a timeout acted, another claim won): look again."""
+
+
+class AsyncBotPlayer:
+    """`BotPlayer` on ``grpc.aio``: many bots share one event loop and one channel per service
+    (each call carries the bot's token), and a bot plays its table on one ``Play`` stream
+    (`client.PlaySession`): its updates come in and its commands go out on the same stream, so a
+    decision costs a message, not a call. Its Act latency is a command's time to its answer."""
+
+    def __init__(
+        self,
+        player_id: str,
+        matchmaking: grpc.aio.Channel,
+        table: grpc.aio.Channel,
+        token: str,
+        log: Callable[[str], None],
+        think_seconds: float = 0.0,
+    ) -> None:
+        self.player_id = player_id
+        self.think_seconds = think_seconds
+        self.delivery_latencies_seconds: list[float] = []
+        self.act_latencies_seconds: list[float] = []
+        self.retries = 0
+        self.game_ended_at: datetime.datetime | None = None
+        self._matchmaking = matchmaking_service_pb2_grpc.MatchmakingServiceStub(matchmaking)
+        self._table = table_service_pb2_grpc.TableServiceStub(table)
+        self._metadata = bearer_metadata(token)
+        self._log = log
+        self._backoff = client.Backoff(on_retry=self._count_retry)
+        self._ticket_id: str | None = None
+        self._stopped = False
+
+    def _count_retry(self, _line: str) -> None:
+        self.retries += 1
+
+    async def find_table(self, room_id: str) -> tuple[str, int]:
+        """`BotPlayer.find_table`."""
+        request = matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4()))
+        deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
+        while True:
+            if self._stopped:
+                raise BotStoppedError(f"{self.player_id}: stopped before being seated")
+            try:
+                ticket = await client.call_async(
+                    self._matchmaking.Enqueue,
+                    request,
+                    self._backoff,
+                    CALL_TIMEOUT_SECONDS,
+                    metadata=self._metadata,
+                )
+                break
+            except grpc.RpcError as error:
+                details = error.details() or ""
+                if "entry floor" in details:
+                    raise BelowEntryFloorError(f"{self.player_id}: {details}") from None
+                if "already seated" not in details or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)  # matchmaking frees the seat when it reads GameEnded
+        self._ticket_id = ticket.ticket_id
+        try:
+            if self._stopped:
+                await self.cancel_ticket()
+            async for update in client.watch_ticket_async(
+                self._matchmaking, ticket.ticket_id, self._backoff, GAME_MAX_SECONDS, self._metadata
+            ):
+                if update.state == "seated":
+                    return update.table_id, update.seat
+                if update.state == "cancelled":
+                    if self._stopped:
+                        raise BotStoppedError(f"{self.player_id}: stopped before being seated")
+                    raise RuntimeError(f"{self.player_id}: ticket {ticket.ticket_id} was cancelled")
+        finally:
+            self._ticket_id = None
+        raise RuntimeError(f"{self.player_id}: ticket stream ended before a seat was assigned")
+
+    async def stop(self) -> None:
+        """Stop looking for tables: cancel the ticket this bot waits on, enqueue no more."""
+        self._stopped = True
+        await self.cancel_ticket()
+
+    async def cancel_ticket(self) -> None:
+        ticket_id = self._ticket_id
+        if ticket_id is None:
+            return
+        request = matchmaking_messages.CancelRequest(ticket_id=ticket_id, idempotency_key=str(uuid.uuid4()))
+        try:
+            await client.call_async(
+                self._matchmaking.Cancel,
+                request,
+                client.Backoff(give_up_after_seconds=30),
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as error:  # seated meanwhile: the bot plays that game out
+            self._log(f"{self.player_id}: could not cancel ticket {ticket_id[:8]}: {error.details()}")
+
+    async def play(self, table_id: str) -> table_messages.TableView:
+        """Play the table to its end on its Play stream (resumed after any reconnect); return
+        the final view."""
+        session = client.PlaySession(
+            self._table, table_id, self._backoff, timeout_seconds=GAME_MAX_SECONDS, metadata=self._metadata
+        )
+        decisions = client.Decisions()
+        sent: dict[str, float] = {}
+        final: table_messages.TableView | None = None
+        async for response in session.responses():
+            if response.WhichOneof("response") == "answer":
+                answer = response.answer
+                started = sent.pop(answer.idempotency_key, None)
+                if started is not None:
+                    self.act_latencies_seconds.append(time.perf_counter() - started)
+                if answer.code and answer.code not in REFUSED_CODES:
+                    raise RuntimeError(f"{self.player_id}: command refused ({answer.code}): {answer.message}")
+                continue
+            received = time.time()
+            for envelope in response.update.events:
+                self.delivery_latencies_seconds.append(received - envelope.occurred_at.ToNanoseconds() / 1e9)
+                if envelope.WhichOneof("payload") == "game_ended":
+                    self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
+            view = response.update.view
+            if view.phase == "ended":
+                final = view  # the stream ends after the answers still owed
+                continue
+            # The view seen again after a reconnect gets the same request (the same key).
+            request = decisions.for_view(view.sequence, functools.partial(choose_command, view))
+            if request is None or request.idempotency_key in sent:
+                continue
+            if self.think_seconds:
+                await asyncio.sleep(self.think_seconds)  # a human-paced player (--think-ms)
+            request.expected_sequence = view.sequence
+            sent[request.idempotency_key] = time.perf_counter()
+            session.send(request)
+        if final is None:
+            raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
+        return final
+
+
+async def run_bots_async(
+    room_id: str,
+    players: int,
+    rounds: int,
+    matchmaking: grpc.aio.Channel,
+    table: grpc.aio.Channel,
+    token_for: Callable[[str], str],
+    log: Callable[[str], None] = print,
+    player_prefix: str = "bot",
+    on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
+    think_seconds: float = 0.0,
+    fund: Callable[[str, str], None] | None = None,
+) -> BotRunReport:
+    """`run_bots` on one event loop: `players` `AsyncBotPlayer`s, `rounds` games each, on the
+    given ``grpc.aio`` channels (`token_for(player)`: the bot's token). `fund` (blocking) runs in
+    a worker thread before each of a bot's games."""
+    run_id = uuid.uuid4().hex[:6]
+    bots = [
+        AsyncBotPlayer(name, matchmaking, table, token_for(name), log, think_seconds)
+        for name in (f"{player_prefix}-{run_id}-{index}" for index in range(players))
+    ]
+    finished: list[str] = []
+    table_ids: list[str] = []
+    errors: list[BaseException] = []
+    below_floor: list[BelowEntryFloorError] = []
+
+    async def funded_table(bot: AsyncBotPlayer, game_round: int) -> tuple[str, int]:
+        if fund is None:
+            return await bot.find_table(room_id)
+        for attempt in range(FUNDED_ENQUEUE_ATTEMPTS):
+            await asyncio.to_thread(fund, bot.player_id, f"{game_round}.{attempt}")
+            try:
+                return await bot.find_table(room_id)
+            except BelowEntryFloorError:
+                if attempt == FUNDED_ENQUEUE_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(FUNDED_ENQUEUE_PAUSE_SECONDS)
+        raise AssertionError("unreachable")
+
+    async def bot_loop(bot: AsyncBotPlayer) -> None:
+        try:
+            for game_round in range(rounds):
+                table_id, seat = await funded_table(bot, game_round)
+                view = await bot.play(table_id)
+                if seat == 0:  # one line per game, from the bot in seat 0
+                    if on_game_ended is not None and bot.game_ended_at is not None:
+                        on_game_ended(table_id, bot.game_ended_at)
+                    line = describe_game(view)
+                    finished.append(line)
+                    table_ids.append(table_id)
+                    log(line)
+        except BelowEntryFloorError as error:
+            log(str(error))
+            below_floor.append(error)
+            await asyncio.gather(*(other.stop() for other in bots))
+        except BotStoppedError:
+            pass
+        except Exception as error:  # reported by the caller; other bots go on
+            errors.append(error)
+            log(f"{bot.player_id} failed: {error!r}")
+
+    started = time.monotonic()
+    await asyncio.gather(*(bot_loop(bot) for bot in bots))
+    if errors:
+        raise RuntimeError(f"{len(errors)} bots failed; first: {errors[0]!r}") from errors[0]
+    if below_floor:
+        raise BelowEntryFloorError(
+            f"{len(below_floor)} of {players} bots are below room {room_id!r}'s entry floor and cannot "
+            f"be seated, so the run stopped after {len(finished)} games (first: {below_floor[0]})"
+        )
+    return BotRunReport(
+        finished,
+        table_ids,
+        time.monotonic() - started,
+        [latency for bot in bots for latency in bot.act_latencies_seconds],
+        [latency for bot in bots for latency in bot.delivery_latencies_seconds],
+        sum(bot.retries for bot in bots),
+    )
 
 
 FIRST_OCCASION = "0.0"

@@ -22,14 +22,21 @@ Four rules make a client restart-proof; ``mjctl bots`` and the README's example 
 
 Everything else (FAILED_PRECONDITION, ABORTED, PERMISSION_DENIED, ...) is the server's answer and
 is raised at once.
+
+With ``grpc.aio`` (one event loop for many players, as ``mjctl bots`` runs them): ``call_async``
+and ``watch_ticket_async`` are ``call`` and ``watch_ticket``, and ``PlaySession`` plays a seat on
+one ``Play`` stream by the same rules: it waits for the table to open (3), reopens the stream
+after a failure from the last view seen and sends the commands not answered yet again with their
+keys (1, 2); ``Decisions`` (4) still gives one request per view.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -75,6 +82,12 @@ class Backoff:
     ) -> None:
         """Sleep before the next attempt, or re-raise ``error`` when its code is not ``retryable``
         or the budget is spent."""
+        self.sleep(self.pause_for(error, what, retryable))
+
+    def pause_for(
+        self, error: grpc.RpcError, what: str, retryable: frozenset[grpc.StatusCode] = RETRYABLE_CODES
+    ) -> float:
+        """`pause_or_raise` without the sleep: how long to pause (an asyncio client awaits it)."""
         now = self.clock()
         if self._failing_since is None:
             self._failing_since = now
@@ -84,7 +97,7 @@ class Backoff:
         self._attempt += 1
         pause = ceiling / 2 + self.random_source.random() * ceiling / 2
         self.on_retry(f"{what}: {error.code().name}; retry {self._attempt} in {pause:.2f} s")
-        self.sleep(pause)
+        return float(pause)
 
 
 def call(
@@ -233,3 +246,152 @@ class _EndedEarlyError(grpc.RpcError):  # type: ignore[misc]
 
 def _ended_early(what: str) -> grpc.RpcError:
     return _EndedEarlyError(what)
+
+
+# ------------------------------------------------------------------------------ grpc.aio
+
+
+async def call_async(
+    method: Callable[..., Any],
+    request: Any,
+    backoff: Backoff,
+    timeout_seconds: float = 30.0,
+    what: str = "call",
+    metadata: Any = None,
+) -> Any:
+    """``call`` for a ``grpc.aio`` stub method (``metadata``: e.g. the caller's bearer token)."""
+    while True:
+        try:
+            response = await method(request, timeout=timeout_seconds, metadata=metadata)
+        except grpc.RpcError as error:
+            await asyncio.sleep(backoff.pause_for(error, what))
+            continue
+        backoff.reset()
+        return response
+
+
+async def watch_ticket_async(
+    stub: Any, ticket_id: str, backoff: Backoff, timeout_seconds: float = 600.0, metadata: Any = None
+) -> AsyncIterator[matchmaking_messages.TicketUpdate]:
+    """``watch_ticket`` for a ``grpc.aio`` stub."""
+    what = f"WatchTicket {ticket_id[:8]}"
+    while True:
+        stream = stub.WatchTicket(
+            matchmaking_messages.WatchTicketRequest(ticket_id=ticket_id),
+            timeout=timeout_seconds,
+            metadata=metadata,
+        )
+        try:
+            async for update in stream:
+                backoff.reset()
+                yield update
+                if update.state in ("seated", "cancelled"):
+                    return
+        except grpc.RpcError as error:
+            await asyncio.sleep(backoff.pause_for(error, what, STREAM_RESUMABLE_CODES))
+            continue
+        finally:
+            stream.cancel()
+        await asyncio.sleep(backoff.pause_for(_ended_early(what), what))
+
+
+class PlaySession:
+    """One seat's ``Play`` stream (``grpc.aio``) that survives reconnects.
+
+    ``responses()`` yields every ``PlayResponse``: the feed's updates (each event once, as
+    ``watch_view``) and the answers to the commands given to ``send``. While the table engine has
+    not opened the table yet (NOT_FOUND before any response), the stream is opened again after
+    pauses from 0.05 s doubling up to 1 s, for ``TABLE_OPENS_WITHIN_SECONDS`` (rule 3). After a
+    failure it reopens from the last view seen and sends every command not answered yet again,
+    with its key, so each is applied at most once (rules 1, 2). Ends after the ``ended`` view and
+    the answers the server sent with it."""
+
+    def __init__(
+        self,
+        stub: Any,
+        table_id: str,
+        backoff: Backoff,
+        *,
+        after_sequence: int = 0,
+        timeout_seconds: float = 600.0,
+        metadata: Any = None,
+    ) -> None:
+        self._stub = stub
+        self._table_id = table_id
+        self._backoff = backoff
+        self._seen = after_sequence
+        self._timeout_seconds = timeout_seconds
+        self._metadata = metadata
+        self._unanswered: dict[str, table_messages.ActRequest] = {}
+        self._outgoing: asyncio.Queue[table_messages.ActRequest | None] | None = None
+
+    def send(self, request: table_messages.ActRequest) -> None:
+        """Send a command (its ``idempotency_key`` set); its answer comes through ``responses``.
+        A command already waiting for its answer is not sent twice."""
+        if request.idempotency_key in self._unanswered:
+            return
+        self._unanswered[request.idempotency_key] = request
+        if self._outgoing is not None:
+            self._outgoing.put_nowait(request)
+
+    async def _requests(
+        self, outgoing: asyncio.Queue[table_messages.ActRequest | None]
+    ) -> AsyncIterator[table_messages.PlayRequest]:
+        yield table_messages.PlayRequest(
+            open=table_messages.WatchViewRequest(table_id=self._table_id, after_sequence=self._seen)
+        )
+        while (request := await outgoing.get()) is not None:
+            yield table_messages.PlayRequest(act=request)
+
+    async def responses(self) -> AsyncIterator[table_messages.PlayResponse]:
+        what = f"Play {self._table_id[:8]}"
+        opening = dataclasses.replace(
+            self._backoff,
+            first_pause_seconds=0.05,
+            max_pause_seconds=1.0,
+            give_up_after_seconds=TABLE_OPENS_WITHIN_SECONDS,
+            on_retry=lambda _line: None,
+            _attempt=0,
+            _failing_since=None,
+        )
+        opened = False
+        while True:
+            outgoing: asyncio.Queue[table_messages.ActRequest | None] = asyncio.Queue()
+            for request in self._unanswered.values():
+                outgoing.put_nowait(request)
+            self._outgoing = outgoing
+            stream = self._stub.Play(
+                self._requests(outgoing), timeout=self._timeout_seconds, metadata=self._metadata
+            )
+            ended = False
+            try:
+                async for response in stream:
+                    opened = True
+                    self._backoff.reset()
+                    if response.WhichOneof("response") == "answer":
+                        self._unanswered.pop(response.answer.idempotency_key, None)
+                    else:
+                        self._seen = max(self._seen, response.update.view.sequence)
+                        ended = ended or response.update.view.phase == "ended"
+                    yield response
+                if ended:
+                    return
+            except grpc.RpcError as error:
+                if not opened and error.code() == grpc.StatusCode.NOT_FOUND:
+                    try:
+                        await asyncio.sleep(opening.pause_for(error, what, frozenset({error.code()})))
+                    except grpc.RpcError:
+                        raise TableNotOpenedError(
+                            f"table {self._table_id} was assigned by matchmaking but not opened by the "
+                            f"table service within {TABLE_OPENS_WITHIN_SECONDS:g} s (still NOT_FOUND: "
+                            f"{error.details()})"
+                        ) from None
+                    continue
+                await asyncio.sleep(self._backoff.pause_for(error, what, STREAM_RESUMABLE_CODES))
+                continue
+            finally:
+                self._outgoing = None
+                outgoing.put_nowait(None)
+                stream.cancel()
+            # Closed without an error before the end (the server is shutting down): reopen.
+            await asyncio.sleep(self._backoff.pause_for(_ended_early(what), what))

@@ -1,7 +1,8 @@
 """``mjctl bots --processes K`` / ``--json FILE``: one bot run spread over K processes, measured as a
 whole, so the load generator is not the bottleneck and its CPU is reported apart from the servers'.
 
-Each worker process runs its share of the bots (`bots.run_bots` with the run's games per bot) and
+Each worker process runs its share of the bots (`bots.run_bots_async`: one event loop, grpc.aio, a
+Play stream per seat, with the run's games per bot) and
 reports every finished game at once (the parent starts measuring its settlement lag then) and, at
 the end, its Act and WatchView delivery latencies. The parent prints the usual summary and, with
 ``--json``, writes the figures `make bench-system` tabulates.
@@ -44,12 +45,16 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 def _worker(job: _WorkerJob, messages: Any) -> None:
-    """One process's bots; everything it learns goes to the parent through `messages`."""
+    """One process's bots, on one event loop (`bots.run_bots_async`: grpc.aio, one channel per
+    service, a Play stream per seat); everything it learns goes to the parent through `messages`."""
+    import asyncio
+
+    import grpc.aio
     from mahjong_platform.auth import mint_token
     from mahjong_platform.config import load_settings
     from mahjong_platform.grpc_client import open_channel
 
-    from mjctl.bots import run_bots, starting_balance_funder
+    from mjctl.bots import run_bots_async, starting_balance_funder
 
     settings = load_settings()
     fund = None
@@ -59,27 +64,34 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
             open_channel(settings.grpc_target("ledger"), finance_token), job.starting_balance
         )
 
-    def channel_for(service: str, player_id: str) -> Any:
+    def token_for(player_id: str) -> str:
         # Bots are Happy Points members, so they may play the members-only Formula rooms too.
-        token = mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600, member=True)
-        return open_channel(settings.grpc_target(service), token)  # type: ignore[arg-type]
+        return mint_token(settings.jwt_secret, player_id, ttl_seconds=24 * 3600, member=True)
 
     def game_ended(table_id: str, ended_at: datetime.datetime) -> None:
         messages.put(("ended", table_id, ended_at.isoformat()))
 
+    async def run() -> Any:
+        async with (
+            grpc.aio.insecure_channel(settings.grpc_target("matchmaking")) as matchmaking,
+            grpc.aio.insecure_channel(settings.grpc_target("table")) as table,
+        ):
+            return await run_bots_async(
+                job.room_id,
+                job.players,
+                job.rounds,
+                matchmaking,
+                table,
+                token_for,
+                log=lambda line: messages.put(("line", line)),
+                player_prefix=job.player_prefix,
+                on_game_ended=game_ended,
+                think_seconds=job.think_ms / 1000,
+                fund=fund,
+            )
+
     try:
-        report = run_bots(
-            job.room_id,
-            job.players,
-            0,
-            channel_for,
-            log=lambda line: messages.put(("line", line)),
-            player_prefix=job.player_prefix,
-            on_game_ended=game_ended,
-            think_seconds=job.think_ms / 1000,
-            rounds=job.rounds,
-            fund=fund,
-        )
+        report = asyncio.run(run())
     except BaseException as error:
         messages.put(("error", repr(error)))
         return

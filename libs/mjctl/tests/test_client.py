@@ -5,9 +5,11 @@ answers are not retried."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
@@ -228,3 +230,58 @@ def test_waiting_for_a_table_to_open_is_not_counted_as_a_retry(
     backoff = client.Backoff(sleep=lambda _s: None, on_retry=retried.append)
     client.wait_for_table(serve(OpeningTable(opens_at=3)), "t-4", backoff)
     assert retried == []
+
+
+class FlakyPlayTable(table_service_pb2_grpc.TableServiceServicer):
+    """Play (grpc.aio): NOT_FOUND at first (the table is not open yet); then events 1-2, takes a
+    command without answering it, and breaks (UNAVAILABLE); then answers what it is sent and ends
+    the game."""
+
+    def __init__(self) -> None:
+        self.opened_after: list[int] = []
+        self.commands: list[str] = []
+
+    async def Play(self, requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        iterator = requests.__aiter__()
+        opening = await iterator.__anext__()
+        self.opened_after.append(opening.open.after_sequence)
+        if len(self.opened_after) == 1:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no table 't'")
+        if len(self.opened_after) == 2:
+            yield messages.PlayResponse(update=update(1, 2))
+            self.commands.append((await iterator.__anext__()).act.idempotency_key)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "Stream removed")
+        command = await iterator.__anext__()
+        self.commands.append(command.act.idempotency_key)
+        yield messages.PlayResponse(answer=messages.PlayAnswer(idempotency_key=command.act.idempotency_key))
+        yield messages.PlayResponse(update=update(opening.open.after_sequence + 1, 5, phase="ended"))
+
+
+def test_a_play_session_waits_for_the_table_resumes_and_sends_an_unanswered_command_again() -> None:
+    servicer = FlakyPlayTable()
+
+    async def run() -> list[messages.PlayResponse]:
+        server = grpc.aio.server()
+        table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        received: list[messages.PlayResponse] = []
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = table_service_pb2_grpc.TableServiceStub(channel)
+                session = client.PlaySession(stub, "t", client.Backoff(first_pause_seconds=0.01))
+                async for response in session.responses():
+                    received.append(response)
+                    if response.WhichOneof("response") == "update" and response.update.view.sequence == 2:
+                        session.send(messages.ActRequest(idempotency_key="k-1"))
+                        session.send(messages.ActRequest(idempotency_key="k-1"))  # not sent twice
+        finally:
+            await server.stop(None)
+        return received
+
+    received = asyncio.run(run())
+    updates = [response.update for response in received if response.WhichOneof("response") == "update"]
+    assert [event.sequence for u in updates for event in u.events] == [1, 2, 3, 4, 5]
+    assert [r.answer.idempotency_key for r in received if r.WhichOneof("response") == "answer"] == ["k-1"]
+    assert servicer.opened_after == [0, 0, 2]
+    assert servicer.commands == ["k-1", "k-1"]  # sent again, with its key, after the reconnect
