@@ -34,7 +34,7 @@ from mahjong_platform.schema import stored_events
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import MessagePosition
 
-from mjctl.rebuild import TopicRecord, ledger_target, replay, scoring_target
+from mjctl.rebuild import TopicRecord, ledger_target, rebuild_engine, replay, scoring_target
 
 PLAYERS = 16
 GRANT_BEANS = 100_000
@@ -148,7 +148,7 @@ def run(database: str, urls: Callable[[str], str], games: int) -> list[Result]:
     scoring = scoring_target()
     scoring_url = urls("scoring")
     scoring.migrate(scoring_url)
-    engine = create_engine_for(scoring_url)
+    engine = rebuild_engine(scoring_url)
     try:
         records = as_records(topics.table, table_events(games))
         started, cpu_started = time.perf_counter(), time.process_time()
@@ -165,7 +165,7 @@ def run(database: str, urls: Callable[[str], str], games: int) -> list[Result]:
         topics.settlement, settlements
     )
     ledger.migrate(ledger_url)
-    engine = create_engine_for(ledger_url)
+    engine = rebuild_engine(ledger_url)
     try:
         started, cpu_started = time.perf_counter(), time.process_time()
         statistics = replay(engine, ledger.handler(topics), records, ledger.consumer_group)

@@ -12,7 +12,7 @@ import contextlib
 import pathlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy
@@ -198,3 +198,67 @@ def one_of(
         array_type = sqlalchemy.dialects.postgresql.ARRAY(column.type)
         return column == sqlalchemy.any_(sqlalchemy.bindparam(parameter_name, type_=array_type))
     return column.in_(sqlalchemy.bindparam(parameter_name, expanding=True))
+
+
+COPY_ROWS_MIN = 16
+"""Fewer rows go as an executemany: one pipelined round trip, where COPY takes two."""
+
+
+def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert `rows` (dicts with the same keys: column names) into `table`, in the caller's
+    transaction, in the given order (identity columns such as the outbox id number them so).
+
+    PostgreSQL: one ``COPY ... FROM STDIN`` (psycopg formats the rows in C). Its executemany
+    sends a Bind/Execute per row, which the server runs one by one (a rebuild's ledger batch of
+    500 events, about 3,000 rows, waited about 60 ms on that), and an ``INSERT ... SELECT FROM
+    unnest(arrays)`` spent as long dumping the arrays in Python. Errors are raised as
+    SQLAlchemy's (a unique key violated is an `IntegrityError`, as with an insert). SQLite: the
+    driver's executemany (its loop runs in C).
+    """
+    if not rows:
+        return
+    dialect = session.get_bind().dialect
+    if dialect.name != "postgresql" or len(rows) < COPY_ROWS_MIN:
+        session.execute(_insert_statement(table), list(rows))
+        return
+    import psycopg  # only with PostgreSQL
+
+    columns = tuple(rows[0])
+    statement = _copy_statement(dialect, table, columns)
+    dbapi_connection = session.connection().connection.dbapi_connection
+    assert isinstance(dbapi_connection, psycopg.Connection), dbapi_connection
+    try:
+        with dbapi_connection.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                if len(row) != len(columns):
+                    raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}")
+                copy.write_row([row[column] for column in columns])
+    except psycopg.Error as error:
+        raise sqlalchemy.exc.DBAPIError.instance(statement, None, error, psycopg.Error) from error
+
+
+_COPY_STATEMENTS: dict[tuple[str, tuple[str, ...]], str] = {}
+_INSERT_STATEMENTS: dict[sqlalchemy.Table, sqlalchemy.Insert] = {}
+
+
+def _insert_statement(table: sqlalchemy.Table) -> sqlalchemy.Insert:
+    """The table's INSERT, built once: SQLAlchemy memoizes a statement's cache key on the object,
+    so a statement built anew per call pays for that key every time."""
+    statement = _INSERT_STATEMENTS.get(table)
+    if statement is None:
+        statement = _INSERT_STATEMENTS.setdefault(table, table.insert())
+    return statement
+
+
+def _copy_statement(dialect: sqlalchemy.Dialect, table: sqlalchemy.Table, columns: tuple[str, ...]) -> str:
+    key = (table.name, columns)
+    statement = _COPY_STATEMENTS.get(key)
+    if statement is None:
+        preparer = dialect.identifier_preparer
+        for column in columns:
+            assert column in table.c, (table.name, column)
+        names = ", ".join(preparer.quote(column) for column in columns)
+        statement = _COPY_STATEMENTS.setdefault(
+            key, f"COPY {preparer.format_table(table)} ({names}) FROM STDIN"
+        )
+    return statement

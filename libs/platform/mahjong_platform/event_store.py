@@ -21,7 +21,7 @@ from mahjong.v1 import envelope_pb2
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from mahjong_platform.database import PerDialect, one_of
+from mahjong_platform.database import PerDialect, insert_rows, one_of
 from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
 from mahjong_platform.metrics import count_events_appended
 from mahjong_platform.outbox import add_outbox_messages
@@ -207,11 +207,10 @@ class EventStore:
             )
         # Outbox rows first is fine: the transaction makes both visible together or not at all.
         add_outbox_messages(session, outbox_rows)
-        session.execute(_INSERT_EVENTS, event_rows)
+        insert_rows(session, stored_events, event_rows)
         count_events_appended(session, events, [str(row["event_type"]) for row in event_rows])
 
 
-_INSERT_EVENTS = stored_events.insert()
 _LOAD_EVENTS = (
     sqlalchemy.select(stored_events.c.sequence, stored_events.c.envelope)
     .where(stored_events.c.stream_id == sqlalchemy.bindparam("stream_id"))

@@ -28,7 +28,7 @@ from kafka.errors import KafkaError
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from mahjong_platform.database import create_session_factory, transaction
+from mahjong_platform.database import create_session_factory, insert_rows, transaction
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.metrics import metrics_for_engine
 from mahjong_platform.schema import outbox_messages
@@ -53,7 +53,6 @@ class OutboxMessage:
     event_id: str
 
 
-_INSERT_OUTBOX = outbox_messages.insert()
 
 
 def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]]) -> None:
@@ -61,7 +60,7 @@ def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]])
     created_at) in one statement, inside the caller's transaction; the event store calls this
     with every appended batch of events. The commit wakes this process's relays."""
     if messages:
-        session.execute(_INSERT_OUTBOX, [{**message, "sent_at": None} for message in messages])
+        insert_rows(session, outbox_messages, [{**message, "sent_at": None} for message in messages])
         session.info[_WRITTEN_KEY] = True
 
 

@@ -55,6 +55,7 @@ from mahjong_platform.database import (
     PerDialect,
     SessionFactory,
     create_session_factory,
+    insert_rows,
     one_of,
     transaction,
 )
@@ -262,8 +263,9 @@ class BatchApplier:
         except Exception as error:
             raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
         processed_at = self._clock()
-        session.execute(
-            _MARK_PROCESSED,
+        insert_rows(
+            session,
+            processed_events,
             [
                 {
                     "consumer_group": self._group_id,
@@ -632,7 +634,6 @@ _ALREADY_PROCESSED = PerDialect(
         one_of(processed_events.c.event_id, "event_ids", dialect_name),
     )
 )
-_MARK_PROCESSED = processed_events.insert()
 
 
 def _position_upsert(dialect_name: str) -> sqlalchemy.Insert:

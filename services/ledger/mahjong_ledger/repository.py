@@ -40,7 +40,7 @@ from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
-from mahjong_platform.database import PerDialect, one_of
+from mahjong_platform.database import PerDialect, insert_rows, one_of
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -395,13 +395,13 @@ class LedgerRepository:
         that psycopg parses anew for every batch size)."""
         if not plan.transfers:
             return []
-        session.execute(_INSERT_TRANSFER, [transfer_row for transfer_row, _ in plan.transfers])
+        insert_rows(session, ledger_transfers, [transfer_row for transfer_row, _ in plan.transfers])
         inserted_ids: list[int] = []
         if plan.postings and posting_ids:
             inserted = session.execute(_INSERT_POSTINGS_RETURNING_IDS, plan.postings)
             inserted_ids = [int(posting_id) for posting_id in inserted.scalars()]
         elif plan.postings:
-            session.execute(_INSERT_POSTINGS, plan.postings)
+            insert_rows(session, ledger_postings, plan.postings)
         changed = plan.changed_balances()
         if changed and session.get_bind().dialect.name == "postgresql":
             # One statement for the batch; psycopg would send an executemany row by row.
@@ -711,8 +711,6 @@ def _transfer_posted_envelope(transfer: Transfer, request: PostRequest) -> envel
 
 
 # Statements built once: building one per batch costs more than running it on SQLite.
-_INSERT_TRANSFER = ledger_transfers.insert()
-_INSERT_POSTINGS = ledger_postings.insert()
 _INSERT_POSTINGS_RETURNING_IDS = ledger_postings.insert().returning(
     ledger_postings.c.posting_id, sort_by_parameter_order=True
 )

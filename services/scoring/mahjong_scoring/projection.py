@@ -33,7 +33,7 @@ from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, settlement_events_pb2
-from mahjong_platform.database import PerDialect, one_of
+from mahjong_platform.database import PerDialect, insert_rows, one_of
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -161,7 +161,7 @@ def apply_table_events(
         )
     if not inbox_rows:
         return
-    session.execute(_INSERT_TABLE_EVENT, inbox_rows)
+    insert_rows(session, scoring_table_events, inbox_rows)
     _append_settlement_events(session, event_store, games)
     _store_games(session, games)
     if cache is not None:
@@ -211,7 +211,7 @@ def _append_settlement_events(session: Session, event_store: EventStore, games: 
         if envelope.WhichOneof("payload") == "settlement_instructed"
     ]
     if lines:
-        session.execute(_INSERT_LINE, lines)
+        insert_rows(session, scoring_lines, lines)
 
 
 # The statements, built once (building one costs more than running it on SQLite).
@@ -228,10 +228,6 @@ _LAST_SEQUENCES = PerDialect(
     .where(one_of(scoring_table_events.c.table_id, "table_ids", dialect_name))
     .group_by(scoring_table_events.c.table_id)
 )
-_INSERT_TABLE_EVENT = scoring_table_events.insert()
-_INSERT_LINE = scoring_lines.insert()
-_INSERT_GAME = scoring_games.insert()
-_INSERT_PLAYER = scoring_players.insert()
 _UPDATE_GAME = scoring_games.update().where(scoring_games.c.table_id == sqlalchemy.bindparam("game_of"))
 _UPDATE_PLAYER = scoring_players.update().where(
     scoring_players.c.table_id == sqlalchemy.bindparam("game_of"),
@@ -310,11 +306,8 @@ def _store_games(session: Session, games: dict[str, _Game]) -> None:
             player_updates.extend(
                 {"game_of": table_id, "seat_of": seat, **totals} for seat, totals in enumerate(seats)
             )
-    for statement, rows in (
-        (_INSERT_GAME, new_games),
-        (_INSERT_PLAYER, new_players),
-        (_UPDATE_GAME, game_updates),
-        (_UPDATE_PLAYER, player_updates),
-    ):
+    insert_rows(session, scoring_games, new_games)
+    insert_rows(session, scoring_players, new_players)
+    for statement, rows in ((_UPDATE_GAME, game_updates), (_UPDATE_PLAYER, player_updates)):
         if rows:
             session.execute(statement, rows)

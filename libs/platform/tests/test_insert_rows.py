@@ -1,0 +1,87 @@
+"""`insert_rows` (COPY on PostgreSQL, executemany on SQLite) stores what an INSERT would, on both
+databases: rows in the given order (identity ids number them so), bytes, NULLs, aware times and
+text needing escapes intact; a violated unique key is SQLAlchemy's `IntegrityError` and, inside a
+savepoint, leaves the transaction usable."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import sqlalchemy
+from mahjong_platform.database import COPY_ROWS_MIN, create_session_factory, insert_rows, transaction
+from mahjong_platform.schema import outbox_messages
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+MOMENT = datetime.datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=datetime.UTC)
+
+
+def message(index: int, **overrides: object) -> dict[str, object]:
+    return {
+        "topic": "mahjong.table.v1",
+        "message_key": f"table\t{index}\\n\"'",
+        "message_value": bytes([index % 256, 0, 92, 10, 255]),
+        "event_id": f"event-{index:04d}",
+        "created_at": MOMENT + datetime.timedelta(seconds=index),
+        "sent_at": None if index % 2 else MOMENT,
+        **overrides,
+    }
+
+
+def stored(engine: Engine) -> list[dict[str, object]]:
+    with engine.connect() as connection:
+        rows = connection.execute(sqlalchemy.select(outbox_messages).order_by(outbox_messages.c.id))
+        return [dict(row._mapping) for row in rows]
+
+
+def aware(moment: object) -> object:
+    if isinstance(moment, datetime.datetime) and moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.UTC)
+    return moment
+
+
+ROW_COUNTS = pytest.mark.parametrize("count", [3, COPY_ROWS_MIN + 5], ids=["few rows", "COPY"])
+
+
+@ROW_COUNTS
+def test_rows_are_stored_in_order_with_their_values(migrated_engine: Engine, count: int) -> None:
+    rows = [message((index * 37) % 300) for index in range(count)]
+    with transaction(create_session_factory(migrated_engine)) as session:
+        insert_rows(session, outbox_messages, rows)
+        insert_rows(session, outbox_messages, [])
+    stored_rows = stored(migrated_engine)
+    assert [row["event_id"] for row in stored_rows] == [row["event_id"] for row in rows]
+    ids = [row["id"] for row in stored_rows]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    for row, original in zip(stored_rows, rows, strict=True):
+        assert bytes(row["message_value"]) == original["message_value"]
+        assert row["message_key"] == original["message_key"]
+        assert aware(row["created_at"]) == original["created_at"]
+        assert aware(row["sent_at"]) == original["sent_at"]
+
+
+@ROW_COUNTS
+def test_a_violated_unique_key_is_an_integrity_error_and_a_savepoint_survives_it(
+    migrated_engine: Engine, count: int
+) -> None:
+    with transaction(create_session_factory(migrated_engine)) as session:
+        insert_rows(session, outbox_messages, [message(1)])
+        clashing = [message(1000 + index) for index in range(count - 1)] + [message(1)]
+        with pytest.raises(IntegrityError), session.begin_nested():
+            insert_rows(session, outbox_messages, clashing)
+        insert_rows(session, outbox_messages, [message(4)])
+    assert [row["event_id"] for row in stored(migrated_engine)] == ["event-0001", "event-0004"]
+
+
+@ROW_COUNTS
+def test_rows_naming_different_columns_are_refused(migrated_engine: Engine, count: int) -> None:
+    incomplete = message(count)
+    del incomplete["sent_at"]
+    rows = [message(index) for index in range(count - 1)] + [incomplete]
+    with (
+        pytest.raises((ValueError, sqlalchemy.exc.StatementError)),
+        transaction(create_session_factory(migrated_engine)) as session,
+    ):
+        insert_rows(session, outbox_messages, rows)
+    assert stored(migrated_engine) == []
