@@ -53,8 +53,6 @@ class OutboxMessage:
     event_id: str
 
 
-
-
 def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]]) -> None:
     """Queue several messages (dicts with topic, message_key, message_value, event_id and
     created_at) in one statement, inside the caller's transaction; the event store calls this
