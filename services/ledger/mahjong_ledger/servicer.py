@@ -37,7 +37,7 @@ from mahjong_platform.auth import (
     current_identity,
     role_table,
 )
-from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.errors import (
     ErrorMapping,
     InvalidArgumentError,
@@ -223,7 +223,9 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
         scoring = self._scoring
         if isinstance(scoring, ScoringServiceInstructions):
             scoring = scoring.within(time_budget_seconds(context, SCORING_BUDGET_SECONDS_MAX))
-        with transaction(self._session_factory) as session:
+        # Read-only, so no write lock: asking scoring may take minutes, and on SQLite a write
+        # transaction would stall the settlement consumer, deposits and grants all that while.
+        with read_transaction(self._session_factory) as session:
             report = reconcile(session, from_time=from_time, to_time=to_time, scoring=scoring)
         if not report.ok:
             logger.warning("reconcile found problems", extra={"finding_count": len(report.findings)})

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
 from mahjong.v1 import ledger_service_pb2, ledger_service_pb2_grpc
 from mahjong_ledger.projection import SettlementProjection
+from mahjong_ledger.reconcile import InstructedBeans
 from mahjong_ledger.repository import LedgerRepository
 from mahjong_ledger.servicer import ERROR_MAPPING, METHOD_ROLES, LedgerServicer
 from mahjong_ledger.settings import LedgerSettings
@@ -36,12 +38,8 @@ def repository() -> LedgerRepository:
     return LedgerRepository(EventStore(topics=Topics.with_prefix("test.")))
 
 
-@pytest.fixture
-def server(sqlite_engine: Engine, repository: LedgerRepository) -> Iterator[RunningServer]:
-    servicer = LedgerServicer(
-        create_session_factory(sqlite_engine), repository, LedgerSettings(starting_grant_beans=GRANT_BEANS)
-    )
-    running = serve(
+def serve_ledger(servicer: LedgerServicer) -> RunningServer:
+    return serve(
         [
             register_service(
                 ledger_service_pb2.DESCRIPTOR.services_by_name["LedgerService"],
@@ -54,6 +52,14 @@ def server(sqlite_engine: Engine, repository: LedgerRepository) -> Iterator[Runn
         interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)],
         extra_error_mapping=ERROR_MAPPING,
     )
+
+
+@pytest.fixture
+def server(sqlite_engine: Engine, repository: LedgerRepository) -> Iterator[RunningServer]:
+    servicer = LedgerServicer(
+        create_session_factory(sqlite_engine), repository, LedgerSettings(starting_grant_beans=GRANT_BEANS)
+    )
+    running = serve_ledger(servicer)
     try:
         yield running
     finally:
@@ -286,3 +292,57 @@ def test_reconcile_refuses_a_window_that_ends_before_it_starts(stub: Stub) -> No
     code, details = status_of(lambda: stub.Reconcile(request, metadata=OPS))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "is after to" in details
+
+
+WRITER_WAIT_SECONDS = 60.0
+"""How long a deposit may wait while Reconcile asks scoring before the test calls it blocked (a
+bound on a hang, not a timing check: the deposit needs milliseconds when nothing holds it up)."""
+
+
+class DepositsWhileAsked:
+    """A scoring source that, while the ledger asks it, deposits through the ledger's own API and
+    waits for the answer: the ledger must go on taking writes while a reconcile talks to scoring."""
+
+    def __init__(self) -> None:
+        self.stub: Stub | None = None
+        self.deposited_while_asked = False
+
+    def instructions(
+        self, from_time: datetime.datetime | None, to_time: datetime.datetime | None
+    ) -> dict[str, InstructedBeans]:
+        stub = self.stub
+        assert stub is not None
+        done = threading.Event()
+
+        def write() -> None:
+            deposit(stub, "player:carol", 500, "while-scoring-is-asked")
+            done.set()
+
+        threading.Thread(target=write, daemon=True).start()
+        self.deposited_while_asked = done.wait(WRITER_WAIT_SECONDS)
+        return {}
+
+
+def test_reconcile_does_not_hold_the_ledgers_write_lock_while_it_asks_scoring(
+    sqlite_engine: Engine, repository: LedgerRepository
+) -> None:
+    """Asking scoring is a network call (minutes for a large window or a slow scoring): the
+    settlement consumer, deposits and starting grants go on meanwhile (SQLite has one writer)."""
+    scoring = DepositsWhileAsked()
+    servicer = LedgerServicer(
+        create_session_factory(sqlite_engine),
+        repository,
+        LedgerSettings(starting_grant_beans=GRANT_BEANS),
+        scoring,
+    )
+    running = serve_ledger(servicer)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            scoring.stub = Stub(channel)
+            report = scoring.stub.Reconcile(ledger_service_pb2.ReconcileRequest(), metadata=FINANCE)
+            assert scoring.deposited_while_asked, "a deposit waited until the reconcile had finished"
+            assert report.ok and report.scoring_checked
+            carol = ledger_service_pb2.GetBalanceRequest(account="player:carol")
+            assert scoring.stub.GetBalance(carol, metadata=FINANCE).balance_beans == 500
+    finally:
+        running.stop(0)
