@@ -6,6 +6,7 @@ savepoint, leaves the transaction usable."""
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -29,7 +30,7 @@ def message(index: int, **overrides: object) -> dict[str, object]:
     }
 
 
-def stored(engine: Engine) -> list[dict[str, object]]:
+def stored(engine: Engine) -> list[dict[str, Any]]:
     with engine.connect() as connection:
         rows = connection.execute(sqlalchemy.select(outbox_messages).order_by(outbox_messages.c.id))
         return [dict(row._mapping) for row in rows]
