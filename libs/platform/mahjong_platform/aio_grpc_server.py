@@ -298,6 +298,24 @@ class AioFlatInterceptor(_CachingInterceptor):
         return flat_method_handler(handler, layers)
 
 
+def flattened(chain: Sequence[grpc.aio.ServerInterceptor]) -> list[grpc.aio.ServerInterceptor]:
+    """``chain`` (outermost first) with each run of consecutive `AioLayerInterceptor`s as one
+    `AioFlatInterceptor`: one wrapper per method instead of one per interceptor (issue 10), also
+    when an interceptor that is not a layer (the table's owner routing) comes inside them."""
+    result: list[grpc.aio.ServerInterceptor] = []
+    run: list[AioLayerInterceptor] = []
+    for interceptor in [*chain, None]:
+        if isinstance(interceptor, AioLayerInterceptor):
+            run.append(interceptor)
+            continue
+        if run:
+            result.append(AioFlatInterceptor(run) if len(run) > 1 else run[0])
+            run = []
+        if interceptor is not None:
+            result.append(interceptor)
+    return result
+
+
 class _ErrorMappingLayer(CallLayer):
     def __init__(self, interceptor: AioErrorMappingInterceptor, method: str) -> None:
         self._interceptor = interceptor
@@ -578,10 +596,7 @@ def serve_aio(
             AioDeadlineInterceptor(),
             *interceptors,
         ]
-        if all(isinstance(interceptor, AioLayerInterceptor) for interceptor in chain):
-            # One wrapper per method instead of one per interceptor (issue 10).
-            chain = [AioFlatInterceptor(chain)]
-        server = grpc.aio.server(interceptors=chain, options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(interceptors=flattened(chain), options=[("grpc.so_reuseport", 0)])
         for registration in registrations:
             registration.add_to_server(server)
         health_servicer = health_aio.HealthServicer()

@@ -276,3 +276,49 @@ def test_the_rejection_counter_sums_per_method_and_status() -> None:
     for code in (grpc.StatusCode.ABORTED, grpc.StatusCode.ABORTED, FailedPreconditionError.status_code):
         counter.count("/m/Act", code)
     assert counter.counts() == {("/m/Act", "ABORTED"): 2, ("/m/Act", "FAILED_PRECONDITION"): 1}
+
+
+class PassingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """An interceptor that is not a layer (as the table's owner routing), innermost."""
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        return await continuation(details)
+
+
+def test_the_layers_run_in_one_wrapper_when_an_interceptor_that_is_not_one_comes_inside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The table service adds its owner routing inside auth and limits: the layers before it still
+    share one wrapper per call (issue 10), and the call still passes every one of them."""
+    from mahjong_platform import aio_grpc_server
+
+    wrappers: list[int] = []
+    real_flat_method_handler = aio_grpc_server.flat_method_handler
+
+    def counting(handler: grpc.RpcMethodHandler, layers: Any) -> grpc.RpcMethodHandler:
+        wrappers.append(len(layers))
+        return real_flat_method_handler(handler, layers)
+
+    monkeypatch.setattr(aio_grpc_server, "flat_method_handler", counting)
+    running = serve_aio(
+        [
+            register_service(
+                ledger_service_pb2.DESCRIPTOR.services_by_name["LedgerService"],
+                ledger_service_pb2_grpc.add_LedgerServiceServicer_to_server,
+                AsyncLedger(),  # type: ignore[abstract]
+            )
+        ],
+        "127.0.0.1:0",
+        SETTINGS,
+        interceptors=[AioAuthInterceptor(SECRET, method_roles=ROLES), PassingInterceptor()],
+    )
+    try:
+        answer = ledger(running).GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=10)
+        assert answer.account == "alice"
+        assert balance_error(running, "conflict").code() == grpc.StatusCode.ABORTED
+        with pytest.raises(grpc.RpcError) as unauthenticated:
+            ledger(running, None).GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=10)
+        assert unauthenticated.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        running.stop(grace_seconds=0)
+    assert wrappers == [3]  # error mapping, deadline, auth: one wrapper for GetBalance
