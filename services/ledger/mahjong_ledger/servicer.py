@@ -226,6 +226,7 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
         # Read-only, so no write lock: asking scoring may take minutes, and on SQLite a write
         # transaction would stall the settlement consumer, deposits and grants all that while.
         with read_transaction(self._session_factory) as session:
+            _one_snapshot(session)
             report = reconcile(session, from_time=from_time, to_time=to_time, scoring=scoring)
         if not report.ok:
             logger.warning("reconcile found problems", extra={"finding_count": len(report.findings)})
@@ -268,6 +269,15 @@ def _own_account(identity: Identity) -> str | None:
         return player_account(identity.player_id)
     except InvalidAccountError:
         return None  # A service identity, not a player: it owns no account.
+
+
+def _one_snapshot(session: Session) -> None:
+    """Every check of the reconcile reads the ledger as it was at the first one, before scoring is
+    asked (so the ledger side is never the newer: no posting looks "unknown to scoring" because
+    it came in meanwhile). SQLite's read transaction is one WAL snapshot already; PostgreSQL's
+    default, READ COMMITTED, takes a new one per statement."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
 def _readable_account(identity: Identity, requested_account: str) -> str:
