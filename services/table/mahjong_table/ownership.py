@@ -21,9 +21,14 @@ deadlines (one that has passed by the takeover, or would pass within TAKEOVER_GR
 moved to TAKEOVER_GRACE after it, so a player is not timed out for the outage). Losing one: it
 stops serving the partition's tables at once (`TableEngine.check_owned`: a command is refused and
 an open stream ends, at its next look at the table, with UNAVAILABLE), so each client retries or
-reconnects and is forwarded to the new owner. Between the two, a stale owner that still writes cannot fork a
-table: every append is checked against the stored version (``WrongExpectedVersionError``, in the
-group commit's batches too).
+reconnects and is forwarded to the new owner.
+
+One writer per table: Kafka may give a partition to a new member before the old one hears of it.
+Every write transaction first checks, under a share lock, that the directory still names its
+process at the epoch it claimed (`Ownership.fence`), and a claim takes the rows for update: once
+a takeover's claim commits, the old owner's writes fail (UNAVAILABLE) and the new owner, which
+loads the tables after its claim, has seen every write before it. The expected-version append
+(``WrongExpectedVersionError``, in the group commit's batches too) stays the last guard.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import logging
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Final
 
@@ -49,7 +54,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from mahjong_table.models import table_partition_owners, table_status
-from mahjong_table.tables import TableEngine
+from mahjong_table.tables import TableEngine, TableMovedError
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +192,10 @@ class Ownership:
             self._partitions = count or self._partitions
             self._directory = MappingProxyType(directory)
             self._owned = partitions
-            # From the first assignment on, the engine serves only what this replica owns (before
-            # it, `routing` sends nothing here: no partition is known yet).
+            # From the first assignment on, the engine serves and writes only what this replica
+            # owns (before it, `routing` sends nothing here: no partition is known yet).
             self._engine.owns = self.owns
+            self._engine.fence = self.fence
         loaded = self._load_live_tables(reloaded)
         logger.info(
             "table partitions assigned",
@@ -295,6 +301,26 @@ class Ownership:
             self._engine.changes.notify(state.table_id, state.version)
         return len(loaded)
 
+    def fence(self, session: Session, table_ids: Sequence[str]) -> None:
+        """First in a write transaction: `TableMovedError` unless the directory still names this
+        process, at the epoch it claimed, as the owner of every table written. The rows are read
+        with a share lock (PostgreSQL; on SQLite every writer holds the database), so a takeover's
+        claim waits for the writes in flight and every later write of this process fails: the new
+        owner, which loads the tables after its claim commits, misses none of them."""
+        count = self._partitions
+        if not count:
+            raise TableMovedError
+        partitions = sorted({partition_of(table_id, count) for table_id in table_ids})
+        rows = session.execute(_FENCE, {"fenced_topic": self.topic, "partitions": partitions}).all()
+        held = {row.partition: (row.owner_instance, int(row.epoch)) for row in rows}
+        owned = self._owned
+        for partition in partitions:
+            if partition not in owned or held.get(partition) != (
+                self.instance_id,
+                self._claimed.get(partition),
+            ):
+                raise TableMovedError
+
     # ------------------------------------------------------------------ the directory
 
     def refresh_directory(self) -> Mapping[int, Owner]:
@@ -324,6 +350,19 @@ class Ownership:
         return sqlalchemy.or_(column.in_(sorted(self._owned)), column.is_(None))
 
 
+_FENCE = (
+    sqlalchemy.select(
+        table_partition_owners.c.partition,
+        table_partition_owners.c.owner_instance,
+        table_partition_owners.c.epoch,
+    )
+    .where(
+        table_partition_owners.c.topic == sqlalchemy.bindparam("fenced_topic"),
+        table_partition_owners.c.partition.in_(sqlalchemy.bindparam("partitions", expanding=True)),
+    )
+    .order_by(table_partition_owners.c.partition)  # locked in one order by every writer and claim
+    .with_for_update(read=True)
+)
 _CLAIM = (
     table_partition_owners.update()
     .where(

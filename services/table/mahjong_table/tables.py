@@ -191,6 +191,9 @@ class TableEngine:
     recent: RecentEvents = dataclasses.field(default_factory=RecentEvents)
     # Whether this replica owns a table (`ownership`); None: one process owns them all.
     owns: Callable[[str], bool] | None = None
+    # Checks, first in every write transaction, that this replica still owns the tables it writes
+    # (`Ownership.fence`): a replica that takes a table over never misses a previous owner's write.
+    fence: Callable[[Session, Sequence[str]], None] | None = None
     # The deadline written with each table's latest version, so a view needs no extra query.
     _deadlines: dict[str, tuple[int, datetime.datetime | None]] = dataclasses.field(default_factory=dict)
     _deadlines_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -408,6 +411,8 @@ class TableEngine:
         version they were decided on (`WrongExpectedVersionError` when the stream moved), with
         their outbox rows and the status row of `new_state`; its deadline."""
         version = base.version if base is not None else 0
+        if self.fence is not None:
+            self.fence(session, (new_state.table_id,))
         last_sequence = self.store.append(session, new_state.table_id, version, envelopes)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
         return self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
@@ -421,6 +426,8 @@ class TableEngine:
         were decided on, the envelopes, the state after them) each, a table at most once. One
         version query and one insert for all the events (`EventStore.append_batch`: a table that
         moved raises `WrongExpectedVersionError` and nothing is written), one status update."""
+        if self.fence is not None:
+            self.fence(session, [base.table_id for base, _envelopes, _new in appends])
         self.store.append_batch(
             session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
         )

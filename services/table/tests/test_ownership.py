@@ -348,3 +348,23 @@ def test_a_play_stream_opened_at_any_replica_is_played_at_the_owner_until_the_ta
         assert ended.value.details() in (MOVED_MESSAGE, NO_OWNER_MESSAGE)
     finally:
         client.close()
+
+
+def test_a_replica_not_yet_told_it_lost_a_table_cannot_write_it_once_another_has_taken_it_over(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """Kafka gives the partition to b, which claims it and loads the table, before a's consumer is
+    told (found by `mjctl run --replicas 2`: a's write in that window was never seen by b, whose
+    cache then served a table stuck at the older version). The fence refuses a's write."""
+    a, b = replicas
+    a.assign(0, 1)
+    table = open_at(a, 1)
+    b.assign(1)  # a has not been told yet
+    assert a.ownership.route(table) is LOCAL
+    with pytest.raises(grpc.RpcError) as refused:
+        act_once(a, table)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and refused.value.details() == MOVED_MESSAGE
+    taken_over = b.server.engine.cached_state(table)
+    assert taken_over is not None and taken_over.version == stored_version(b, table)
+    act_once(b, table)  # the new owner plays on
+    assert stored_version(b, table) > taken_over.version
