@@ -11,6 +11,7 @@ from mahjong_platform.database import create_session_factory
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_server import ServiceRegistration, register_service
+from mahjong_platform.metrics import UNSCRAPED, ServiceMetrics, metrics_for_engine
 from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition, Worker, run_service
 from mahjong_platform.structured_logging import configure_logging
 from mahjong_platform.topics import Topics
@@ -34,12 +35,20 @@ class TableProcess:
     presence: Presence
     settings: Settings | None = None  # for the advertised address; None: the environment's
     _ownership: Ownership | None = None
+    _metrics: ServiceMetrics = UNSCRAPED
 
     def ownership(self, database: Engine, topics: Topics) -> Ownership:
         """One per process, made at the first use (every piece gets the same database engine)."""
         if self._ownership is None:
             address = advertised_address(self.settings or load_settings())
-            self._ownership = Ownership(topics.match, address, create_session_factory(database), self.engine)
+            self._ownership = Ownership(
+                topics.match,
+                address,
+                create_session_factory(database),
+                self.engine,
+                metrics=metrics_for_engine(database),
+            )
+            self._metrics = metrics_for_engine(database)
         return self._ownership
 
     def registrations(
@@ -80,7 +89,7 @@ class TableProcess:
 
     def interceptors(self) -> list[OwnerRoutingInterceptor]:
         assert self._ownership is not None, "the registrations make the ownership first"
-        return [OwnerRoutingInterceptor(self._ownership)]
+        return [OwnerRoutingInterceptor(self._ownership, self._metrics)]
 
 
 def definition(settings: Settings) -> ServiceDefinition:

@@ -49,7 +49,9 @@ from kafka.partitioner.default import murmur2
 from mahjong_platform.config import Settings
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.envelopes import Clock, utc_now
+from mahjong_platform.metrics import ServiceMetrics
 from mahjong_platform.tracked_consumer import Assignment
+from prometheus_client import Counter, Gauge
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -122,6 +124,7 @@ class Ownership:
         *,
         instance_id: str | None = None,
         clock: Clock = utc_now,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.topic = topic
         self.address = address
@@ -134,6 +137,17 @@ class Ownership:
         self._directory: Mapping[int, Owner] = MappingProxyType({})
         self._claimed: dict[int, int] = {}  # partition -> the epoch this process claimed it at
         self._claims_lock = threading.Lock()  # one assignment at a time (a replaced consumer's too)
+        self._taken_over: Counter | None = None
+        if metrics is not None:  # the process's one ownership (tests make several, unscraped)
+            Gauge(
+                "mahjong_table_owned_partitions",
+                "Partitions of the match topic this table-engine replica owns (serves the tables of).",
+                registry=metrics.registry,
+            ).set_function(lambda: len(self._owned))
+            self._taken_over = metrics.counter(
+                "mahjong_table_partitions_taken_over",
+                "Partitions this replica took over (another may have written their tables: reloaded).",
+            )
 
     # ------------------------------------------------------------------ read on every call
 
@@ -197,6 +211,8 @@ class Ownership:
             self._engine.owns = self.owns
             self._engine.fence = self.fence
         loaded = self._load_live_tables(reloaded)
+        if self._taken_over is not None:
+            self._taken_over.inc(len(reloaded))
         logger.info(
             "table partitions assigned",
             extra={

@@ -24,6 +24,7 @@ import grpc
 import grpc.aio
 from mahjong_platform.aio_grpc_server import reject
 from mahjong_platform.grpc_server import AioWrappingInterceptor, remaining_seconds
+from mahjong_platform.metrics import UNSCRAPED, ServiceMetrics
 
 from mahjong_table.ownership import LOCAL, Ownership, Route
 from mahjong_table.servicer import TABLE_ID_MAX_LENGTH
@@ -50,8 +51,13 @@ def _forwarded(context: grpc.aio.ServicerContext) -> bool:
 class OwnerRoutingInterceptor(AioWrappingInterceptor):
     """Serves a TableService call here when this replica owns its table, forwards it otherwise."""
 
-    def __init__(self, ownership: Ownership) -> None:
+    def __init__(self, ownership: Ownership, metrics: ServiceMetrics = UNSCRAPED) -> None:
         self._ownership = ownership
+        self._forwarded = metrics.counter(
+            "mahjong_table_forwarded_calls",
+            "TableService calls (streams included) this replica forwarded to the replica owning the table.",
+            ["method"],
+        )
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
@@ -110,7 +116,7 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
                 reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)
                 return b""
             assert isinstance(route, str)
-            forward = self._channel(route).unary_unary(method, request_serializer=_serialized)
+            forward = self._channel(route, method).unary_unary(method, request_serializer=_serialized)
             try:
                 answer: bytes = await forward(
                     request, metadata=self._metadata(context), timeout=remaining_seconds(context)
@@ -138,7 +144,7 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
                 reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)
                 return
             assert isinstance(route, str)
-            call = self._channel(route).unary_stream(method, request_serializer=_serialized)(
+            call = self._channel(route, method).unary_stream(method, request_serializer=_serialized)(
                 request, metadata=self._metadata(context), timeout=remaining_seconds(context)
             )
             try:
@@ -181,7 +187,7 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
                 reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)
                 return
             assert isinstance(route, str)
-            call = self._channel(route).stream_stream(method, request_serializer=_serialized)(
+            call = self._channel(route, method).stream_stream(method, request_serializer=_serialized)(
                 replayed(), metadata=self._metadata(context), timeout=remaining_seconds(context)
             )
             try:
@@ -194,7 +200,9 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
 
         return two_way
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def _channel(self, address: str, method: str) -> grpc.aio.Channel:
+        """The channel to the owner at `address` (one per owner), counting the call forwarded."""
+        self._forwarded.labels(method).inc()
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = grpc.aio.insecure_channel(address)

@@ -30,6 +30,7 @@ from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
 from mahjong_platform.grpc_server import register_service
+from mahjong_platform.metrics import ServiceMetrics
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.tracked_consumer import Assignment
 from mahjong_table.deadlines import DeadlineWorker
@@ -54,6 +55,7 @@ class Replica:
     ownership: Ownership
     running: AioRunningServer
     presence: Presence
+    metrics: ServiceMetrics
 
     def assign(self, *partitions: int) -> None:
         """What the consumer does after a rebalance gave this replica `partitions`."""
@@ -75,7 +77,8 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
     for _ in range(2):
         engine = TableEngine(EventStore(), utc_now)
         port = free_port()
-        ownership = Ownership(TOPIC, f"127.0.0.1:{port}", session_factory, engine)
+        metrics = ServiceMetrics("table")
+        ownership = Ownership(TOPIC, f"127.0.0.1:{port}", session_factory, engine, metrics=metrics)
         presence = Presence()
         registration = register_service(
             messages.DESCRIPTOR.services_by_name["TableService"],
@@ -86,10 +89,15 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
             [registration],
             f"127.0.0.1:{port}",
             load_settings({"MAHJONG_JWT_SECRET": SECRET}),
-            interceptors=[AioAuthInterceptor(SECRET, METHOD_ROLES), OwnerRoutingInterceptor(ownership)],
+            interceptors=[
+                AioAuthInterceptor(SECRET, METHOD_ROLES),
+                OwnerRoutingInterceptor(ownership, metrics),
+            ],
             extra_error_mapping=TABLE_ERROR_MAPPING,
         )
-        started.append(Replica(TableServer(port, engine, session_factory), ownership, running, presence))
+        started.append(
+            Replica(TableServer(port, engine, session_factory), ownership, running, presence, metrics)
+        )
     yield started[0], started[1]
     for replica in started:
         replica.running.stop(0)
@@ -368,3 +376,23 @@ def test_a_replica_not_yet_told_it_lost_a_table_cannot_write_it_once_another_has
     assert taken_over is not None and taken_over.version == stored_version(b, table)
     act_once(b, table)  # the new owner plays on
     assert stored_version(b, table) > taken_over.version
+
+
+def test_a_replicas_metrics_count_its_partitions_takeovers_and_forwarded_calls(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """README "Metrics": what an operator watches of the replicas."""
+    a, b = replicas
+    a.assign(0, 1)
+    a.assign(0)
+    b.assign(1)
+    a.ownership.refresh_directory()
+    table = open_at(b, 1)
+    a.server.view("east", table)  # forwarded to b
+    assert a.metrics.registry.get_sample_value("mahjong_table_owned_partitions") == 1
+    assert b.metrics.registry.get_sample_value("mahjong_table_owned_partitions") == 1
+    assert a.metrics.registry.get_sample_value("mahjong_table_partitions_taken_over_total") == 2
+    assert b.metrics.registry.get_sample_value("mahjong_table_partitions_taken_over_total") == 1
+    forwarded = {"method": "/mahjong.v1.TableService/GetView"}
+    assert a.metrics.registry.get_sample_value("mahjong_table_forwarded_calls_total", forwarded) == 1
+    assert b.metrics.registry.get_sample_value("mahjong_table_forwarded_calls_total", forwarded) is None
