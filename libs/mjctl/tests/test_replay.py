@@ -254,9 +254,14 @@ def test_replay_by_default_reads_the_game_through_the_services_with_an_ops_token
 
 def serving_only(definition: ServiceDefinition) -> ServiceDefinition:
     """The service's real gRPC server over its database, without its Kafka workers (the stores
-    already hold the games): starts and stops in a moment."""
+    already hold the games): starts and stops in a moment. Without its consumer no partition is
+    ever assigned to a table engine, so it serves every table itself (no owner routing)."""
     return dataclasses.replace(
-        definition, consumers=lambda *_: (), relays_outbox=False, extra_workers=lambda *_: ()
+        definition,
+        consumers=lambda *_: (),
+        relays_outbox=False,
+        extra_workers=lambda *_: (),
+        extra_interceptors=lambda: (),
     )
 
 
