@@ -178,19 +178,11 @@ def flat_method_handler(handler: grpc.RpcMethodHandler, layers: Sequence[CallLay
             error: BaseException | None = None
             response = None
             try:
-                for layer in layers:
-                    token = layer.enter(context)
-                    if token is REJECTED:
-                        break
-                    entered.append((layer, token))
-                else:
+                if _entered_all(layers, context, entered):
                     response = await behavior(request, context)
             except BaseException as raised:
                 error = raised
-            for layer, token in reversed(entered):
-                error = layer.exit(token, error, context)
-            if error is not None:
-                raise error
+            _exit_all(entered, error, context)
             return response
 
         make = (
@@ -207,12 +199,7 @@ def flat_method_handler(handler: grpc.RpcMethodHandler, layers: Sequence[CallLay
         entered: list[tuple[CallLayer, Any]] = []
         error: BaseException | None = None
         try:
-            for layer in layers:
-                token = layer.enter(context)
-                if token is REJECTED:
-                    break
-                entered.append((layer, token))
-            else:
+            if _entered_all(layers, context, entered):
                 touching = [(layer, token) for layer, token in entered if layer.touches_streams]
                 result = stream_behavior(request, context)
                 if hasattr(result, "__aiter__"):
@@ -234,10 +221,7 @@ def flat_method_handler(handler: grpc.RpcMethodHandler, layers: Sequence[CallLay
                         yield item
         except BaseException as raised:
             error = raised
-        for layer, token in reversed(entered):
-            error = layer.exit(token, error, context)
-        if error is not None:
-            raise error
+        _exit_all(entered, error, context)
 
     make_stream = (
         grpc.unary_stream_rpc_method_handler
@@ -245,6 +229,29 @@ def flat_method_handler(handler: grpc.RpcMethodHandler, layers: Sequence[CallLay
         else grpc.stream_stream_rpc_method_handler
     )
     return make_stream(stream, **serializers)
+
+
+def _entered_all(
+    layers: Sequence[CallLayer], context: grpc.aio.ServicerContext, entered: list[tuple[CallLayer, Any]]
+) -> bool:
+    """Enter the layers in order, each entered one added to `entered`; False when one rejected
+    the call (the rest are not entered). A layer's exception propagates, `entered` kept."""
+    for layer in layers:
+        token = layer.enter(context)
+        if token is REJECTED:
+            return False
+        entered.append((layer, token))
+    return True
+
+
+def _exit_all(
+    entered: list[tuple[CallLayer, Any]], error: BaseException | None, context: grpc.aio.ServicerContext
+) -> None:
+    """Leave the entered layers in reverse order, passing the error on; raise what is left of it."""
+    for layer, token in reversed(entered):
+        error = layer.exit(token, error, context)
+    if error is not None:
+        raise error
 
 
 class _CachingInterceptor(AioWrappingInterceptor):
