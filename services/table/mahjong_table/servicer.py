@@ -290,6 +290,8 @@ PLAY_METHOD = "/mahjong.v1.TableService/Play"
 PLAY_COMMANDS_IN_FLIGHT = 4
 """Commands of one Play stream waiting for their answers at once (a player decides one at a time)."""
 PLAY_FINAL_ANSWERS_SECONDS = 5.0
+PLAY_ANSWERS_UNSENT_MAX = 16
+"""Answers a Play stream may hold unsent (its client not reading) before it stops reading commands."""
 
 
 class _WindowHiddenError(Deferred):
@@ -331,6 +333,14 @@ class _PlayStream:
         self.in_flight = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.wake_on: asyncio.Future[None] | None = None
+        self.room_for_answers = asyncio.Event()
+        self.room_for_answers.set()
+
+    def next_answer(self) -> messages.PlayAnswer:
+        answer = self.answers.popleft()
+        if len(self.answers) < PLAY_ANSWERS_UNSENT_MAX:
+            self.room_for_answers.set()
+        return answer
 
     def answered(self, answer: messages.PlayAnswer) -> None:
         self.in_flight -= 1
@@ -344,6 +354,8 @@ class _PlayStream:
 
     def _send(self, answer: messages.PlayAnswer) -> None:
         self.answers.append(answer)
+        if len(self.answers) >= PLAY_ANSWERS_UNSENT_MAX:
+            self.room_for_answers.clear()
         future = self.wake_on
         if future is not None and not future.done():
             future.set_result(None)
@@ -669,14 +681,14 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         try:
             async for update in self._view_updates(table_id, seat, after_sequence, play):
                 while play.answers:
-                    yield messages.PlayResponse(answer=play.answers.popleft())
+                    yield messages.PlayResponse(answer=play.next_answer())
                 if update is not None:
                     yield messages.PlayResponse(update=update)
             # The game is over: the commands still in flight are answered (refused) first.
             if play.tasks:
                 await asyncio.wait(set(play.tasks), timeout=PLAY_FINAL_ANSWERS_SECONDS)
             while play.answers:
-                yield messages.PlayResponse(answer=play.answers.popleft())
+                yield messages.PlayResponse(answer=play.next_answer())
         finally:
             reader.cancel()
             for task in list(play.tasks):
@@ -689,6 +701,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         """A Play stream's commands, each decided in a task of its own (at most
         PLAY_COMMANDS_IN_FLIGHT at once), until the client stops sending."""
         async for request in requests:
+            # A client that sends without reading its answers is not read further until it does.
+            await play.room_for_answers.wait()
             if request.WhichOneof("request") != "act":
                 play.refuse(
                     "", grpc.StatusCode.INVALID_ARGUMENT, "after open, a Play stream takes act requests"

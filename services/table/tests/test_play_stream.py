@@ -305,3 +305,28 @@ def test_formula_seats_not_asked_in_a_window_see_nothing_of_it_on_play_rules_2_1
     table_id = open_formula_table(table_server, 1)
     records = privacy_records_on_play(table_server, table_id)
     check_non_claimants_see_the_same(records, full_events(table_server, table_id))
+
+
+def test_a_flood_of_commands_is_answered_one_by_one_and_the_stream_goes_on(table_server: TableServer) -> None:
+    """More commands than may wait at once, sent without reading: each gets exactly one answer
+    (refused beyond the commands in flight, or beyond the answers a stream holds unsent: it
+    stops reading until its client reads), and the feed goes on after them."""
+    table_id = table_server.open_table(PLAYERS)
+    client = PlayClient(table_server.stub_for("east"), table_id)
+    first = next_of(client, "update").update
+    keys = [f"flood-{index}" for index in range(100)]
+    for key in keys:
+        request = messages.ActRequest(idempotency_key=key)
+        request.leave.SetInParent()
+        request.table_id = "another-table"  # refused, writes nothing
+        client.send(request)
+    answers = [next_of(client, "answer").answer for _ in keys]
+    assert sorted(answer.idempotency_key for answer in answers) == sorted(keys)
+    refusals = {grpc.StatusCode.INVALID_ARGUMENT.value[0], grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]}
+    assert {answer.code for answer in answers} <= refusals
+    good = exchange(choose_command(first.view).exchange_three.tiles)  # type: ignore[union-attr]
+    good.idempotency_key = "after-the-flood"
+    client.send(good)
+    assert next_of(client, "answer").answer.code == 0
+    assert next_of(client, "update").update.view.sequence == first.view.sequence + 1
+    client.close()
