@@ -18,6 +18,7 @@ import functools
 import logging
 import threading
 import time
+import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import grpc
+from google.protobuf import timestamp_pb2
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.aio_grpc_server import REJECTIONS, reject
@@ -760,6 +762,55 @@ def _compact(tiles: str) -> str:
     return tiles and format_tiles(parse_tiles(tiles))
 
 
+class _ByIdentity(typing.Generic[_T]):
+    """Messages built from immutable domain values, kept per value object (at most `capacity`,
+    the oldest out): the domain keeps a seat's public view as one object while the seat does not
+    change (and shares it between viewers who may see the same), and a table's deadline as one
+    datetime per version, so most of a view's parts are built once, not once per update."""
+
+    def __init__(self, build: Callable[[object], _T], capacity: int) -> None:
+        self._build = build
+        self._capacity = capacity
+        self._built: dict[int, tuple[object, _T]] = {}
+
+    def __call__(self, value: object) -> _T:
+        known = self._built.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        built = self._build(value)
+        if len(self._built) >= self._capacity:
+            del self._built[next(iter(self._built))]
+        self._built[id(value)] = (value, built)  # the value is kept, so its id is not reused
+        return built
+
+
+def _build_seat_message(seat_view: object) -> messages.SeatView:
+    view = typing.cast(typing.Any, seat_view)
+    return messages.SeatView(
+        seat=view.seat,
+        player_id=view.player_id,
+        concealed_count=view.concealed_tile_count,
+        melds=[codec.to_message(meld) for meld in view.melds],  # type: ignore[misc]
+        discards=view.discards,
+        missing_suit=view.missing_suit,
+        won=view.won,
+        left=view.left,
+        exchange_picked=view.exchange_picked,
+        missing_suit_chosen=view.missing_suit_chosen,
+        flowers="".join(view.flowers),
+    )
+
+
+def _build_timestamp(moment: object) -> timestamp_pb2.Timestamp:
+    timestamp = timestamp_pb2.Timestamp()
+    timestamp.FromDatetime(typing.cast(datetime.datetime, moment))
+    return timestamp
+
+
+_seat_message = _ByIdentity(_build_seat_message, capacity=16_384)
+_timestamp = _ByIdentity(_build_timestamp, capacity=4_096)
+
+
 def table_view_message(
     state: TableState, seat: int, deadline: datetime.datetime | None
 ) -> messages.TableView:
@@ -787,26 +838,11 @@ def table_view_message(
         bird_seat=view.bird_seat,
         waits=_compact("".join(view.waits)),
     )
-    for seat_view in view.seats:
-        message.seats.append(
-            messages.SeatView(
-                seat=seat_view.seat,
-                player_id=seat_view.player_id,
-                concealed_count=seat_view.concealed_tile_count,
-                melds=[codec.to_message(meld) for meld in seat_view.melds],  # type: ignore[misc]
-                discards=seat_view.discards,
-                missing_suit=seat_view.missing_suit,
-                won=seat_view.won,
-                left=seat_view.left,
-                exchange_picked=seat_view.exchange_picked,
-                missing_suit_chosen=seat_view.missing_suit_chosen,
-                flowers="".join(seat_view.flowers),
-            )
-        )
+    message.seats.extend([_seat_message(seat_view) for seat_view in view.seats])
     for action in view.legal_actions:
         message.legal_actions.append(
             messages.LegalAction(kind=action.kind, tiles=action.tiles, suits=action.suits)
         )
     if deadline is not None:
-        message.deadline.FromDatetime(deadline)
+        message.deadline.CopyFrom(_timestamp(deadline))
     return message
