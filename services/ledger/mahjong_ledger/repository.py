@@ -309,14 +309,16 @@ class LedgerRepository:
 
     def account_exists(self, session: Session, account: str) -> bool:
         """True once any transfer has touched ``account`` (or it was opened for one)."""
-        query = sqlalchemy.select(ledger_accounts.c.account).where(ledger_accounts.c.account == account)
-        return session.execute(query).first() is not None
+        return self.known_balance(session, account) is not None
 
     def balance(self, session: Session, account: str) -> int:
         """The balance of ``account``; 0 for an account the ledger has never seen."""
-        query = sqlalchemy.select(ledger_accounts.c.balance_beans).where(ledger_accounts.c.account == account)
-        value = session.execute(query).scalar_one_or_none()
-        return 0 if value is None else int(value)
+        return self.known_balance(session, account) or 0
+
+    def known_balance(self, session: Session, account: str) -> int | None:
+        """The balance of ``account``, or None when the ledger has never seen it."""
+        value = session.execute(_BALANCE, {"wanted_account": account}).scalar_one_or_none()
+        return None if value is None else int(value)
 
     def find_transfer(self, session: Session, kind: TransferKind, order_key: str) -> TransferRecord | None:
         """The transfer posted for an order key, or None."""
@@ -369,23 +371,8 @@ class LedgerRepository:
 
     def transfers_of_table(self, session: Session, table_id: str) -> list[TransferRecord]:
         """Every transfer of one game, in posting order (at most STATEMENT_TRANSFERS_MAX)."""
-        first_posting = (
-            sqlalchemy.select(sqlalchemy.func.min(ledger_postings.c.posting_id))
-            .where(ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
-            .scalar_subquery()
-        )
-        query = (
-            sqlalchemy.select(ledger_transfers)
-            .where(ledger_transfers.c.table_id == table_id)
-            .order_by(
-                ledger_transfers.c.posted_at,
-                ledger_transfers.c.line,
-                first_posting,
-                ledger_transfers.c.transfer_id,
-            )
-            .limit(STATEMENT_TRANSFERS_MAX)
-        )
-        return self._records(session, list(session.execute(query).mappings()))
+        rows = session.execute(_TRANSFERS_OF_TABLE, {"wanted_table_id": table_id}).mappings()
+        return self._records(session, list(rows))
 
     # --- internals --------------------------------------------------------------------------------
 
@@ -540,12 +527,7 @@ class LedgerRepository:
             return []
         transfer_ids = [row["transfer_id"] for row in rows]
         postings: dict[str, list[PostingRecord]] = {transfer_id: [] for transfer_id in transfer_ids}
-        query = (
-            sqlalchemy.select(ledger_postings)
-            .where(ledger_postings.c.transfer_id.in_(transfer_ids))
-            .order_by(ledger_postings.c.posting_id)
-        )
-        for posting in session.execute(query):
+        for posting in session.execute(_POSTINGS_OF_TRANSFERS(session), {"transfer_ids": transfer_ids}):
             postings[posting.transfer_id].append(
                 PostingRecord(
                     posting_id=int(posting.posting_id),
@@ -723,6 +705,27 @@ _UPDATE_BALANCES_POSTGRESQL = sqlalchemy.text(
     "UPDATE ledger_accounts SET balance_beans = batch.balance_beans "
     "FROM unnest(CAST(:accounts AS text[]), CAST(:balances AS bigint[])) AS batch(account, balance_beans) "
     "WHERE ledger_accounts.account = batch.account"
+)
+_TRANSFERS_OF_TABLE = (
+    sqlalchemy.select(ledger_transfers)
+    .where(ledger_transfers.c.table_id == sqlalchemy.bindparam("wanted_table_id"))
+    .order_by(
+        ledger_transfers.c.posted_at,
+        ledger_transfers.c.line,
+        sqlalchemy.select(sqlalchemy.func.min(ledger_postings.c.posting_id))
+        .where(ledger_postings.c.transfer_id == ledger_transfers.c.transfer_id)
+        .scalar_subquery(),
+        ledger_transfers.c.transfer_id,
+    )
+    .limit(STATEMENT_TRANSFERS_MAX)
+)
+_POSTINGS_OF_TRANSFERS = PerDialect(
+    lambda dialect_name: sqlalchemy.select(ledger_postings)
+    .where(one_of(ledger_postings.c.transfer_id, "transfer_ids", dialect_name))
+    .order_by(ledger_postings.c.posting_id)
+)
+_BALANCE = sqlalchemy.select(ledger_accounts.c.balance_beans).where(
+    ledger_accounts.c.account == sqlalchemy.bindparam("wanted_account")
 )
 _OPEN_AND_LOCK_POSTGRESQL = sqlalchemy.text(
     # Rows are inserted (or, when present, updated and so locked) in the ORDER BY's order. The

@@ -130,7 +130,12 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
             self._repository.ensure_starting_grant(session, account, self._settings.starting_grant_beans)
             return self._repository.balance(session, account)
 
-        balance_beans = self._write(read)
+        # A known account is read without a write transaction (on SQLite that waits for the
+        # consumer's writer); only a first sight grants, and the write re-checks under its lock.
+        with read_transaction(self._session_factory) as session:
+            balance_beans = self._repository.known_balance(session, account)
+        if balance_beans is None:
+            balance_beans = self._write(read)
         return ledger_service_pb2.GetBalanceResponse(account=account, balance_beans=balance_beans)
 
     def ListEntries(

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
 from mahjong_platform import idempotency
+from mahjong_platform.database import PerDialect
 from mahjong_platform.envelopes import new_envelope
 from mahjong_platform.errors import FailedPreconditionError, NotFoundError
 from mahjong_platform.event_store import EventStore
@@ -70,11 +71,7 @@ def first_answer(session: Session, player_id: str, method: str, key: str, digest
     """The stored answer of an earlier call with this idempotency key, if any; FAILED_PRECONDITION
     when that call asked something else (`mahjong_platform.idempotency`)."""
     row = session.execute(
-        sqlalchemy.select(idempotent_answers.c.answer, idempotent_answers.c.request_digest).where(
-            idempotent_answers.c.player_id == player_id,
-            idempotent_answers.c.method == method,
-            idempotent_answers.c.idempotency_key == key,
-        )
+        _FIRST_ANSWER, {"answer_player_id": player_id, "answer_method": method, "answer_key": key}
     ).first()
     if row is None:
         return None
@@ -85,14 +82,19 @@ def remember_answer(
     session: Session, player_id: str, method: str, key: str, digest: str, answer: bytes
 ) -> None:
     session.execute(
-        idempotent_answers.insert().values(
-            player_id=player_id, method=method, idempotency_key=key, request_digest=digest, answer=answer
-        )
+        _INSERT_ANSWER,
+        {
+            "player_id": player_id,
+            "method": method,
+            "idempotency_key": key,
+            "request_digest": digest,
+            "answer": answer,
+        },
     )
 
 
 def load_ticket(session: Session, ticket_id: str) -> Ticket | None:
-    row = session.execute(sqlalchemy.select(tickets).where(tickets.c.ticket_id == ticket_id)).first()
+    row = session.execute(_LOAD_TICKET, {"wanted_ticket_id": ticket_id}).first()
     if row is None:
         return None
     return Ticket(row.ticket_id, row.player_id, row.room_id, row.state, row.table_id, row.seat)
@@ -113,12 +115,10 @@ def enqueue(
     balance (`balance_beans`, read from the ledger before the transaction; None = not checked) is
     below the room's entry floor (RULES.md 1.9).
     """
-    _lock_room_queue(session, room.room_id)
-    live = session.execute(
-        sqlalchemy.select(tickets.c.ticket_id, tickets.c.state, tickets.c.room_id).where(
-            tickets.c.player_id == player_id, tickets.c.state.in_(LIVE_TICKET_STATES)
-        )
-    ).first()
+    # Locks the room's queue until the transaction ends, and takes the next place in it (a
+    # refused enqueue rolls back, and its place with it).
+    order = _take_queue_place(session, room.room_id)
+    live = session.execute(_LIVE_TICKET, {"live_player_id": player_id}).first()
     if live is not None:
         where = "queued for" if live.state == TICKET_QUEUED else "seated in"
         raise FailedPreconditionError(
@@ -131,18 +131,18 @@ def enqueue(
             f"{room.rules.entry_floor_beans} beans"
         )
     now = clock()
-    order = _next_order(session, room.room_id)
     ticket = Ticket(str(uuid.uuid4()), player_id, room.room_id, TICKET_QUEUED, None, None)
     session.execute(
-        tickets.insert().values(
-            ticket_id=ticket.ticket_id,
-            player_id=player_id,
-            room_id=room.room_id,
-            state=TICKET_QUEUED,
-            queued_order=order,
-            queued_at=now,
-            updated_at=now,
-        )
+        _INSERT_TICKET,
+        {
+            "ticket_id": ticket.ticket_id,
+            "player_id": player_id,
+            "room_id": room.room_id,
+            "state": TICKET_QUEUED,
+            "queued_order": order,
+            "queued_at": now,
+            "updated_at": now,
+        },
     )
     queued = new_envelope(
         match_events_pb2.TicketQueued(ticket_id=ticket.ticket_id, player_id=player_id, room_id=room.room_id),
@@ -174,9 +174,7 @@ def cancel(session: Session, store: EventStore, ticket_id: str, player_id: str, 
             "cancelled (leave the table instead)"
         )
     session.execute(
-        tickets.update()
-        .where(tickets.c.ticket_id == ticket_id)
-        .values(state=TICKET_CANCELLED, updated_at=clock())
+        _SET_TICKET_STATE, {"target_ticket_id": ticket_id, "state": TICKET_CANCELLED, "updated_at": clock()}
     )
     event = new_envelope(
         match_events_pb2.TicketCancelled(ticket_id=ticket_id, player_id=player_id, reason="cancelled"),
@@ -189,30 +187,31 @@ def cancel(session: Session, store: EventStore, ticket_id: str, player_id: str, 
 
 def release_seat(session: Session, table_id: str, seat: int | None, clock: Clock) -> int:
     """A game ended (seat None: every seat) or a player left it: their tickets are finished."""
-    statement = tickets.update().where(tickets.c.table_id == table_id, tickets.c.state == TICKET_SEATED)
-    if seat is not None:
-        statement = statement.where(tickets.c.seat == seat)
-    result = session.execute(statement.values(state=TICKET_FINISHED, updated_at=clock()))
+    parameters = {"released_table_id": table_id, "updated_at": clock()}
+    if seat is None:
+        result = session.execute(_RELEASE_TABLE, parameters)
+    else:
+        result = session.execute(_RELEASE_SEAT, {**parameters, "released_seat": seat})
     return int(getattr(result, "rowcount", 0))
 
 
 def _lock_room_queue(session: Session, room_id: str) -> None:
-    """Serialize a room's enqueues (so two never form overlapping tables): the room's queue row is
-    created if missing (concurrent creators do not collide) and locked until the transaction ends."""
-    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    session.execute(insert(room_queues).values(room_id=room_id, last_order=0).on_conflict_do_nothing())
-    session.execute(
-        sqlalchemy.select(room_queues.c.last_order).where(room_queues.c.room_id == room_id).with_for_update()
-    )
+    """Serialize a room's enqueues and cancels (so two never form overlapping tables): the room's
+    queue row is created if missing (concurrent creators do not collide) and locked until the
+    transaction ends."""
+    _upsert_room_queue(session, room_id, increment=0)
 
 
-def _next_order(session: Session, room_id: str) -> int:
-    last = session.execute(
-        sqlalchemy.select(room_queues.c.last_order).where(room_queues.c.room_id == room_id)
-    ).scalar_one()
-    order = int(last) + 1
-    session.execute(room_queues.update().where(room_queues.c.room_id == room_id).values(last_order=order))
-    return order
+def _take_queue_place(session: Session, room_id: str) -> int:
+    """`_lock_room_queue`, and the room's next queue position (first come, first seated)."""
+    return _upsert_room_queue(session, room_id, increment=1)
+
+
+def _upsert_room_queue(session: Session, room_id: str, increment: int) -> int:
+    """One statement: insert the room's queue row or update it (which locks it), adding
+    `increment` to its last order; the new last order."""
+    statement = _UPSERT_ROOM_QUEUE(session)
+    return int(session.execute(statement, {"room_id": room_id, "increment": increment}).scalar_one())
 
 
 def _form_table(
@@ -223,12 +222,7 @@ def _form_table(
     seed_source: Callable[[], int],
     correlation_id: str,
 ) -> envelope_pb2.Envelope | None:
-    waiting = session.execute(
-        sqlalchemy.select(tickets.c.ticket_id, tickets.c.player_id)
-        .where(tickets.c.room_id == room.room_id, tickets.c.state == TICKET_QUEUED)
-        .order_by(tickets.c.queued_order)
-        .limit(SEATS_PER_TABLE)
-    ).all()
+    waiting = session.execute(_WAITING, {"waiting_room_id": room.room_id}).all()
     if len(waiting) < SEATS_PER_TABLE:
         return None
     table_id = str(uuid.uuid4())
@@ -238,11 +232,13 @@ def _form_table(
         seats.append(
             match_events_pb2.SeatAssignment(seat=seat, player_id=row.player_id, ticket_id=row.ticket_id)
         )
-        session.execute(
-            tickets.update()
-            .where(tickets.c.ticket_id == row.ticket_id)
-            .values(state=TICKET_SEATED, table_id=table_id, seat=seat, updated_at=now)
-        )
+    session.execute(
+        _SEAT_TICKET,
+        [
+            {"target_ticket_id": row.ticket_id, "table_id": table_id, "seat": seat, "updated_at": now}
+            for seat, row in enumerate(waiting)
+        ],
+    )
     assigned = new_envelope(
         match_events_pb2.TableAssigned(
             table_id=table_id,
@@ -257,3 +253,52 @@ def _form_table(
     )
     store.append(session, table_id, 0, [assigned])
     return assigned
+
+
+# The statements, built once: SQLAlchemy memoizes a statement's cache key on the object, so one
+# built per call paid for building it and its key every time (about a third of an Enqueue's CPU).
+_FIRST_ANSWER = sqlalchemy.select(idempotent_answers.c.answer, idempotent_answers.c.request_digest).where(
+    idempotent_answers.c.player_id == sqlalchemy.bindparam("answer_player_id"),
+    idempotent_answers.c.method == sqlalchemy.bindparam("answer_method"),
+    idempotent_answers.c.idempotency_key == sqlalchemy.bindparam("answer_key"),
+)
+_INSERT_ANSWER = idempotent_answers.insert()
+_LOAD_TICKET = sqlalchemy.select(tickets).where(
+    tickets.c.ticket_id == sqlalchemy.bindparam("wanted_ticket_id")
+)
+_LIVE_TICKET = sqlalchemy.select(tickets.c.ticket_id, tickets.c.state, tickets.c.room_id).where(
+    tickets.c.player_id == sqlalchemy.bindparam("live_player_id"), tickets.c.state.in_(LIVE_TICKET_STATES)
+)
+_INSERT_TICKET = tickets.insert()
+_SET_TICKET_STATE = tickets.update().where(tickets.c.ticket_id == sqlalchemy.bindparam("target_ticket_id"))
+_WAITING = (
+    sqlalchemy.select(tickets.c.ticket_id, tickets.c.player_id)
+    .where(tickets.c.room_id == sqlalchemy.bindparam("waiting_room_id"), tickets.c.state == TICKET_QUEUED)
+    .order_by(tickets.c.queued_order)
+    .limit(SEATS_PER_TABLE)
+)
+_SEAT_TICKET = (
+    tickets.update()
+    .where(tickets.c.ticket_id == sqlalchemy.bindparam("target_ticket_id"))
+    .values(state=TICKET_SEATED)
+)
+_RELEASE_TABLE = (
+    tickets.update()
+    .where(tickets.c.table_id == sqlalchemy.bindparam("released_table_id"), tickets.c.state == TICKET_SEATED)
+    .values(state=TICKET_FINISHED)
+)
+_RELEASE_SEAT = _RELEASE_TABLE.where(tickets.c.seat == sqlalchemy.bindparam("released_seat"))
+
+
+def _build_upsert_room_queue(dialect_name: str) -> sqlalchemy.Insert:
+    insert = postgresql_insert if dialect_name == "postgresql" else sqlite_insert
+    statement = insert(room_queues).values(
+        room_id=sqlalchemy.bindparam("room_id"), last_order=sqlalchemy.bindparam("increment")
+    )
+    return statement.on_conflict_do_update(
+        index_elements=["room_id"],
+        set_={"last_order": room_queues.c.last_order + sqlalchemy.bindparam("increment")},
+    ).returning(room_queues.c.last_order)
+
+
+_UPSERT_ROOM_QUEUE = PerDialect(_build_upsert_room_queue)
