@@ -84,9 +84,9 @@ class AsyncTable(table_service_pb2_grpc.TableServiceServicer):
         raise NotFoundError(f"table {request.table_id} was closed")
 
 
-@pytest.fixture
-def server() -> Iterator[AioRunningServer]:
-    running = serve_aio(
+def serve_test_services(*inner: grpc.aio.ServerInterceptor) -> AioRunningServer:
+    """The two test servicers behind the auth interceptor (and ``inner`` inside it)."""
+    return serve_aio(
         [
             register_service(
                 ledger_service_pb2.DESCRIPTOR.services_by_name["LedgerService"],
@@ -101,9 +101,14 @@ def server() -> Iterator[AioRunningServer]:
         ],
         "127.0.0.1:0",
         SETTINGS,
-        interceptors=[AioAuthInterceptor(SECRET, method_roles=ROLES)],
+        interceptors=[AioAuthInterceptor(SECRET, method_roles=ROLES), *inner],
         extra_error_mapping={RulesLibraryError: grpc.StatusCode.FAILED_PRECONDITION},
     )
+
+
+@pytest.fixture
+def server() -> Iterator[AioRunningServer]:
+    running = serve_test_services()
     yield running
     running.stop(grace_seconds=0)
 
@@ -300,18 +305,7 @@ def test_the_layers_run_in_one_wrapper_when_an_interceptor_that_is_not_one_comes
         return real_flat_method_handler(handler, layers)
 
     monkeypatch.setattr(aio_grpc_server, "flat_method_handler", counting)
-    running = serve_aio(
-        [
-            register_service(
-                ledger_service_pb2.DESCRIPTOR.services_by_name["LedgerService"],
-                ledger_service_pb2_grpc.add_LedgerServiceServicer_to_server,
-                AsyncLedger(),  # type: ignore[abstract]
-            )
-        ],
-        "127.0.0.1:0",
-        SETTINGS,
-        interceptors=[AioAuthInterceptor(SECRET, method_roles=ROLES), PassingInterceptor()],
-    )
+    running = serve_test_services(PassingInterceptor())
     try:
         answer = ledger(running).GetBalance(ledger_service_pb2.GetBalanceRequest(account="a"), timeout=10)
         assert answer.account == "alice"
