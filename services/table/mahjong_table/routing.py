@@ -87,7 +87,7 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                self._two_way(method, handler.stream_stream, handler.response_serializer),
+                self._stream(method, handler.stream_stream, handler.response_serializer, two_way=True),
                 request_deserializer=handler.request_deserializer,
             )
         return handler
@@ -133,9 +133,17 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
         method: str,
         behavior: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
         serialize: Callable[[Any], bytes],
+        two_way: bool = False,
     ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        """A server stream (routed by its request) or a two-way one (by what its first request
+        opens; `behavior` then gets every request, the first one included)."""
+
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            _table, route = self._route(request, context)
+            if two_way:
+                first, request = await _first_of(request)
+                _table, route = self._route(_opened(first), context)
+            else:
+                _table, route = self._route(request, context)
             if route is LOCAL:
                 async for item in behavior(request, context):
                     yield serialize(item)
@@ -144,7 +152,9 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
                 reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)
                 return
             assert isinstance(route, str)
-            call = self._channel(route, method).unary_stream(method, request_serializer=_serialized)(
+            channel = self._channel(route, method)
+            open_call = channel.stream_stream if two_way else channel.unary_stream
+            call = open_call(method, request_serializer=_serialized)(
                 request, metadata=self._metadata(context), timeout=remaining_seconds(context)
             )
             try:
@@ -156,49 +166,6 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
                 call.cancel()
 
         return stream
-
-    def _two_way(
-        self,
-        method: str,
-        behavior: Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]],
-        serialize: Callable[[Any], bytes],
-    ) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
-        async def two_way(
-            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[bytes]:
-            iterator = requests.__aiter__()
-            try:
-                first = await iterator.__anext__()
-            except StopAsyncIteration:
-                first = None
-
-            async def replayed() -> AsyncIterator[Any]:
-                if first is not None:
-                    yield first
-                async for request in iterator:
-                    yield request
-
-            _table, route = self._route(_opened(first), context)
-            if route is LOCAL:
-                async for item in behavior(replayed(), context):
-                    yield serialize(item)
-                return
-            if route is None:
-                reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)
-                return
-            assert isinstance(route, str)
-            call = self._channel(route, method).stream_stream(method, request_serializer=_serialized)(
-                replayed(), metadata=self._metadata(context), timeout=remaining_seconds(context)
-            )
-            try:
-                async for answer in call:
-                    yield answer
-            except grpc.aio.AioRpcError as error:
-                self._answer_failure(error, context, method)
-            finally:
-                call.cancel()
-
-        return two_way
 
     def _channel(self, address: str, method: str) -> grpc.aio.Channel:
         """The channel to the owner at `address` (one per owner), counting the call forwarded."""
@@ -228,6 +195,23 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
             MOVED_MESSAGE,
         )
         reject(context, code, NO_OWNER_MESSAGE if unreachable else (error.details() or code.name), method)
+
+
+async def _first_of(requests: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
+    """The first request of a client stream (None: it sent none), and all of its requests again."""
+    iterator = requests.__aiter__()
+    try:
+        first = await iterator.__anext__()
+    except StopAsyncIteration:
+        first = None
+
+    async def replayed() -> AsyncIterator[Any]:
+        if first is not None:
+            yield first
+        async for request in iterator:
+            yield request
+
+    return first, replayed()
 
 
 def _opened(first: Any) -> Any:

@@ -118,6 +118,14 @@ def open_at(owner: Replica, partition: int, **rules: int) -> str:
     )
 
 
+def a_table_of_b(a: Replica, b: Replica) -> str:
+    """a owns partition 0 and b partition 1, a has read the directory; a new table of b's."""
+    a.assign(0)
+    b.assign(1)
+    a.ownership.refresh_directory()
+    return open_at(b, 1)
+
+
 def act_once(replica: Replica, table_id: str) -> messages.ActResponse:
     """The first seat the table waits on acts (its bot decision), through `replica`."""
     for player in PLAYERS:
@@ -230,10 +238,7 @@ def test_a_replica_taking_a_partition_over_loads_its_tables_and_reloads_what_it_
 
 def test_a_call_to_any_replica_is_answered_by_the_owner(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
-    a.assign(0)
-    b.assign(1)
-    a.ownership.refresh_directory()
-    table = open_at(b, 1)
+    table = a_table_of_b(a, b)
     view = a.server.view("east", table)  # asked of a, forwarded to b
     assert view.table_id == table and view.your_seat == 0
     answer = act_once(a, table)
@@ -335,10 +340,7 @@ def test_a_play_stream_opened_at_any_replica_is_played_at_the_owner_until_the_ta
     replicas: tuple[Replica, Replica],
 ) -> None:
     a, b = replicas
-    a.assign(0)
-    b.assign(1)
-    a.ownership.refresh_directory()
-    table = open_at(b, 1)
+    table = a_table_of_b(a, b)
     client = PlayClient(a.stub("east"), table)  # opened at a, played at b
     try:
         view = next_of(client, "update").update.view
@@ -384,10 +386,7 @@ def test_a_replicas_metrics_count_its_partitions_takeovers_and_forwarded_calls(
     """README "Metrics": what an operator watches of the replicas."""
     a, b = replicas
     a.assign(0, 1)
-    a.assign(0)
-    b.assign(1)
-    a.ownership.refresh_directory()
-    table = open_at(b, 1)
+    table = a_table_of_b(a, b)
     a.server.view("east", table)  # forwarded to b
     assert a.metrics.registry.get_sample_value("mahjong_table_owned_partitions") == 1
     assert b.metrics.registry.get_sample_value("mahjong_table_owned_partitions") == 1
