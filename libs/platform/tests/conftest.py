@@ -16,6 +16,7 @@ from mahjong_platform.database import create_engine_for, sqlite_url
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import (
+    AssignmentHook,
     BeforeCommitHook,
     Handler,
     MessagePosition,
@@ -186,6 +187,8 @@ class ConsumerFactory(Protocol):
         group_id: str,
         handler: Handler = ...,
         before_commit: BeforeCommitHook | None = None,
+        wants: Relevance | None = None,
+        on_assignment: AssignmentHook | None = None,
     ) -> TrackedConsumer: ...
 
 
@@ -203,6 +206,7 @@ def new_tracked_consumer(
         handler: Handler = project_into_example_table,
         before_commit: BeforeCommitHook | None = None,
         wants: Relevance | None = None,
+        on_assignment: AssignmentHook | None = None,
     ) -> TrackedConsumer:
         consumer = TrackedConsumer(
             engine,
@@ -218,6 +222,7 @@ def new_tracked_consumer(
             dead_letter_publish_timeout_ms=10_000,
             before_commit=before_commit,
             wants=wants,
+            on_assignment=on_assignment,
         )
         created.append(consumer)
         return consumer

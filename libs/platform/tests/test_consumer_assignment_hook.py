@@ -7,22 +7,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
-from mahjong.v1 import envelope_pb2
 from mahjong_platform.topics import Topics
-from mahjong_platform.tracked_consumer import Assignment, MessagePosition, TrackedConsumer
+from mahjong_platform.tracked_consumer import Assignment, TrackedConsumer
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
 
 pytestmark = pytest.mark.integration
 
 JOIN_SECONDS = 120.0  # a hang guard only
 PARTITIONS = 2  # the `kafka_topics` fixture's
-
-
-def ignore(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
-    """Nothing is published: the group's assignment is what this test watches."""
 
 
 class Recorder:
@@ -46,52 +41,30 @@ class Recorder:
         return {partition for _topic, partition in self.assignments[-1].partitions}
 
 
-def _consumer(
-    engine: Engine, bootstrap_servers: str, topics: Topics, group_id: str, hook: Recorder
-) -> TrackedConsumer:
-    return TrackedConsumer(
-        engine,
-        bootstrap_servers,
-        group_id,
-        [topics.match],
-        ignore,
-        topics.dead_letter,
-        session_timeout_ms=6_000,
-        heartbeat_interval_ms=500,
-        metadata_max_age_ms=1_000,
-        on_assignment=hook,
-    )
-
-
 def test_each_member_is_told_its_share_of_the_partitions_on_the_polling_thread(
     sqlite_engine: Engine,
-    kafka_bootstrap_servers: str,
     kafka_topics: Topics,
-    kafka_group_coordinator_ready: None,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
     unique_prefix: str,
 ) -> None:
     group_id = unique_prefix + "owners"
     first_hook, second_hook = Recorder(fail_first=True), Recorder()
-    first = _consumer(sqlite_engine, kafka_bootstrap_servers, kafka_topics, group_id, first_hook)
-    second = _consumer(sqlite_engine, kafka_bootstrap_servers, kafka_topics, group_id, second_hook)
-    try:
-        failed = 0
-        deadline = time.monotonic() + JOIN_SECONDS
-        while True:
-            for consumer in (first, second):
-                try:
-                    consumer.poll_once(timeout_ms=200)
-                except RuntimeError as error:
-                    assert "owner directory" in str(error)
-                    failed += 1
-            shares = (first_hook.partitions(), second_hook.partitions())
-            if shares[0] and shares[1] and shares[0] | shares[1] == set(range(PARTITIONS)):
-                break
-            assert time.monotonic() < deadline, f"the group never split its partitions: {shares}"
-        assert failed == 1  # the failing hook failed its poll once, then was told again
-        assert not shares[0] & shares[1]
-        assert first_hook.threads == second_hook.threads == {threading.current_thread()}
-        assert first_hook.assignments[-1].partition_counts == {kafka_topics.match: PARTITIONS}
-    finally:
-        first.close()
-        second.close()
+    first = new_tracked_consumer(sqlite_engine, group_id=group_id, on_assignment=first_hook)
+    second = new_tracked_consumer(sqlite_engine, group_id=group_id, on_assignment=second_hook)
+    failed = 0
+    deadline = time.monotonic() + JOIN_SECONDS
+    while True:
+        for consumer in (first, second):
+            try:
+                consumer.poll_once(timeout_ms=200)
+            except RuntimeError as error:
+                assert "owner directory" in str(error)
+                failed += 1
+        shares = (first_hook.partitions(), second_hook.partitions())
+        if shares[0] and shares[1] and shares[0] | shares[1] == set(range(PARTITIONS)):
+            break
+        assert time.monotonic() < deadline, f"the group never split its partitions: {shares}"
+    assert failed == 1  # the failing hook failed its poll once, then was told again
+    assert not shares[0] & shares[1]
+    assert first_hook.threads == second_hook.threads == {threading.current_thread()}
+    assert first_hook.assignments[-1].partition_counts == {kafka_topics.table: PARTITIONS}
