@@ -395,3 +395,10 @@ def test_a_replicas_metrics_count_its_partitions_takeovers_and_forwarded_calls(
     forwarded = {"method": "/mahjong.v1.TableService/GetView"}
     assert a.metrics.registry.get_sample_value("mahjong_table_forwarded_calls_total", forwarded) == 1
     assert b.metrics.registry.get_sample_value("mahjong_table_forwarded_calls_total", forwarded) is None
+
+
+def test_the_fence_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from mahjong_table import fence_bench
+
+    assert fence_bench.main(["--transactions", "5"]) == 0
+    assert "with the fence of 4 tables" in capsys.readouterr().out
