@@ -41,14 +41,15 @@ class TableProcess:
         """One per process, made at the first use (every piece gets the same database engine)."""
         if self._ownership is None:
             address = advertised_address(self.settings or load_settings())
+            self._metrics = metrics_for_engine(database)
             self._ownership = Ownership(
                 topics.match,
                 address,
                 create_session_factory(database),
                 self.engine,
-                metrics=metrics_for_engine(database),
+                # Outside a service process (an embedded server) nobody scrapes: no gauge of its own.
+                metrics=None if self._metrics is UNSCRAPED else self._metrics,
             )
-            self._metrics = metrics_for_engine(database)
         return self._ownership
 
     def registrations(

@@ -110,7 +110,7 @@ Route = _Local | str | None
 
 
 class Ownership:
-    """This replica's partitions, the directory as last read, and the streams of owned tables.
+    """This replica's partitions, the epochs it claimed them at, and the directory as last read.
 
     Read on every call (`route`) without a lock: the owned set, the partition count and the
     directory are immutable snapshots replaced whole on each change."""
