@@ -402,3 +402,10 @@ def test_the_fence_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert fence_bench.main(["--transactions", "5"]) == 0
     assert "with the fence of 4 tables" in capsys.readouterr().out
+
+
+def test_the_routing_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from mahjong_table import routing_bench
+
+    assert routing_bench.main(["--calls", "5"]) == 0
+    assert "forwarded by another replica" in capsys.readouterr().out
