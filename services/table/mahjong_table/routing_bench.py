@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from mahjong.v1 import common_pb2, match_events_pb2, rooms_pb2, table_service_pb2, table_service_pb2_grpc
+from mahjong.v1 import table_service_pb2, table_service_pb2_grpc
 from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioRunningServer, serve_aio
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
@@ -33,6 +33,7 @@ from mahjong_table.ownership import Ownership, partition_of
 from mahjong_table.routing import OwnerRoutingInterceptor
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
+from mahjong_table.testing import table_assigned
 
 TOPIC = "mahjong.match.v1"
 PARTITIONS = 2
@@ -75,33 +76,7 @@ def _open_table(engine: TableEngine, session_factory: object, partition: int) ->
         for candidate in (str(uuid.uuid4()) for _ in range(1000))
         if partition_of(candidate, PARTITIONS) == partition
     )
-    assigned = match_events_pb2.TableAssigned(
-        table_id=table_id,
-        room_id="bench-room",
-        seed=1,
-        seats=[
-            match_events_pb2.SeatAssignment(seat=seat, player_id=player)
-            for seat, player in enumerate(PLAYERS)
-        ],
-        room=rooms_pb2.Room(
-            room_id="bench-room",
-            rules=rooms_pb2.RoomRules(
-                variant=common_pb2.VARIANT_SICHUAN_BLOODY,
-                coefficient=100,
-                turn_timeout_ms=600_000,
-                reconnect_grace_ms=600_000,
-                exchange_three=True,
-                skip_win_lock=True,
-                self_draw_bonus="double",
-                flower_pig_points=16,
-                escape_cap_points=64,
-                escape_correction=1,
-                escape_penalty_floor=16,
-                escape_compensation_floor=4,
-                dealer_rotation="dice",
-            ),
-        ),
-    )
+    assigned = table_assigned(table_id, PLAYERS, seed=1, turn_timeout_ms=600_000)
     with transaction(session_factory) as session:  # type: ignore[arg-type]
         engine.open_from_assignment(session, assigned, causation_id="bench", match_partition=partition)
     return table_id

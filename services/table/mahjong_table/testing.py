@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from mahjong.v1 import common_pb2, match_events_pb2, rooms_pb2
 from mahjong_rules.formula.wall import FORMULA_TILES
 from mahjong_rules.tiles import parse_tiles
 
@@ -188,3 +189,46 @@ def formula_table_with_hands(
         "table-f", "room-f", rules, ["p0", "p1", "p2", "p3"], tiles, **dice_for_dealer(dealer_seat)
     )
     return FormulaTable(events)
+
+
+# ----------------------------------------------------------------------------------- assignments
+
+
+def table_assigned(
+    table_id: str,
+    players: Sequence[str],
+    *,
+    seed: int = 7,
+    room_id: str = "test-room",
+    turn_timeout_ms: int = 60_000,
+    reconnect_grace_ms: int = 600_000,
+) -> match_events_pb2.TableAssigned:
+    """Matchmaking's TableAssigned of a Sichuan Bloody table seating `players` in order (the
+    service tests and the routing benchmark open tables with it)."""
+    return match_events_pb2.TableAssigned(
+        table_id=table_id,
+        room_id=room_id,
+        seed=seed,
+        seats=[
+            match_events_pb2.SeatAssignment(seat=seat, player_id=player)
+            for seat, player in enumerate(players)
+        ],
+        room=rooms_pb2.Room(
+            room_id=room_id,
+            rules=rooms_pb2.RoomRules(
+                variant=common_pb2.VARIANT_SICHUAN_BLOODY,
+                coefficient=100,
+                turn_timeout_ms=turn_timeout_ms,
+                reconnect_grace_ms=reconnect_grace_ms,
+                exchange_three=True,
+                skip_win_lock=True,
+                self_draw_bonus="double",
+                flower_pig_points=16,
+                escape_cap_points=64,
+                escape_correction=1,
+                escape_penalty_floor=16,
+                escape_compensation_floor=4,
+                dealer_rotation="dice",
+            ),
+        ),
+    )

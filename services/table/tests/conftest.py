@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from mahjong.v1 import match_events_pb2, rooms_pb2, table_service_pb2, table_service_pb2_grpc
+from mahjong.v1 import table_service_pb2, table_service_pb2_grpc
 from mahjong_platform.aio_grpc_server import AioAuthInterceptor, serve_aio
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
@@ -21,6 +21,7 @@ from mahjong_platform.grpc_server import register_service
 from mahjong_platform.migrations import upgrade
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
+from mahjong_table.testing import table_assigned
 
 SECRET = "table-service-test-secret-0123456789abcdef"
 
@@ -47,32 +48,12 @@ class TableServer:
         **rules: int,
     ) -> str:
         table_id = table_id or str(uuid.uuid4())
-        assigned = match_events_pb2.TableAssigned(
-            table_id=table_id,
-            room_id="test-room",
+        assigned = table_assigned(
+            table_id,
+            players,
             seed=seed,
-            seats=[
-                match_events_pb2.SeatAssignment(seat=seat, player_id=player)
-                for seat, player in enumerate(players)
-            ],
-            room=rooms_pb2.Room(
-                room_id="test-room",
-                rules=rooms_pb2.RoomRules(
-                    variant=1,
-                    coefficient=100,
-                    turn_timeout_ms=rules.get("turn_timeout_ms", 60_000),
-                    reconnect_grace_ms=rules.get("reconnect_grace_ms", 600_000),
-                    exchange_three=True,
-                    skip_win_lock=True,
-                    self_draw_bonus="double",
-                    flower_pig_points=16,
-                    escape_cap_points=64,
-                    escape_correction=1,
-                    escape_penalty_floor=16,
-                    escape_compensation_floor=4,
-                    dealer_rotation="dice",
-                ),
-            ),
+            turn_timeout_ms=rules.get("turn_timeout_ms", 60_000),
+            reconnect_grace_ms=rules.get("reconnect_grace_ms", 600_000),
         )
         with transaction(self.session_factory) as session:  # type: ignore[arg-type]
             envelopes = self.engine.open_from_assignment(
