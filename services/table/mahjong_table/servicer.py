@@ -609,6 +609,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
+        last_view: messages.TableView | None = None
         while time.monotonic() - started < WATCH_MAX_SECONDS:
             if play is not None and play.answers:
                 yield None
@@ -636,7 +637,13 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 if envelope.sequence > after_seat_sequence:
                     update.events.append(envelope)
             after_seat_sequence = seat_sequence(state, seat)
-            update.view.CopyFrom(table_view_message(state, seat, await self._deadline_of(state)))
+            view = table_view_message(state, seat, await self._deadline_of(state))
+            if not update.events and last_view is not None and _same_but_the_deadline(view, last_view):
+                # Only events hidden from this seat happened (another seat asked in the same claim
+                # window passed): an update now would tell it that someone else could claim.
+                continue
+            update.view.CopyFrom(view)
+            last_view = view
             first = False
             yield update
             if state.is_over:
@@ -760,6 +767,18 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
 def _compact(tiles: str) -> str:
     """Tile codes ("1m2m2m") in compact notation ("122m"); a hand recurs in many views."""
     return tiles and format_tiles(parse_tiles(tiles))
+
+
+def _same_but_the_deadline(view: messages.TableView, other: messages.TableView) -> bool:
+    """True when the two views differ at most in their deadline (which every event moves)."""
+    if view.sequence != other.sequence:
+        return False
+    bare, other_bare = messages.TableView(), messages.TableView()
+    bare.CopyFrom(view)
+    other_bare.CopyFrom(other)
+    bare.ClearField("deadline")
+    other_bare.ClearField("deadline")
+    return bare == other_bare
 
 
 class _ByIdentity(typing.Generic[_T]):

@@ -330,3 +330,49 @@ def test_a_flood_of_commands_is_answered_one_by_one_and_the_stream_goes_on(table
     assert next_of(client, "answer").answer.code == 0
     assert next_of(client, "update").update.view.sequence == first.view.sequence + 1
     client.close()
+
+
+@pytest.mark.parametrize("feed", ["WatchView", "Play"])
+def test_a_seat_asked_in_a_window_is_not_told_that_another_asked_seat_passed_rules_1_4(
+    table_server: TableServer, feed: str
+) -> None:
+    """Two seats asked about one discard: when the other passes (an event hidden from this seat,
+    taking none of its numbers), this seat's feed sends nothing, not an update without events whose
+    deadline moved, which would tell it that someone else could claim the tile."""
+    from mahjong_platform.database import transaction
+    from mahjong_table.domain.commands import Pass
+    from mahjong_table.selfplay import greedy_command
+
+    session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731
+    engine = table_server.engine
+    for seed in (58, *range(1, 200)):
+        table_id = table_server.open_table(PLAYERS, seed=seed)
+        state = engine.read_state(session_scope, table_id)
+        while not state.is_over and (state.window is None or len(state.window.pending) < 2):
+            state, _envelopes, _answer = engine.act(session_scope, table_id, greedy_command)  # type: ignore[arg-type]
+        if not state.is_over:
+            break
+    assert state.window is not None and len(state.window.pending) >= 2, "no window asked two seats"
+    watcher, *others = sorted(state.window.pending)
+    stub = table_server.stub_for(PLAYERS[watcher])
+    if feed == "Play":
+        play = PlayClient(stub, table_id)
+        updates = (
+            response.update for response in play.responses if response.WhichOneof("response") == "update"
+        )
+    else:
+        updates = iter(stub.WatchView(messages.WatchViewRequest(table_id=table_id), timeout=60))
+    first = next(updates)
+    assert first.view.phase == "claim" and first.view.claimable_tile
+    for seat in (*others, watcher):  # the others first, while this seat is still asked
+        engine.act(session_scope, table_id, lambda _state, seat=seat: Pass(seat))  # type: ignore[arg-type,misc]
+    state = engine.read_state(session_scope, table_id)
+    while state.window is not None and state.window.pending:  # a later stage (a pong) may ask others
+        pending = min(state.window.pending)
+        command = lambda _state, seat=pending: Pass(seat)  # noqa: E731
+        state, _envelopes, _answer = engine.act(session_scope, table_id, command)  # type: ignore[arg-type]
+    after = next(updates)
+    # The next update is the seat's own pass (and what followed), numbered right after the view.
+    assert after.events and after.events[0].sequence == first.view.sequence + 1
+    assert after.events[0].WhichOneof("payload") == "claim_passed"
+    assert after.events[0].claim_passed.seat == watcher
