@@ -55,6 +55,17 @@ def sqlite_engine(tmp_path: pathlib.Path) -> Iterator[Engine]:
 
 
 @pytest.fixture
+def postgresql_engine(postgres_database_url: str) -> Iterator[Engine]:
+    """A migrated ledger database in the real PostgreSQL only (replicas, row locks, Kafka runs)."""
+    migrate(postgres_database_url)
+    engine = create_engine_for(postgres_database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
 def session_factory(engine: Engine) -> SessionFactory:
     return create_session_factory(engine)
 

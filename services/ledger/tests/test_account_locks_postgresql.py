@@ -13,11 +13,10 @@ from __future__ import annotations
 import datetime
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy
-from mahjong_ledger.app import migrate
 from mahjong_ledger.domain import DepositOrder
 from mahjong_ledger.models import ledger_accounts, ledger_transfers
 from mahjong_ledger.projection import settlement_request_of
@@ -26,7 +25,6 @@ from mahjong_ledger.repository import EventContext, LedgerRepository, PostReques
 from mahjong_ledger.testing import instruction_envelope, payee
 from mahjong_platform.database import (
     SessionFactory,
-    create_engine_for,
     create_session_factory,
     transaction,
 )
@@ -46,13 +44,8 @@ START = datetime.datetime(2026, 5, 1, tzinfo=datetime.UTC)
 
 
 @pytest.fixture
-def engine(postgres_database_url: str) -> Iterator[Engine]:
-    migrate(postgres_database_url)
-    engine = create_engine_for(postgres_database_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+def engine(postgresql_engine: Engine) -> Engine:
+    return postgresql_engine
 
 
 def deposit(account: str, key: str, seconds: int = 0) -> PostRequest:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 
 import grpc
 import pytest
 import sqlalchemy
 from kafka import KafkaConsumer, KafkaProducer
 from mahjong.v1 import envelope_pb2, ledger_service_pb2, ledger_service_pb2_grpc
-from mahjong_ledger.app import LedgerProcess, migrate
+from mahjong_ledger.app import LedgerProcess
 from mahjong_ledger.domain import Book, DepositOrder, PayeeLine, SettlementOrder, fold
 from mahjong_ledger.models import ledger_accounts, ledger_postings
 from mahjong_ledger.projection import SettlementProjection
@@ -24,7 +23,7 @@ from mahjong_ledger.settings import LedgerSettings
 from mahjong_ledger.testing import instruction_envelope, payee
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
-from mahjong_platform.database import create_engine_for, create_session_factory, transaction
+from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import bearer_metadata
@@ -48,13 +47,8 @@ def topics(kafka_bootstrap_servers: str, unique_prefix: str) -> Topics:
 
 
 @pytest.fixture
-def engine(postgres_database_url: str) -> Iterator[Engine]:
-    migrate(postgres_database_url)
-    engine = create_engine_for(postgres_database_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+def engine(postgresql_engine: Engine) -> Engine:
+    return postgresql_engine
 
 
 def game_envelopes(table_id: str) -> list[envelope_pb2.Envelope]:
