@@ -60,6 +60,7 @@ from mahjong_platform.database import (
     transaction,
 )
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
+from mahjong_platform.errors import UnavailableError
 from mahjong_platform.metrics import ConsumerMetrics, metrics_for_engine
 from mahjong_platform.outbox import create_idempotent_producer
 from mahjong_platform.schema import CONSUMER_GROUP_MAX_LENGTH, consumer_positions, processed_events
@@ -99,7 +100,9 @@ class Delivery:
 
 
 Handler = Callable[[Session, envelope_pb2.Envelope, MessagePosition], None]
-"""Applies one event to the projection using the given session; raising dead-letters the message.
+"""Applies one event to the projection using the given session; raising dead-letters the message,
+except `UnavailableError` (this process cannot apply it now, another may): the poll fails and the
+consumer rewinds to the stored positions.
 
 It must only write through the session (no commits, no other side effects), so a rollback undoes
 everything it did.
@@ -258,8 +261,11 @@ class BatchApplier:
             self._handler(session, fresh)
             # Flush inside the try, so a constraint the handler's rows violate counts as its failure.
             session.flush()
-        except (OperationalError, InterfaceError):
-            raise  # The database is unreachable: an outage, not a poison message.
+        except (OperationalError, InterfaceError, UnavailableError):
+            # The database is unreachable, or this process may not apply the event now (a table
+            # engine replica whose partition was taken over): not a poison message. The batch
+            # fails, nothing is stored, and whoever may apply it reads it again.
+            raise
         except Exception as error:
             raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
         processed_at = self._clock()

@@ -14,6 +14,7 @@ import sqlalchemy
 from mahjong.v1 import table_events_pb2
 from mahjong_platform.database import create_session_factory
 from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.errors import UnavailableError
 from mahjong_platform.schema import consumer_positions, processed_events
 from mahjong_platform.tracked_consumer import BatchApplier, Delivery, MessagePosition
 from sqlalchemy.engine import Engine
@@ -159,6 +160,31 @@ def test_a_poison_event_is_reported_alone_and_the_rest_of_its_batch_is_applied(
     assert projected_event_ids(migrated_engine) == expected  # The poison's own row rolled back.
     assert processed_ids(migrated_engine) == set(expected)
     assert stored_positions(migrated_engine) == {0: 5}
+
+
+class _NotHereProjection(RecordingProjection):
+    """Writes its rows, then refuses the batch as this process's to apply (`UnavailableError`)."""
+
+    def __call__(self, session: Session, batch: Sequence[Delivery]) -> None:
+        super().__call__(session, batch)
+        raise UnavailableError("this partition is another replica's now")
+
+
+def test_an_event_this_process_may_not_apply_now_fails_the_batch_and_is_never_dead_lettered(
+    migrated_engine: Engine,
+) -> None:
+    """`UnavailableError` (a table engine replica whose partition was taken over) is not a poison
+    message: nothing is reported, applied or stored, so the group reads it again."""
+    batch = deliveries("table-1", 3)
+    failures: list[str] = []
+    for events in (batch, batch[:1]):  # a batch, and one event alone (no one-by-one retry either)
+        with pytest.raises(UnavailableError):
+            applier(migrated_engine, _NotHereProjection(), failures).apply(
+                events, [delivery.position for delivery in events]
+            )
+    assert failures == []
+    assert projected_event_ids(migrated_engine) == [] and processed_ids(migrated_engine) == set()
+    assert stored_positions(migrated_engine) == {}
 
 
 def test_a_crash_before_the_commit_leaves_nothing_of_the_batch(migrated_engine: Engine) -> None:

@@ -26,19 +26,22 @@ from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioRunningServe
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, read_transaction, sqlite_url
-from mahjong_platform.envelopes import utc_now
+from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
 from mahjong_platform.grpc_server import register_service
 from mahjong_platform.metrics import ServiceMetrics
 from mahjong_platform.migrations import upgrade
-from mahjong_platform.tracked_consumer import Assignment
+from mahjong_platform.schema import consumer_positions
+from mahjong_platform.tracked_consumer import Assignment, BatchApplier, Delivery, MessagePosition, per_event
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.models import table_partition_owners
 from mahjong_table.ownership import LOCAL, TAKEOVER_GRACE, Ownership, partition_of
+from mahjong_table.projection import table_opening_handler
 from mahjong_table.routing import FORWARDED_BY_METADATA_KEY, NO_OWNER_MESSAGE, OwnerRoutingInterceptor
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
-from mahjong_table.tables import MOVED_MESSAGE, TableEngine
+from mahjong_table.tables import MOVED_MESSAGE, TableEngine, TableMovedError
+from mahjong_table.testing import table_assigned
 from mjctl.bots import choose_command
 
 from .conftest import SECRET, TableServer
@@ -409,3 +412,34 @@ def test_the_routing_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert routing_bench.main(["--calls", "5"]) == 0
     assert "forwarded by another replica" in capsys.readouterr().out
+
+
+def test_a_table_assignment_read_by_a_replica_that_lost_its_partition_is_left_to_the_new_owner(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """The old owner's consumer, not yet told, applies a TableAssigned of a partition b has taken
+    over: the fence refuses it, and that must not dead-letter it or store its position (the
+    positions are the group's, shared): b's consumer reads it again and opens the table."""
+    a, b = replicas
+    a.assign(0, 1)
+    b.assign(1)  # a has not been told yet
+    table = table_in(1)
+    assigned = new_envelope(table_assigned(table, PLAYERS), stream_id=table, clock=utc_now)
+    delivery = Delivery(assigned, MessagePosition(TOPIC, 1, 41))
+    dead_letters: list[str] = []
+
+    def consumer_of(replica: Replica) -> BatchApplier:
+        return BatchApplier(
+            replica.server.session_factory,  # type: ignore[arg-type]
+            "table-openings",
+            per_event(table_opening_handler(replica.server.engine)),
+            lambda _delivery, error: dead_letters.append(error),
+        )
+
+    with pytest.raises(TableMovedError):
+        consumer_of(a).apply([delivery], [delivery.position])
+    assert dead_letters == [] and stored_version(a, table) == 0
+    with read_transaction(a.server.session_factory) as session:  # type: ignore[arg-type]
+        assert session.execute(sqlalchemy.select(consumer_positions)).all() == []
+    consumer_of(b).apply([delivery], [delivery.position])
+    assert dead_letters == [] and stored_version(b, table) > 0
