@@ -49,6 +49,7 @@ class TableProcess:
                 self.engine,
                 # Outside a service process (an embedded server) nobody scrapes: no gauge of its own.
                 metrics=None if self._metrics is UNSCRAPED else self._metrics,
+                presence=self.presence,
             )
         return self._ownership
 

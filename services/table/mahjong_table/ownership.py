@@ -42,7 +42,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import sqlalchemy
 from kafka.partitioner.default import murmur2
@@ -57,6 +57,9 @@ from sqlalchemy.orm import Session
 
 from mahjong_table.models import table_partition_owners, table_status
 from mahjong_table.tables import TableEngine, TableMovedError
+
+if TYPE_CHECKING:
+    from mahjong_table.servicer import Presence
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +128,7 @@ class Ownership:
         instance_id: str | None = None,
         clock: Clock = utc_now,
         metrics: ServiceMetrics | None = None,
+        presence: Presence | None = None,
     ) -> None:
         self.topic = topic
         self.address = address
@@ -132,6 +136,7 @@ class Ownership:
         self._session_factory = session_factory
         self._engine = engine
         self._clock = clock
+        self._presence = presence
         self._partitions = 0  # the topic's partition count; 0 until the first assignment
         self._owned: frozenset[int] = frozenset()
         self._directory: Mapping[int, Owner] = MappingProxyType({})
@@ -194,8 +199,14 @@ class Ownership:
                 reloaded = partitions - continuous
                 self._grant_takeover_grace(session, reloaded)
             if reloaded and count:
-                # Before serving them: nothing cached of a partition someone else wrote is trusted.
-                self._engine.cache.discard_where(lambda table_id: partition_of(table_id, count) in reloaded)
+                # Before serving them: nothing cached of a partition someone else wrote is trusted,
+                # nor what was seen of its seats' streams (they were at the other replica).
+                def taken_over(table_id: str) -> bool:
+                    return partition_of(table_id, count) in reloaded
+
+                self._engine.cache.discard_where(taken_over)
+                if self._presence is not None:
+                    self._presence.rearm_where(taken_over)
             lost = self._owned - partitions
             directory = dict(self._directory)
             directory.update({partition: Owner(self.address, epochs[partition]) for partition in partitions})

@@ -88,9 +88,11 @@ TABLE_ERROR_MAPPING: ErrorMapping = {
 
 class Presence:
     """Which seats have a Watch stream open, and since when a seat has had none (for the
-    reconnect grace of RULES.md 1.10). In memory: after a restart every seat gets a fresh grace."""
+    reconnect grace of RULES.md 1.10). In memory: after a restart every seat gets a fresh grace, and
+    so after a takeover (`rearm_where`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._streams: dict[tuple[str, int], int] = {}
         self._away_since: dict[tuple[str, int], float] = {}
@@ -105,15 +107,23 @@ class Presence:
             remaining = self._streams.get((table_id, seat), 1) - 1
             self._streams[(table_id, seat)] = remaining
             if remaining <= 0:
-                self._away_since[(table_id, seat)] = time.monotonic()
+                self._away_since[(table_id, seat)] = self._clock()
 
     def away_seconds(self, table_id: str, seat: int) -> float:
         """How long the seat has had no stream open; first asked = away from now on."""
         with self._lock:
             if self._streams.get((table_id, seat), 0) > 0:
                 return 0.0
-            since = self._away_since.setdefault((table_id, seat), time.monotonic())
-            return time.monotonic() - since
+            since = self._away_since.setdefault((table_id, seat), self._clock())
+            return self._clock() - since
+
+    def rearm_where(self, taken_over: Callable[[str], bool]) -> None:
+        """Forget since when the seats of the tables `taken_over(table_id)` names have had no
+        stream here: another replica served them meanwhile (their streams were there), so each
+        gets a fresh grace. Streams open here stay counted."""
+        with self._lock:
+            for key in [key for key in self._away_since if taken_over(key[0])]:
+                del self._away_since[key]
 
     def forget(self, table_id: str) -> None:
         with self._lock:

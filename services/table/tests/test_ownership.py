@@ -52,6 +52,16 @@ PARTITIONS = 2
 PLAYERS = ["east", "south", "west", "north"]
 
 
+class Monotonic:
+    """A replica's monotonic clock for its `Presence` (how long a seat has been away)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @dataclasses.dataclass
 class Replica:
     server: TableServer
@@ -59,6 +69,7 @@ class Replica:
     running: AioRunningServer
     presence: Presence
     metrics: ServiceMetrics
+    monotonic: Monotonic
 
     def assign(self, *partitions: int) -> None:
         """What the consumer does after a rebalance gave this replica `partitions`."""
@@ -81,8 +92,11 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
         engine = TableEngine(EventStore(), utc_now)
         port = free_port()
         metrics = ServiceMetrics("table")
-        ownership = Ownership(TOPIC, f"127.0.0.1:{port}", session_factory, engine, metrics=metrics)
-        presence = Presence()
+        monotonic = Monotonic()
+        presence = Presence(monotonic)
+        ownership = Ownership(
+            TOPIC, f"127.0.0.1:{port}", session_factory, engine, metrics=metrics, presence=presence
+        )
         registration = register_service(
             messages.DESCRIPTOR.services_by_name["TableService"],
             table_service_pb2_grpc.add_TableServiceServicer_to_server,
@@ -99,7 +113,9 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
             extra_error_mapping=TABLE_ERROR_MAPPING,
         )
         started.append(
-            Replica(TableServer(port, engine, session_factory), ownership, running, presence, metrics)
+            Replica(
+                TableServer(port, engine, session_factory), ownership, running, presence, metrics, monotonic
+            )
         )
     yield started[0], started[1]
     for replica in started:
@@ -443,3 +459,30 @@ def test_a_table_assignment_read_by_a_replica_that_lost_its_partition_is_left_to
         assert session.execute(sqlalchemy.select(consumer_positions)).all() == []
     consumer_of(b).apply([delivery], [delivery.position])
     assert dead_letters == [] and stored_version(b, table) > 0
+
+
+def test_a_replica_taking_a_table_back_gives_its_seats_a_fresh_reconnect_grace(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """RULES.md 1.10: a seat escapes once disconnected past the room's reconnect grace. a owned the
+    table and saw its seats' streams end when b took it over; the players played on at b for an
+    hour; b dies and a takes the table back: what a remembers of their absence is from before that
+    hour and must not make them escape at once. Their grace starts at the takeover."""
+    a, b = replicas
+    a.assign(0, 1)
+    table = open_at(a, 1, reconnect_grace_ms=60_000)
+    for seat in range(len(PLAYERS)):
+        a.presence.connected(table, seat)
+    b.assign(1)
+    a.assign(0)
+    for seat in range(len(PLAYERS)):
+        a.presence.disconnected(table, seat)  # a's streams of the table end: it moved
+    a.monotonic.now += 3600  # an hour at b
+    b.assign()
+    a.assign(0, 1)
+    worker = DeadlineWorker(a.server.session_factory, a.server.engine, a.presence, utc_now, a.ownership)  # type: ignore[arg-type]
+    assert worker.escape_disconnected() == 0
+    assert a.server.view("east", table).phase != "ended"
+    a.monotonic.now += 61  # nobody reconnected within the grace: they escape (three end the game)
+    assert worker.escape_disconnected() > 0
+    assert a.server.view("east", table).phase == "ended"
