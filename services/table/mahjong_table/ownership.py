@@ -199,12 +199,13 @@ class Ownership:
                 reloaded = partitions - continuous
                 self._grant_takeover_grace(session, reloaded)
             if reloaded and count:
-                # Before serving them: nothing cached of a partition someone else wrote is trusted,
-                # nor what was seen of its seats' streams (they were at the other replica).
+                # Before serving them: nothing cached of a partition someone else wrote is trusted
+                # (its states, the deadlines just moved), nor what was seen of its seats' streams
+                # (they were at the other replica).
                 def taken_over(table_id: str) -> bool:
                     return partition_of(table_id, count) in reloaded
 
-                self._engine.cache.discard_where(taken_over)
+                self._engine.forget_where(taken_over)
                 if self._presence is not None:
                     self._presence.rearm_where(taken_over)
             lost = self._owned - partitions

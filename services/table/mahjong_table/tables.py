@@ -226,6 +226,15 @@ class TableEngine:
             return cached
         return None
 
+    def forget_where(self, stale: Callable[[str], bool]) -> None:
+        """Drop the cached states and the remembered deadlines of the tables `stale(table_id)`
+        names (another replica may have written them, or a takeover moved their deadlines:
+        `ownership`)."""
+        self.cache.discard_where(stale)
+        with self._deadlines_lock:
+            for table_id in [table_id for table_id in self._deadlines if stale(table_id)]:
+                del self._deadlines[table_id]
+
     def known_deadline(self, state: TableState) -> tuple[bool, datetime.datetime | None]:
         """(True, deadline) when this process wrote `state`'s version; (False, None) otherwise."""
         with self._deadlines_lock:

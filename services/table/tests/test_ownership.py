@@ -486,3 +486,22 @@ def test_a_replica_taking_a_table_back_gives_its_seats_a_fresh_reconnect_grace(
     a.monotonic.now += 61  # nobody reconnected within the grace: they escape (three end the game)
     assert worker.escape_disconnected() > 0
     assert a.server.view("east", table).phase == "ended"
+
+
+def test_a_table_taken_back_shows_the_deadline_its_takeover_granted(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """The turn timer of RULES.md 1.10 moved past a takeover (TAKEOVER_GRACE) is the one a view
+    shows, also at a replica that remembered the deadline it wrote itself at the same version."""
+    a, b = replicas
+    a.assign(0, 1)
+    table = open_at(a, 1, turn_timeout_ms=1000)
+    act_once(a, table)  # a writes a version, and remembers its deadline
+    first = a.server.view("east", table).deadline.ToDatetime(datetime.UTC)
+    b.assign(1)  # b takes the table over, and a is told; nobody acts
+    a.assign(0)
+    b.assign()
+    taken_back_at = utc_now()
+    a.assign(0, 1)
+    shown = a.server.view("east", table).deadline.ToDatetime(datetime.UTC)
+    assert shown >= taken_back_at + TAKEOVER_GRACE > first
