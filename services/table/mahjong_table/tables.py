@@ -30,6 +30,7 @@ from mahjong_table.domain.events import GameEnded, TableEvent
 from mahjong_table.models import table_answers, table_status
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import decide, fold, open_table, waited_on
+from mahjong_table.visibility import unseen_by_the_asked
 
 CACHED_TABLES_MAX = 10_000
 DECIDE_ATTEMPTS_MAX = 5
@@ -424,7 +425,9 @@ class TableEngine:
             self.fence(session, (new_state.table_id,))
         last_sequence = self.store.append(session, new_state.table_id, version, envelopes)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
-        return self._write_status(session, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+        row = self._status_row(session, base, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+        self._upsert_status(session, row)
+        return typing.cast(datetime.datetime | None, row["deadline_at"])
 
     def write_batch(
         self,
@@ -441,8 +444,8 @@ class TableEngine:
             session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
         )
         rows = [
-            self._status_row(new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
-            for _base, envelopes, new in appends
+            self._status_row(session, base, new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+            for base, envelopes, new in appends
         ]
         updated = session.execute(_UPDATE_STATUS, [{"status_of": row["table_id"], **row} for row in rows])
         if getattr(updated, "rowcount", -1) != len(rows):  # a table without its row yet: one by one
@@ -450,9 +453,10 @@ class TableEngine:
                 self._upsert_status(session, row)
         return [typing.cast(datetime.datetime | None, row["deadline_at"]) for row in rows]
 
-    def _status_row(self, state: TableState, last_event_at: datetime.datetime) -> dict[str, object]:
-        timeout = datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
-        deadline = last_event_at + timeout if waited_on(state) and not state.is_over else None
+    def _status_row(
+        self, session: Session, base: TableState | None, state: TableState, last_event_at: datetime.datetime
+    ) -> dict[str, object]:
+        deadline = self._deadline_after(session, base, state, last_event_at)
         return {
             "table_id": state.table_id,
             "room_id": state.room_id,
@@ -469,12 +473,26 @@ class TableEngine:
         if not getattr(updated, "rowcount", 0):
             session.execute(_INSERT_STATUS, row)
 
-    def _write_status(
-        self, session: Session, state: TableState, last_event_at: datetime.datetime
+    def _deadline_after(
+        self, session: Session, base: TableState | None, state: TableState, last_event_at: datetime.datetime
     ) -> datetime.datetime | None:
-        row = self._status_row(state, last_event_at)
-        self._upsert_status(session, row)
-        return typing.cast(datetime.datetime | None, row["deadline_at"])
+        """When the server acts for whoever `state` waits on (None: nobody): the turn timeout after
+        the last event, except while a claim window stays open and nothing since `base` is visible
+        to the seats it asks; then the window keeps the deadline it opened with, as a deadline
+        moved by another asked seat's hidden pass would tell them of it (`unseen_by_the_asked`)."""
+        if not waited_on(state) or state.is_over:
+            return None
+        if unseen_by_the_asked(base, state):
+            assert base is not None
+            known, deadline = self.known_deadline(base)
+            if not known:  # not written by this process (a takeover): the stored one, in this transaction
+                deadline = session.execute(
+                    sqlalchemy.select(table_status.c.deadline_at).where(table_status.c.table_id == base.table_id)
+                ).scalar_one_or_none()
+            if deadline is not None:
+                kept = typing.cast(datetime.datetime, deadline)
+                return kept if kept.tzinfo is not None else kept.replace(tzinfo=datetime.UTC)  # SQLite
+        return last_event_at + datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
 
     def published(
         self,

@@ -15,6 +15,10 @@ that the open window does not ask (`window_hidden_from`):
   answer is its discard, never the next seat's draw that follows only when nobody can claim;
 - seats asked in the window see it whole: the claimable tile, their options, the deadline.
 
+- the deadline of an open window is the one it opened with: an event hidden from every seat the
+  window still asks (another asked seat's pass or claim timeout) does not move it
+  (`unseen_by_the_asked`), since a deadline that moved would tell the asked seats that another
+  seat had been asked and had answered;
 - sequence numbers are the seat's own: an event hidden from a seat (another seat's claim pass or
   claim timeout) takes none of its numbers (`TableState.hidden_counts`, `servicer.seat_envelopes`),
   so no gap in what it receives tells it that another seat could claim.
@@ -42,6 +46,19 @@ def window_hidden_from(state: AnyTableState, seat: int) -> bool:
     """True while a claim window is open in which ``seat`` is not asked (it waits on other seats)."""
     window = state.window
     return window is not None and not state.is_over and bool(window.pending) and seat not in window.pending
+
+
+def unseen_by_the_asked(base: AnyTableState | None, state: AnyTableState) -> bool:
+    """True when `state` (after `base`) still has a claim window open and every event since `base`
+    is hidden from each seat that window asks: to them the table has not moved, so neither may its
+    deadline (a pass by another asked seat in a Sichuan win stage, RULES.md 1.4)."""
+    window = state.window
+    if base is None or window is None or state.is_over or not window.pending:
+        return False
+    added = state.version - base.version
+    return added > 0 and all(
+        state.hidden_counts[seat] - base.hidden_counts[seat] == added for seat in window.pending
+    )
 
 
 def answer_envelopes(envelopes: Sequence[envelope_pb2.Envelope]) -> list[envelope_pb2.Envelope]:
