@@ -487,7 +487,9 @@ class TableEngine:
             known, deadline = self.known_deadline(base)
             if not known:  # not written by this process (a takeover): the stored one, in this transaction
                 deadline = session.execute(
-                    sqlalchemy.select(table_status.c.deadline_at).where(table_status.c.table_id == base.table_id)
+                    sqlalchemy.select(table_status.c.deadline_at).where(
+                        table_status.c.table_id == base.table_id
+                    )
                 ).scalar_one_or_none()
             if deadline is not None:
                 kept = typing.cast(datetime.datetime, deadline)
