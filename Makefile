@@ -4,14 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := libs/rules libs/protos libs/platform libs/mjctl infra $(wildcard services/*/pyproject.toml)
+PACKAGES := libs/rules libs/protos libs/platform tools/mjctl infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
 .PHONY: setup proto proto-check api-release lint test test-unit test-integration run bench bench-system chaos kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements-dev.txt $(wildcard libs/*/pyproject.toml services/*/pyproject.toml infra/pyproject.toml)
+$(STAMP): requirements-dev.txt $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml infra/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
@@ -44,7 +44,7 @@ lint: setup $(BUF)
 	$(BIN)/lint-imports --no-cache --no-logo
 	$(BUF) lint
 	$(BUF) breaking --against $(RELEASED_API)
-	$(BIN)/mypy libs/rules libs/platform libs/mjctl/mjctl $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
+	$(BIN)/mypy libs/rules libs/platform tools/mjctl/mjctl $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
 
 test: setup proto-check
 	$(BIN)/pytest -m "not benchmark" $(PYTEST_ARGS)

@@ -1,5 +1,5 @@
 """Re-driving a dead letter into a consumer group's database (SQLite; the broker side is in
-libs/mjctl/tests/test_dlq.py): once, never over an event applied meanwhile, never while the handler
+tools/mjctl/tests/test_dlq.py): once, never over an event applied meanwhile, never while the handler
 still fails, and what cannot be re-driven says why."""
 
 from __future__ import annotations

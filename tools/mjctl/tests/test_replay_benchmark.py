@@ -1,7 +1,7 @@
 """How long ``mjctl replay --table ID`` takes, process start to exit, with hundreds of games
 stored: it reads one game (TableService.Watch by table id, GetGameSettlement), not the history.
 
-    .venv/bin/pytest libs/mjctl/tests/test_replay_benchmark.py -m benchmark -s
+    .venv/bin/pytest tools/mjctl/tests/test_replay_benchmark.py -m benchmark -s
 
 Prints the figure; asserts nothing about time (the box is shared)."""
 
