@@ -491,9 +491,8 @@ class TableEngine:
                         table_status.c.table_id == base.table_id
                     )
                 ).scalar_one_or_none()
-            if deadline is not None:
-                kept = typing.cast(datetime.datetime, deadline)
-                return kept if kept.tzinfo is not None else kept.replace(tzinfo=datetime.UTC)  # SQLite
+            if deadline is not None:  # SQLite gives back a naive UTC time
+                return deadline if deadline.tzinfo is not None else deadline.replace(tzinfo=datetime.UTC)
         return last_event_at + datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
 
     def published(
