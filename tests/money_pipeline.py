@@ -31,10 +31,10 @@ from mahjong_ledger.messages import settlement_order_from_proto
 from mahjong_platform.envelopes import new_envelope
 from mahjong_scoring.game_settlement import SettlementOutput, new_game_settlement, settle_table_events
 from mahjong_table.codec import to_message
-from mahjong_table.domain.commands import Pass
-from mahjong_table.domain.decide import waited_on
-from mahjong_table.domain.events import TableEvent, TableOpened
-from mahjong_table.domain.state import Phase
+from mahjong_table.core.commands import Pass
+from mahjong_table.core.events import TableEvent, TableOpened
+from mahjong_table.sichuan.decide import waited_on
+from mahjong_table.sichuan.state import Phase
 from mahjong_table.testing import Table
 
 EVENT_NAMESPACE: Final = uuid.UUID("3c0f6d1e-7b52-5a8e-9d14-2f6a8b0c4e71")

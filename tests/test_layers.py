@@ -52,7 +52,7 @@ def test_the_import_graph_sees_the_packages_and_the_libraries_the_contracts_forb
     packages = configuration()["root_packages"]
     graph = grimp.build_graph(*packages, include_external_packages=True)  # type: ignore[misc]
     seen = [
-        ("mahjong_table.domain.rules_adapter", "mahjong_rules"),  # the domain uses the rules
+        ("mahjong_table.sichuan.rules_adapter", "mahjong_rules"),  # the domain uses the rules
         ("mahjong_table.codec", "mahjong"),  # the codec, outside the domain, uses the protos
         ("mahjong_ledger.repository", "sqlalchemy"),
         ("mahjong_platform.grpc_server", "grpc"),

@@ -16,9 +16,9 @@ from mahjong_rules.formula.scoring import FanTerm, FormulaOptions, FormulaWinFac
 from mahjong_rules.tiles import parse_tile
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
 from mahjong_table import codec
-from mahjong_table.domain.commands import Leave, Pass, Pong, TableCommand, Win
-from mahjong_table.domain.events import BirdRevealed, PlayerWon, TableEvent
-from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.core.commands import Leave, Pass, Pong, TableCommand, Win
+from mahjong_table.core.events import BirdRevealed, PlayerWon, TableEvent
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import execute, open_formula_table
 from mahjong_table.formula.evolve import fold
 from mahjong_table.formula.views import legal_actions
@@ -43,7 +43,7 @@ def play(seed: int, rules: RoomRules, leave_at: int | None = None) -> list[Table
             elif "pong" in actions and generator.random() < 0.5:
                 command = Pong(seat)
             elif "discard" in actions:
-                from mahjong_table.domain.commands import Discard
+                from mahjong_table.core.commands import Discard
 
                 command = Discard(seat, generator.choice(actions["discard"].tiles))
             elif "pass" in actions:

@@ -1,4 +1,7 @@
-"""Table engine: live Sichuan Bloody tables (RULES.md 1.1-1.6, 1.10).
+"""Table engine: live tables of both families, Sichuan Bloody (RULES.md 1) and Formula (RULES.md 2).
 
-The pure aggregate lives in `mahjong_table.domain`; the service layers build on it.
+The pure aggregate is the kernel `mahjong_table.core` (what both families share: seats, turn
+order, draws, kongs, leaving, the end, events, commands, errors, views) and one package per family,
+`mahjong_table.sichuan` and `mahjong_table.formula`, holding only what differs;
+`mahjong_table.variants` picks the family of a table. The service layers build on it.
 """

@@ -17,13 +17,13 @@ import os
 import time
 from collections import Counter
 
-from mahjong_table.domain.decide import execute, open_table
-from mahjong_table.domain.evolve import fold
-from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.evolve import fold as formula_fold
 from mahjong_table.selfplay import formula_greedy_command, greedy_command
+from mahjong_table.sichuan.decide import execute, open_table
+from mahjong_table.sichuan.evolve import fold
 
 SEATS = ("p0", "p1", "p2", "p3")
 VARIANTS = ("sichuan_bloody", "formula")

@@ -39,7 +39,7 @@ from mahjong_platform.errors import ErrorMapping, ServiceError, status_code_for
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
 
-from mahjong_table.domain.commands import TableCommand
+from mahjong_table.core.commands import TableCommand
 from mahjong_table.tables import AnswerKey, StoredAnswer, TableEngine, first_answers, remember_answers
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import decide

@@ -21,9 +21,9 @@ import sqlalchemy
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.envelopes import Clock
 
-from mahjong_table.domain.commands import ExpireDeadline, Leave, TableCommand
-from mahjong_table.domain.errors import TableRuleError
-from mahjong_table.domain.events import LEAVE_REASON_DISCONNECTED
+from mahjong_table.core.commands import ExpireDeadline, Leave, TableCommand
+from mahjong_table.core.errors import TableRuleError
+from mahjong_table.core.events import LEAVE_REASON_DISCONNECTED
 from mahjong_table.models import table_status
 from mahjong_table.ownership import Ownership
 from mahjong_table.servicer import Presence

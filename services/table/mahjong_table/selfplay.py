@@ -11,7 +11,7 @@ from functools import partial
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT
 from mahjong_rules.tiles import parse_tile
 
-from mahjong_table.domain.commands import (
+from mahjong_table.core.commands import (
     Chow,
     DeclareMissingSuit,
     Discard,
@@ -24,10 +24,13 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.domain.decide import waited_on
-from mahjong_table.domain.rules_adapter import code_of
-from mahjong_table.domain.state import Phase, TableState
-from mahjong_table.domain.views import (
+from mahjong_table.formula.decide import waited_on as formula_waited_on
+from mahjong_table.formula.state import FormulaTableState
+from mahjong_table.formula.views import legal_actions as formula_legal_actions
+from mahjong_table.sichuan.decide import waited_on
+from mahjong_table.sichuan.rules_adapter import code_of
+from mahjong_table.sichuan.state import Phase, TableState
+from mahjong_table.sichuan.views import (
     ACTION_CHOW,
     ACTION_DECLARE_MISSING_SUIT,
     ACTION_DISCARD,
@@ -40,9 +43,6 @@ from mahjong_table.domain.views import (
     LegalAction,
     legal_actions,
 )
-from mahjong_table.formula.decide import waited_on as formula_waited_on
-from mahjong_table.formula.state import FormulaTableState
-from mahjong_table.formula.views import legal_actions as formula_legal_actions
 
 
 def command_for(state: TableState, seat: int, action: LegalAction, generator: random.Random) -> TableCommand:

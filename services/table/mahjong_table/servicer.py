@@ -48,9 +48,9 @@ from sqlalchemy.orm import Session
 
 from mahjong_table import codec
 from mahjong_table.commits import Accepted, Deferral, Deferred, GroupCommitter, Rejection
-from mahjong_table.domain import commands
-from mahjong_table.domain.errors import InvalidCommandError, TableRuleError
-from mahjong_table.domain.events import NO_SEAT
+from mahjong_table.core import commands
+from mahjong_table.core.errors import InvalidCommandError, TableRuleError
+from mahjong_table.core.events import NO_SEAT
 from mahjong_table.tables import TableChanges, TableEngine
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import redact, view_for

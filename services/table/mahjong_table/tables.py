@@ -25,8 +25,8 @@ from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
 
 from mahjong_table import codec
-from mahjong_table.domain.commands import TableCommand
-from mahjong_table.domain.events import GameEnded, TableEvent
+from mahjong_table.core.commands import TableCommand
+from mahjong_table.core.events import GameEnded, TableEvent
 from mahjong_table.models import table_answers, table_status
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import decide, fold, open_table, waited_on

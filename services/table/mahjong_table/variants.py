@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
-from mahjong_table.domain import decide as sichuan_decide
-from mahjong_table.domain import evolve as sichuan_evolve
-from mahjong_table.domain import views as sichuan_views
-from mahjong_table.domain.commands import TableCommand
-from mahjong_table.domain.events import SeatAssignment, TableEvent, TableOpened
-from mahjong_table.domain.room_rules import VARIANT_FORMULA, RoomRules
-from mahjong_table.domain.state import TableState
-from mahjong_table.domain.views import TableView
+from mahjong_table.core.commands import TableCommand
+from mahjong_table.core.events import SeatAssignment, TableEvent, TableOpened
+from mahjong_table.core.room_rules import VARIANT_FORMULA, RoomRules
 from mahjong_table.formula import decide as formula_decide
 from mahjong_table.formula import evolve as formula_evolve
 from mahjong_table.formula import views as formula_views
 from mahjong_table.formula.state import FormulaTableState
+from mahjong_table.sichuan import decide as sichuan_decide
+from mahjong_table.sichuan import evolve as sichuan_evolve
+from mahjong_table.sichuan import views as sichuan_views
+from mahjong_table.sichuan.state import TableState
+from mahjong_table.sichuan.views import TableView
 
 AnyTableState: TypeAlias = TableState | FormulaTableState
 """The state of a table of either family."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from mahjong_table.domain.commands import (
+from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
     ExchangeThree,
@@ -17,7 +17,7 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.domain.errors import (
+from mahjong_table.core.errors import (
     AlreadyDeclaredError,
     GameOverError,
     IllegalClaimError,
@@ -32,7 +32,7 @@ from mahjong_table.domain.errors import (
     TileNotInHandError,
     WrongPhaseError,
 )
-from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.testing import Table, table_with_hands
 
 TRIPLE_WAIT_HANDS = ("112345678p56789m", "123456789m4699p", "111222333789s5p", "123456789s99s55p")

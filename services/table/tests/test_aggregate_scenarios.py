@@ -4,7 +4,7 @@ with `table_with_hands` and plays the commands of the rule it names."""
 from __future__ import annotations
 
 import pytest
-from mahjong_table.domain.commands import (
+from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
     ExchangeThree,
@@ -15,8 +15,8 @@ from mahjong_table.domain.commands import (
     Pong,
     Win,
 )
-from mahjong_table.domain.errors import IllegalKongError, IllegalWinError, NotYourTurnError
-from mahjong_table.domain.events import (
+from mahjong_table.core.errors import IllegalKongError, IllegalWinError, NotYourTurnError
+from mahjong_table.core.events import (
     ClaimPassed,
     ExchangePicked,
     GameEnded,
@@ -31,11 +31,11 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.evolve import fold
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import Phase
-from mahjong_table.domain.views import legal_actions, view_for
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.servicer import table_view_message
+from mahjong_table.sichuan.evolve import fold
+from mahjong_table.sichuan.state import Phase
+from mahjong_table.sichuan.views import legal_actions, view_for
 from mahjong_table.testing import Table, table_with_hands, tiles_accounted
 
 # Dealer 0 discards 5p first; seats 1, 2 and 3 all wait on 5p (RULES.md 1.4 一炮多响).

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.database import transaction
-from mahjong_table.domain.commands import Pass
+from mahjong_table.core.commands import Pass
 from mahjong_table.models import table_status
 from mahjong_table.selfplay import greedy_command
 from mahjong_table.variants import AnyTableState

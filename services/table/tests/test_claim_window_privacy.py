@@ -238,7 +238,7 @@ def test_a_seats_watch_sends_nothing_while_a_window_that_does_not_ask_it_is_open
     """The per-seat Watch feed too: a seat not asked in a window receives the discard only once the
     window has closed (with the draw that follows it), never on its own as a sign that someone may
     claim. The reader is given a few seconds to show a discard early; a right server shows none."""
-    from mahjong_table.domain.commands import Pass
+    from mahjong_table.core.commands import Pass
     from mahjong_table.selfplay import greedy_command
 
     session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 from mahjong_rules.tiles import parse_tiles
-from mahjong_table.domain.commands import (
+from mahjong_table.core.commands import (
     Chow,
     DeclareMissingSuit,
     Discard,
@@ -19,8 +19,8 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.domain.errors import IllegalClaimError, IllegalWinError, NotYourTurnError, WrongPhaseError
-from mahjong_table.domain.events import (
+from mahjong_table.core.errors import IllegalClaimError, IllegalWinError, NotYourTurnError, WrongPhaseError
+from mahjong_table.core.events import (
     BirdRevealed,
     ChowClaimed,
     FlowerReplaced,
@@ -31,8 +31,7 @@ from mahjong_table.domain.events import (
     TileDrawn,
     WallExhausted,
 )
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import Phase
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import (
     open_formula_table,
     tiles_accounted,
@@ -40,6 +39,7 @@ from mahjong_table.formula.decide import (
 from mahjong_table.formula.evolve import fold
 from mahjong_table.formula.state import FormulaTableState
 from mahjong_table.formula.views import legal_actions, redact, view_for
+from mahjong_table.sichuan.state import Phase
 from mahjong_table.testing import FormulaTable, formula_table_with_hands
 
 NO_FAN_MINIMUM = RoomRules(variant="formula", exchange_three=False, min_fan=0)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from mahjong_rules.formula.fans import WinBy
 from mahjong_rules.tiles import parse_tile
-from mahjong_table.domain.events import EXPOSURE_CONCEALED, EXPOSURE_EXPOSED
+from mahjong_table.core.events import EXPOSURE_CONCEALED, EXPOSURE_EXPOSED
 from mahjong_table.formula.hands import is_fourth_tile, visible_copies
 from mahjong_table.formula.state import FormulaMeldState, FormulaTableState
 

@@ -7,9 +7,9 @@ import pytest
 from mahjong_rules.formula.fans import FormulaWinContext, WinBy
 from mahjong_rules.formula.wildcards import evaluate_formula_win
 from mahjong_rules.tiles import parse_tile, parse_tiles
-from mahjong_table.domain.commands import Chow, Discard, ExpireDeadline, Kong, Pass, Pong, Win
-from mahjong_table.domain.errors import IllegalClaimError, IllegalWinError, NotYourTurnError
-from mahjong_table.domain.events import (
+from mahjong_table.core.commands import Chow, Discard, ExpireDeadline, Kong, Pass, Pong, Win
+from mahjong_table.core.errors import IllegalClaimError, IllegalWinError, NotYourTurnError
+from mahjong_table.core.events import (
     EXPOSURE_ADDED,
     BirdRevealed,
     GameEnded,
@@ -18,10 +18,10 @@ from mahjong_table.domain.events import (
     PlayerWon,
     TileDrawn,
 )
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import Phase
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.views import legal_actions, view_for
 from mahjong_table.servicer import table_view_message
+from mahjong_table.sichuan.state import Phase
 
 from .test_formula_aggregate import FormulaTable, assert_consistent, formula_table, kinds_of
 

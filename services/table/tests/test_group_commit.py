@@ -13,7 +13,7 @@ from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_table import codec
 from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
-from mahjong_table.domain.commands import Discard, TableCommand
+from mahjong_table.core.commands import Discard, TableCommand
 from mahjong_table.selfplay import greedy_command
 from mahjong_table.servicer import TABLE_ERROR_MAPPING
 from mahjong_table.tables import TableEngine

@@ -340,7 +340,7 @@ def test_a_seat_asked_in_a_window_is_not_told_that_another_asked_seat_passed_rul
     taking none of its numbers), this seat's feed sends nothing, not an update without events whose
     deadline moved, which would tell it that someone else could claim the tile."""
     from mahjong_platform.database import transaction
-    from mahjong_table.domain.commands import Pass
+    from mahjong_table.core.commands import Pass
     from mahjong_table.selfplay import greedy_command
 
     session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731

@@ -9,9 +9,8 @@ import random
 import pytest
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_table import codec
-from mahjong_table.domain.commands import Discard, ExpireDeadline, Pass, TableCommand, Win
-from mahjong_table.domain.decide import open_table
-from mahjong_table.domain.events import (
+from mahjong_table.core.commands import Discard, ExpireDeadline, Pass, TableCommand, Win
+from mahjong_table.core.events import (
     ClaimPassed,
     ExchangePicked,
     HandsDealt,
@@ -24,12 +23,13 @@ from mahjong_table.domain.events import (
     TilesExchanged,
     TurnTimedOut,
 )
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.views import redact, view_for
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.views import legal_actions as formula_legal_actions
 from mahjong_table.selfplay import random_legal_command
 from mahjong_table.servicer import redacted_envelope
+from mahjong_table.sichuan.decide import open_table
+from mahjong_table.sichuan.views import redact, view_for
 from mahjong_table.testing import FormulaTable, Table
 
 SEATS = ("alice", "bob", "carol", "dave")

@@ -29,10 +29,10 @@ from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_scoring.projection import CONSUMER_GROUP as SCORING_GROUP
 from mahjong_scoring.projection import SettlementProjection as ScoringProjection
 from mahjong_table import codec
-from mahjong_table.domain.decide import execute, open_table
-from mahjong_table.domain.evolve import fold
-from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import greedy_command
+from mahjong_table.sichuan.decide import execute, open_table
+from mahjong_table.sichuan.evolve import fold
 from mjctl.__main__ import main
 from sqlalchemy.engine import Engine
 

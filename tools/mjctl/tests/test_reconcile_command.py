@@ -42,10 +42,10 @@ from mahjong_scoring.projection import SettlementProjection as ScoringProjection
 from mahjong_scoring.servicer import METHOD_ROLES as SCORING_ROLES
 from mahjong_scoring.servicer import registration as scoring_registration
 from mahjong_table import codec
-from mahjong_table.domain.decide import execute, open_table
-from mahjong_table.domain.evolve import fold
-from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import greedy_command
+from mahjong_table.sichuan.decide import execute, open_table
+from mahjong_table.sichuan.evolve import fold
 from mjctl.__main__ import main
 
 GAMES_START = datetime.datetime(2026, 3, 1, 12, tzinfo=datetime.UTC)

@@ -19,7 +19,7 @@ from mahjong_rules.formula.wildcards import FormulaEvaluation
 from mahjong_rules.tiles import parse_tile, tile_code
 from mahjong_rules.wall import deal, dealer_from_dice
 
-from mahjong_table.domain.commands import (
+from mahjong_table.core.commands import (
     Chow,
     Discard,
     ExpireDeadline,
@@ -30,9 +30,8 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.domain.decide import opening_dice
-from mahjong_table.domain.emitter import Emitter
-from mahjong_table.domain.errors import (
+from mahjong_table.core.emitter import Emitter
+from mahjong_table.core.errors import (
     GameOverError,
     IllegalClaimError,
     IllegalKongError,
@@ -43,7 +42,7 @@ from mahjong_table.domain.errors import (
     TileNotInHandError,
     WrongPhaseError,
 )
-from mahjong_table.domain.events import (
+from mahjong_table.core.events import (
     END_REASON_ESCAPES,
     END_REASON_WALL_EXHAUSTED,
     EXPOSURE_ADDED,
@@ -78,8 +77,7 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import SEAT_COUNT, Phase
+from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula import hands
 from mahjong_table.formula.evolve import evolve
 from mahjong_table.formula.state import (
@@ -92,6 +90,8 @@ from mahjong_table.formula.state import (
     FormulaTableState,
     FormulaWindow,
 )
+from mahjong_table.sichuan.decide import opening_dice
+from mahjong_table.sichuan.state import SEAT_COUNT, Phase
 
 END_REASON_WIN = "win"
 """A formula hand ends at its first win (RULES.md 2.1)."""

@@ -14,7 +14,7 @@ from typing import Any
 from mahjong_rules.formula.wall import FORMULA_WALL_TILE_COUNT, is_flower
 from mahjong_rules.tiles import parse_tile
 
-from mahjong_table.domain.events import (
+from mahjong_table.core.events import (
     EXPOSURE_ADDED,
     EXPOSURE_CONCEALED,
     EXPOSURE_EXPOSED,
@@ -38,16 +38,6 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.state import (
-    SEAT_COUNT,
-    Phase,
-    add_count,
-    added_kong_to_pong,
-    hidden_from_all_but,
-    pong_to_added_kong,
-    replaced,
-    with_player,
-)
 from mahjong_table.formula import hands
 from mahjong_table.formula.state import (
     ASK_CHOW,
@@ -59,6 +49,16 @@ from mahjong_table.formula.state import (
     FormulaPlayer,
     FormulaTableState,
     FormulaWindow,
+)
+from mahjong_table.sichuan.state import (
+    SEAT_COUNT,
+    Phase,
+    add_count,
+    added_kong_to_pong,
+    hidden_from_all_but,
+    pong_to_added_kong,
+    replaced,
+    with_player,
 )
 
 DEALT_TILE_COUNT = 14 + 3 * 13

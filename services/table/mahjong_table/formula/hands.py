@@ -16,9 +16,9 @@ from mahjong_rules.formula.waits import formula_waits
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT, is_flower
 from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win, winning_substitutions
 
-from mahjong_table.domain.events import EXPOSURE_CONCEALED, NO_SEAT
-from mahjong_table.domain.state import SEAT_COUNT, Phase
+from mahjong_table.core.events import EXPOSURE_CONCEALED, NO_SEAT
 from mahjong_table.formula.state import FormulaPlayer, FormulaTableState
+from mahjong_table.sichuan.state import SEAT_COUNT, Phase
 
 EAST_WIND = 27
 WAITING_TILE_COUNT = 13

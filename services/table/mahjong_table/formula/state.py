@@ -11,9 +11,9 @@ from typing import Any
 
 from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUNT, HONOR_TILE_LIMIT
 
-from mahjong_table.domain.events import NO_SEAT
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.state import MEMO, Phase, SeatsInTurnOrder
+from mahjong_table.core.events import NO_SEAT
+from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.sichuan.state import MEMO, Phase, SeatsInTurnOrder
 
 TILE_KIND_COUNT = FLOWER_TILE_LIMIT
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT

@@ -1,7 +1,7 @@
 """What one seat may see and do at a formula table: `legal_actions`, `view_for` (the same
 `TableView` as Sichuan, with flowers, wildcard and bird filled in) and `redact`.
 
-Redaction is the Sichuan one (`mahjong_table.domain.views.redact`): the wall, others' dealt hands,
+Redaction is the Sichuan one (`mahjong_table.sichuan.views.redact`): the wall, others' dealt hands,
 others' draws (補花 replacements included) and others' claim passes are hidden; the wildcard
 indicator and wildcard (in `TableOpened`), `FlowerReplaced`, `ChowClaimed` and `BirdRevealed` are
 public as they are (RULES.md 2.1, 2.3).
@@ -13,9 +13,12 @@ from dataclasses import replace
 
 from mahjong_rules.tiles import tile_code
 
-from mahjong_table.domain.events import EXPOSURE_CONCEALED, NO_SEAT, TableEvent
-from mahjong_table.domain.state import Phase
-from mahjong_table.domain.views import (
+from mahjong_table.core.events import EXPOSURE_CONCEALED, NO_SEAT, TableEvent
+from mahjong_table.formula import hands
+from mahjong_table.formula.decide import meld_event
+from mahjong_table.formula.state import ASK_CHOW, ASK_KONG, ASK_PONG, ASK_WIN, FormulaTableState
+from mahjong_table.sichuan.state import Phase
+from mahjong_table.sichuan.views import (
     ACTION_CHOW,
     ACTION_DISCARD,
     ACTION_KONG,
@@ -27,10 +30,7 @@ from mahjong_table.domain.views import (
     SeatView,
     TableView,
 )
-from mahjong_table.domain.views import redact as sichuan_redact
-from mahjong_table.formula import hands
-from mahjong_table.formula.decide import meld_event
-from mahjong_table.formula.state import ASK_CHOW, ASK_KONG, ASK_PONG, ASK_WIN, FormulaTableState
+from mahjong_table.sichuan.views import redact as sichuan_redact
 
 
 def legal_actions(state: FormulaTableState, seat: int) -> tuple[LegalAction, ...]:

@@ -3,9 +3,9 @@ issue 4 auto-play). Deterministic functions of the state, so a replay needs only
 
 from __future__ import annotations
 
-from mahjong_table.domain import rules_adapter
-from mahjong_table.domain.hand_checks import allowed_discards
-from mahjong_table.domain.state import TILE_KIND_COUNT, PlayerState, TableState
+from mahjong_table.sichuan import rules_adapter
+from mahjong_table.sichuan.hands import allowed_discards
+from mahjong_table.sichuan.state import TILE_KIND_COUNT, PlayerState, TableState
 
 
 def suit_sizes(player: PlayerState) -> list[int]:

@@ -3,8 +3,7 @@ and the automatic actions. Everything is a pure function of the state."""
 
 from __future__ import annotations
 
-from mahjong_table.domain import rules_adapter
-from mahjong_table.domain.events import (
+from mahjong_table.core.events import (
     EXPOSURE_ADDED,
     EXPOSURE_CONCEALED,
     NO_SEAT,
@@ -12,8 +11,9 @@ from mahjong_table.domain.events import (
     WIN_BY_ROB_KONG,
     WIN_BY_SELF_DRAW,
 )
-from mahjong_table.domain.rules_adapter import WinEvaluation, WinSituation
-from mahjong_table.domain.state import (
+from mahjong_table.sichuan import rules_adapter
+from mahjong_table.sichuan.rules_adapter import WinEvaluation, WinSituation
+from mahjong_table.sichuan.state import (
     SEAT_COUNT,
     ClaimWindow,
     PlayerState,

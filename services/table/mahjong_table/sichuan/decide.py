@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from mahjong_table.domain import autoplay, hand_checks, rules_adapter
-from mahjong_table.domain.commands import (
+from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
     ExchangeThree,
@@ -23,8 +22,8 @@ from mahjong_table.domain.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.domain.emitter import Emitter
-from mahjong_table.domain.errors import (
+from mahjong_table.core.emitter import Emitter
+from mahjong_table.core.errors import (
     AlreadyDeclaredError,
     GameOverError,
     IllegalClaimError,
@@ -39,7 +38,7 @@ from mahjong_table.domain.errors import (
     TileNotInHandError,
     WrongPhaseError,
 )
-from mahjong_table.domain.events import (
+from mahjong_table.core.events import (
     END_REASON_ESCAPES,
     END_REASON_THREE_WINS,
     END_REASON_WALL_EXHAUSTED,
@@ -80,10 +79,11 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.evolve import evolve, exchange_receiver
-from mahjong_table.domain.room_rules import RoomRules
-from mahjong_table.domain.rules_adapter import SUIT_CODES, WinEvaluation, code_of
-from mahjong_table.domain.state import (
+from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.sichuan import autoplay, hands, rules_adapter
+from mahjong_table.sichuan.evolve import evolve, exchange_receiver
+from mahjong_table.sichuan.rules_adapter import SUIT_CODES, WinEvaluation, code_of
+from mahjong_table.sichuan.state import (
     SEAT_COUNT,
     TILE_KIND_COUNT,
     WALL_TILE_COUNT,
@@ -171,10 +171,11 @@ def open_table_with_wall(
         dealer_seat=dealer_seat,
         exchange_direction=exchange_direction if rules.exchange_three else "",
     )
-    hands, head = rules_adapter.deal_hands(wall_tiles, dealer_seat)
+    dealt_tiles, head = rules_adapter.deal_hands(wall_tiles, dealer_seat)
     dealt = HandsDealt(
         hands=tuple(
-            DealtHand(seat, tuple(code_of(tile) for tile in sorted(hand))) for seat, hand in enumerate(hands)
+            DealtHand(seat, tuple(code_of(tile) for tile in sorted(hand)))
+            for seat, hand in enumerate(dealt_tiles)
         ),
         wall_remaining=WALL_TILE_COUNT - head,
     )
@@ -391,7 +392,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
         raise IllegalKongError("no kong when the wall is empty: there is no replacement tile (RULES.md 1.5)")
     if rules_adapter.suit_of(tile) == player.missing_suit:
         raise IllegalKongError(f"{code_of(tile)} is of your missing suit: no kong with it (RULES.md 1.3)")
-    options = dict(hand_checks.kong_options(state, seat))
+    options = dict(hands.kong_options(state, seat))
     exposure = options.get(tile)
     if exposure is None:
         raise IllegalKongError(
@@ -414,11 +415,11 @@ def _win(emitter: _Emitter, seat: int) -> None:
         raise IllegalWinError("after a pong you must discard: a self-draw win needs a draw")
     if player.holds_missing_suit():
         raise IllegalWinError("a hand holding a tile of its missing suit cannot win (RULES.md 1.3)")
-    found = hand_checks.self_draw_win(state, seat)
+    found = hands.self_draw_win(state, seat)
     if found is None:
         raise IllegalWinError("your hand is not a winning hand (RULES.md 1.6)")
     win_tile, evaluation = found
-    situation = hand_checks.self_draw_situation(state, seat)
+    situation = hands.self_draw_situation(state, seat)
     concealed = list(player.concealed)
     concealed[win_tile] -= 1
     emitter.emit(
@@ -500,9 +501,7 @@ def _claim_win(emitter: _Emitter, seat: int) -> None:
     window = _require_claim(state, seat, "win")
     if window.stage is WindowStage.WIN and seat in window.pending:
         player = state.players[seat]
-        evaluation = hand_checks.claim_win_evaluation(
-            state, seat, window.tile, window.kind, window.after_kong
-        )
+        evaluation = hands.claim_win_evaluation(state, seat, window.tile, window.kind, window.after_kong)
         assert evaluation is not None and evaluation.multiplier == window.win_offers[seat]
         robbed = window.kind is WindowKind.ROB_KONG
         emitter.emit(
@@ -528,7 +527,7 @@ def _why_no_claim_win(state: TableState, seat: int, window: ClaimWindow) -> str:
     tile = code_of(window.tile)
     if player.holds_missing_suit() or rules_adapter.suit_of(window.tile) == player.missing_suit:
         return "no win with a tile of your missing suit, or while holding one (RULES.md 1.3)"
-    evaluation = hand_checks.claim_win_evaluation(state, seat, window.tile, window.kind, window.after_kong)
+    evaluation = hands.claim_win_evaluation(state, seat, window.tile, window.kind, window.after_kong)
     if evaluation is None:
         return f"{tile} does not complete a winning hand for seat {seat} (RULES.md 1.6)"
     if state.rules.skip_win_lock and player.skip_win_multiplier >= evaluation.multiplier:
@@ -683,7 +682,7 @@ def _draw(emitter: _Emitter, seat: int, *, from_tail: bool) -> None:
 
 
 def _end(emitter: _Emitter, reason: str) -> None:
-    hands = tuple(
+    revealed = tuple(
         RevealedHand(
             seat,
             _codes(player.concealed),
@@ -693,7 +692,7 @@ def _end(emitter: _Emitter, reason: str) -> None:
         )
         for seat, player in enumerate(emitter.state.players)
     )
-    emitter.emit(GameEnded(reason, hands))
+    emitter.emit(GameEnded(reason, revealed))
 
 
 def _end_if_due(emitter: _Emitter) -> bool:
@@ -763,7 +762,7 @@ def _resolve_window(emitter: _Emitter, window: ClaimWindow) -> None:
         if window.kind is WindowKind.ROB_KONG:
             emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
         # After a (multi-)win play goes on after the winner farthest from the discarder.
-        last_winner = hand_checks.farthest_from(window.from_seat, window.winners)
+        last_winner = hands.farthest_from(window.from_seat, window.winners)
         _draw(emitter, emitter.state.next_seat_in_game(last_winner), from_tail=False)
     elif window.kind is WindowKind.ROB_KONG and state.players[window.from_seat].in_game:
         _draw(emitter, window.from_seat, from_tail=True)  # the added kong stands: replacement draw

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from mahjong_table.domain.events import TableEvent
+from mahjong_table.core.events import TableEvent
 
 StateT = TypeVar("StateT")
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mahjong_table.domain import hand_checks
-from mahjong_table.domain.events import (
+from mahjong_table.core.events import (
     DIRECTION_CLOCKWISE,
     DIRECTION_COUNTER_CLOCKWISE,
     DIRECTION_OPPOSITE,
@@ -40,8 +39,9 @@ from mahjong_table.domain.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.domain.rules_adapter import SUIT_CODES, parse_code
-from mahjong_table.domain.state import (
+from mahjong_table.sichuan import hands
+from mahjong_table.sichuan.rules_adapter import SUIT_CODES, parse_code
+from mahjong_table.sichuan.state import (
     SEAT_COUNT,
     WALL_TILE_COUNT,
     MeldState,
@@ -116,13 +116,13 @@ def _exchange_picked(state: TableState, event: ExchangePicked) -> TableState:
 
 
 def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
-    hands = [player.concealed for player in state.players]
+    held = [player.concealed for player in state.players]
     for transfer in event.transfers:
         for code in transfer.tiles:
             tile = parse_code(code)
-            hands[transfer.from_seat] = add_count(hands[transfer.from_seat], tile, -1)
-            hands[transfer.to_seat] = add_count(hands[transfer.to_seat], tile, 1)
-    players = tuple(replaced(player, concealed=hands[seat]) for seat, player in enumerate(state.players))
+            held[transfer.from_seat] = add_count(held[transfer.from_seat], tile, -1)
+            held[transfer.to_seat] = add_count(held[transfer.to_seat], tile, 1)
+    players = tuple(replaced(player, concealed=held[seat]) for seat, player in enumerate(state.players))
     return replaced(state, players=players, phase=Phase.MISSING_SUIT)
 
 
@@ -183,7 +183,7 @@ def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
         drawn_tile=None,
         discard_count=state.discard_count + 1,
     )
-    window = hand_checks.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
+    window = hands.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
     return stamped(after, window=window, turn_after_kong=False, turn_after_pong=False)
 
 
@@ -212,7 +212,7 @@ def _after_answer(fresh: TableState) -> TableState:
     window = fresh.window
     assert window is not None
     if window.stage is WindowStage.WIN and not window.pending and not window.winners:
-        return stamped(fresh, window=hand_checks.meld_stage(fresh, window))
+        return stamped(fresh, window=hands.meld_stage(fresh, window))
     return fresh
 
 
@@ -274,7 +274,7 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
     if event.exposure != EXPOSURE_ADDED:
         return after
     # RULES.md 1.5: the added tile is open to robbing (wins only) before the replacement draw.
-    window = hand_checks.open_window(after, WindowKind.ROB_KONG, tile, event.seat, False)
+    window = hands.open_window(after, WindowKind.ROB_KONG, tile, event.seat, False)
     return stamped(after, phase=Phase.CLAIM, window=window)
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mahjong_table.domain import hand_checks
-from mahjong_table.domain.decide import meld_event
-from mahjong_table.domain.events import (
+from mahjong_table.core.events import (
     EXPOSURE_CONCEALED,
     NO_SEAT,
     TIMEOUT_PHASE_CLAIM,
@@ -28,8 +26,10 @@ from mahjong_table.domain.events import (
     TilesExchanged,
     TurnTimedOut,
 )
-from mahjong_table.domain.rules_adapter import SUIT_CODES, code_of
-from mahjong_table.domain.state import (
+from mahjong_table.sichuan import hands
+from mahjong_table.sichuan.decide import meld_event
+from mahjong_table.sichuan.rules_adapter import SUIT_CODES, code_of
+from mahjong_table.sichuan.state import (
     SEAT_COUNT,
     TILE_KIND_COUNT,
     Phase,
@@ -151,12 +151,12 @@ def legal_actions(state: TableState, seat: int) -> tuple[LegalAction, ...]:
 def _turn_actions(state: TableState, seat: int) -> list[LegalAction]:
     """Win (self-draw), kong and discard for the seat on turn."""
     actions: list[LegalAction] = []
-    if hand_checks.self_draw_win(state, seat) is not None:
+    if hands.self_draw_win(state, seat) is not None:
         actions.append(_WIN)
-    kongs = hand_checks.kong_options(state, seat)
+    kongs = hands.kong_options(state, seat)
     if kongs:
         actions.append(LegalAction(ACTION_KONG, tuple([code_of(tile) for tile, _ in kongs])))
-    discards = hand_checks.allowed_discards(state.players[seat])
+    discards = hands.allowed_discards(state.players[seat])
     actions.append(LegalAction(ACTION_DISCARD, tuple([code_of(tile) for tile in discards])))
     return actions
 
@@ -187,7 +187,7 @@ def _waits(state: TableState, seat: int) -> tuple[str, ...]:
         return ()
     if player.tile_count + 3 * len(player.melds) != 13:
         return ()
-    return tuple(code_of(tile) for tile in sorted(hand_checks.waits(player)))
+    return tuple(code_of(tile) for tile in sorted(hands.waits(player)))
 
 
 def _seat_view(state: TableState, seat: int, viewer_seat: int) -> SeatView:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from mahjong_table.domain.events import EXPOSURE_ADDED, NO_SEAT
-from mahjong_table.domain.room_rules import RoomRules
+from mahjong_table.core.events import EXPOSURE_ADDED, NO_SEAT
+from mahjong_table.core.room_rules import RoomRules
 
 SEAT_COUNT = 4
 TILE_KIND_COUNT = 27
@@ -115,7 +115,7 @@ class PlayerState:
     derived: dict[object, Any] = field(
         default_factory=dict, init=False, repr=False, compare=False, metadata=MEMO
     )
-    """Memo of what the rules and views derive from this player's facts (`hand_checks.waits`,
+    """Memo of what the rules and views derive from this player's facts (`hands.waits`,
     `views`); the seat's player is replaced, never changed, so the memo stays true."""
 
     @property

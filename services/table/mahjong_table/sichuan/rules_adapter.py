@@ -17,7 +17,7 @@ from typing import cast
 import mahjong_rules as rules
 from mahjong_rules import InvalidTileError, deal, dealer_from_dice, parse_tile, shuffled_wall, tile_code
 
-from mahjong_table.domain.events import Fan
+from mahjong_table.core.events import Fan
 
 __all__ = [
     "SUIT_CODES",
