@@ -580,9 +580,11 @@ def serve_aio(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     extra_error_mapping: ErrorMapping | None = None,
     outermost_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    serving: bool = True,
 ) -> AioRunningServer:
     """Start an asyncio server on ``address`` in a thread of its own (its event loop) hosting
-    ``registrations`` (asyncio servicers); return once it accepts calls.
+    ``registrations`` (asyncio servicers); return once it accepts calls. Its health says SERVING,
+    or NOT_SERVING when ``serving`` is false (until `AioRunningServer.set_serving`).
 
     ``interceptors`` (e.g. `AioAuthInterceptor`) run inside the standard ones (error mapping, then
     deadline); ``outermost_interceptors`` outside them all (the RPC metrics, which must see the
@@ -619,7 +621,12 @@ def serve_aio(
             raise OSError(f"cannot listen on {address}")
         await server.start()
         for service_name in ("", *service_names):
-            await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+            await health_servicer.set(
+                service_name,
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING,
+            )
         started.update(server=server, port=port, health=health_servicer)
 
     def run() -> None:

@@ -60,6 +60,7 @@ WORKER_STALL_SECONDS = 45.0
 """A worker that reports its progress (`stalled_seconds`) and made none for this long is abandoned
 and replaced: a Kafka client that stopped polling has long left its group (session 10 s)."""
 WORKER_WATCH_INTERVAL_SECONDS = 1.0
+HEALTH_READY_POLL_SECONDS = 0.1
 
 
 class Worker(Protocol):
@@ -108,6 +109,10 @@ class ServiceDefinition:
     # asyncio servers: interceptors run inside authentication and the caller limits (the table
     # engine's routing of a call to the replica that owns its table).
     extra_interceptors: Callable[[], Sequence[grpc.aio.ServerInterceptor]] = lambda: ()
+    # asyncio servers: set once the process can serve (asked after the registrations); until then
+    # its health says NOT_SERVING, so a load balancer sends it nothing (a table engine before its
+    # first partition assignment knows no table's owner). None: SERVING from the start.
+    serving_when: Callable[[], threading.Event] | None = None
 
 
 def migrate(definition: ServiceDefinition, database_url: str) -> None:
@@ -308,8 +313,17 @@ def start_service(
             ],
             extra_error_mapping=definition.error_mapping,
             outermost_interceptors=[AioRpcMetricsInterceptor(metrics)],
+            serving=definition.serving_when is None,
         )
+        if definition.serving_when is not None:
+            threading.Thread(
+                target=_report_serving_when,
+                args=(server, definition.serving_when(), stop_event),
+                name=f"{definition.name}-health",
+                daemon=True,
+            ).start()
         return RunningService(definition, engine, server, workers, stop_event, metrics, metrics_server)
+    assert definition.serving_when is None, "serving_when is for asyncio servers"
     interceptors: list[grpc.ServerInterceptor] = [
         AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
         CallerLimitInterceptor(limiter),
@@ -323,6 +337,20 @@ def start_service(
         outermost_interceptors=[RpcMetricsInterceptor(metrics)],
     )
     return RunningService(definition, engine, server, workers, stop_event, metrics, metrics_server)
+
+
+def _report_serving_when(
+    server: AioRunningServer, ready: threading.Event, stop_event: threading.Event
+) -> None:
+    """Report the server and its services SERVING once `ready` is set, unless it is stopping."""
+    while not ready.wait(HEALTH_READY_POLL_SECONDS):
+        if stop_event.is_set():
+            return
+    try:
+        for service_name in ("", *server.service_names):
+            server.set_serving(service_name, True)  # ignored once a graceful shutdown began
+    except RuntimeError:  # the server's event loop is gone: it stopped
+        pass
 
 
 def caller_limiter(settings: Settings) -> CallerLimiter:

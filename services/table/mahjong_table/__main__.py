@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 
 from mahjong.v1 import table_service_pb2, table_service_pb2_grpc
@@ -93,6 +94,12 @@ class TableProcess:
         assert self._ownership is not None, "the registrations make the ownership first"
         return [OwnerRoutingInterceptor(self._ownership, self._metrics)]
 
+    def serving(self) -> threading.Event:
+        """Set at the first partition assignment: before it the replica serves no table and
+        forwards none (every call would be UNAVAILABLE), so its health says NOT_SERVING."""
+        assert self._ownership is not None, "the registrations make the ownership first"
+        return self._ownership.assigned_once
+
 
 def definition(settings: Settings) -> ServiceDefinition:
     process = TableProcess(
@@ -109,6 +116,7 @@ def definition(settings: Settings) -> ServiceDefinition:
         asyncio_server=True,
         instrument=instrument,
         extra_interceptors=process.interceptors,
+        serving_when=process.serving,
     )
 
 

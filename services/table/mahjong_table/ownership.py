@@ -142,6 +142,9 @@ class Ownership:
         self._directory: Mapping[int, Owner] = MappingProxyType({})
         self._claimed: dict[int, int] = {}  # partition -> the epoch this process claimed it at
         self._claims_lock = threading.Lock()  # one assignment at a time (a replaced consumer's too)
+        # Set by the first assignment: from then on this replica knows every table's partition and
+        # serves or forwards its calls (the process's health says SERVING from then on).
+        self.assigned_once = threading.Event()
         self._taken_over: Counter | None = None
         if metrics is not None:  # the process's one ownership (tests make several, unscraped)
             Gauge(
@@ -222,6 +225,7 @@ class Ownership:
             # owns (before it, `routing` sends nothing here: no partition is known yet).
             self._engine.owns = self.owns
             self._engine.fence = self.fence
+            self.assigned_once.set()
         loaded = self._load_live_tables(reloaded)
         if self._taken_over is not None:
             self._taken_over.inc(len(reloaded))

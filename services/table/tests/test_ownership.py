@@ -33,7 +33,9 @@ from mahjong_platform.grpc_server import register_service
 from mahjong_platform.metrics import ServiceMetrics
 from mahjong_platform.migrations import upgrade
 from mahjong_platform.schema import consumer_positions
+from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import Assignment, BatchApplier, Delivery, MessagePosition, per_event
+from mahjong_table.__main__ import TableProcess, definition
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.models import table_partition_owners
 from mahjong_table.ownership import LOCAL, TAKEOVER_GRACE, Ownership, partition_of
@@ -505,3 +507,24 @@ def test_a_table_taken_back_shows_the_deadline_its_takeover_granted(
     a.assign(0, 1)
     shown = a.server.view("east", table).deadline.ToDatetime(datetime.UTC)
     assert shown >= taken_back_at + TAKEOVER_GRACE > first
+
+
+def test_a_table_engine_says_serving_from_its_first_partition_assignment_on(tmp_path: pathlib.Path) -> None:
+    """Before its first assignment a replica knows no table's partition: every call would be
+    UNAVAILABLE, so its health says NOT_SERVING (a load balancer sends it nothing) until then; an
+    assignment of no partition (more replicas than partitions) still lets it forward."""
+    database_url = sqlite_url(tmp_path, "table")
+    upgrade(database_url, "mahjong_table:alembic", version_table="alembic_version_table")
+    database = create_engine_for(database_url)
+    settings = load_settings({"MAHJONG_JWT_SECRET": SECRET})
+    topics = Topics.with_prefix(settings.topic_prefix)
+    process = TableProcess(TableEngine(EventStore(), utc_now), Presence(), settings)
+    try:
+        process.registrations(database, settings, topics)
+        assert definition(settings).serving_when is not None
+        serving = process.serving()
+        assert not serving.is_set()
+        process.ownership(database, topics).assigned(Assignment(frozenset(), {topics.match: PARTITIONS}))
+        assert serving.is_set()
+    finally:
+        database.dispose()

@@ -255,13 +255,15 @@ def test_replay_by_default_reads_the_game_through_the_services_with_an_ops_token
 def serving_only(definition: ServiceDefinition) -> ServiceDefinition:
     """The service's real gRPC server over its database, without its Kafka workers (the stores
     already hold the games): starts and stops in a moment. Without its consumer no partition is
-    ever assigned to a table engine, so it serves every table itself (no owner routing)."""
+    ever assigned to a table engine, so it serves every table itself (no owner routing) and says
+    SERVING from the start."""
     return dataclasses.replace(
         definition,
         consumers=lambda *_: (),
         relays_outbox=False,
         extra_workers=lambda *_: (),
         extra_interceptors=lambda: (),
+        serving_when=None,
     )
 
 
