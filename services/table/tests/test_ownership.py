@@ -21,7 +21,6 @@ import sqlalchemy
 from kafka.partitioner.default import DefaultPartitioner
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong.v1 import table_service_pb2_grpc
-from mahjong_infra.kafka import free_port
 from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioRunningServer, serve_aio
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
@@ -92,13 +91,12 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
     started: list[Replica] = []
     for _ in range(2):
         engine = TableEngine(EventStore(), utc_now)
-        port = free_port()
         metrics = ServiceMetrics("table")
         monotonic = Monotonic()
         presence = Presence(monotonic)
-        ownership = Ownership(
-            TOPIC, f"127.0.0.1:{port}", session_factory, engine, metrics=metrics, presence=presence
-        )
+        # Its address once the server has a port (no port picked beforehand: another process on
+        # the box could take it in between); nothing asks for it before the first assignment.
+        ownership = Ownership(TOPIC, "", session_factory, engine, metrics=metrics, presence=presence)
         registration = register_service(
             messages.DESCRIPTOR.services_by_name["TableService"],
             table_service_pb2_grpc.add_TableServiceServicer_to_server,
@@ -106,7 +104,7 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
         )
         running = serve_aio(
             [registration],
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",
             load_settings({"MAHJONG_JWT_SECRET": SECRET}),
             interceptors=[
                 AioAuthInterceptor(SECRET, METHOD_ROLES),
@@ -114,9 +112,15 @@ def replicas(tmp_path: pathlib.Path) -> Iterator[tuple[Replica, Replica]]:
             ],
             extra_error_mapping=TABLE_ERROR_MAPPING,
         )
+        ownership.address = f"127.0.0.1:{running.port}"
         started.append(
             Replica(
-                TableServer(port, engine, session_factory), ownership, running, presence, metrics, monotonic
+                TableServer(running.port, engine, session_factory),
+                ownership,
+                running,
+                presence,
+                metrics,
+                monotonic,
             )
         )
     yield started[0], started[1]
