@@ -107,18 +107,34 @@ class EventStore:
         per batch, not per stream. All or nothing: a conflict on any stream writes nothing and
         raises `WrongExpectedVersionError` naming it. A stream appears at most once.
         """
-        if not appends:
-            return
+        if appends:
+            _check_appends(appends)
+            self._append_at(
+                session, appends, self.stream_versions(session, [stream for stream, _, _ in appends])
+            )
+
+    def append_after_current(
+        self, session: Session, streams: Sequence[tuple[str, Sequence[envelope_pb2.Envelope]]]
+    ) -> None:
+        """Append each stream's events after its current version: `append_batch` for a writer
+        that decides from its own state, not from the stream (a projection's output streams), so
+        the versions are read once, here, instead of by the caller and again by the append. A
+        writer that appends to one of the streams between that read and the insert still fails
+        it on the unique (stream id, sequence) key (`WrongExpectedVersionError`)."""
+        if streams:
+            versions = self.stream_versions(session, [stream_id for stream_id, _ in streams])
+            appends = [(stream_id, versions[stream_id], events) for stream_id, events in streams]
+            _check_appends(appends)
+            self._append_at(session, appends, versions)
+
+    def _append_at(
+        self,
+        session: Session,
+        appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
+        actual_versions: dict[str, int],
+    ) -> None:
+        """Insert the appends' events if every stream is at its expected version (see `append_batch`)."""
         stream_ids = [stream_id for stream_id, _, _ in appends]
-        if len(set(stream_ids)) != len(stream_ids):
-            raise ValueError("a stream appears twice in one append_batch")
-        for stream_id, expected_version, events in appends:
-            _check_stream_id(stream_id)
-            if expected_version < 0:
-                raise ValueError(f"expected version {expected_version} is negative")
-            if not 1 <= len(events) <= APPEND_EVENTS_MAX:
-                raise ValueError(f"append takes 1..{APPEND_EVENTS_MAX} events, got {len(events)}")
-        actual_versions = self.stream_versions(session, stream_ids)
         for stream_id, expected_version, _ in appends:
             if actual_versions[stream_id] != expected_version:
                 raise WrongExpectedVersionError(stream_id, expected_version, actual_versions[stream_id])
@@ -229,6 +245,18 @@ _STREAM_VERSIONS = PerDialect(
     .group_by(stored_events.c.stream_id)
 )
 """Statements built once: building and caching a statement costs more than running it on SQLite."""
+
+
+def _check_appends(appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]]) -> None:
+    stream_ids = [stream_id for stream_id, _, _ in appends]
+    if len(set(stream_ids)) != len(stream_ids):
+        raise ValueError("a stream appears twice in one batch of appends")
+    for stream_id, expected_version, events in appends:
+        _check_stream_id(stream_id)
+        if expected_version < 0:
+            raise ValueError(f"expected version {expected_version} is negative")
+        if not 1 <= len(events) <= APPEND_EVENTS_MAX:
+            raise ValueError(f"append takes 1..{APPEND_EVENTS_MAX} events, got {len(events)}")
 
 
 def _check_stream_id(stream_id: str) -> None:

@@ -54,6 +54,7 @@ from sqlalchemy.orm import Session
 from mahjong_platform.database import (
     PerDialect,
     SessionFactory,
+    compiled_once,
     create_session_factory,
     insert_rows,
     one_of,
@@ -197,8 +198,6 @@ class BatchApplier:
         self._on_failure = on_failure
         self._clock = clock
         self._before_commit = before_commit
-        dialect_name = session_factory.kw["bind"].dialect.name
-        self._upsert_positions = _position_upsert(dialect_name)
 
     def apply(self, deliveries: Sequence[Delivery], positions: Sequence[MessagePosition]) -> BatchOutcome:
         """Apply `deliveries` once each and store `positions` (every message read, applied or not).
@@ -313,7 +312,7 @@ class BatchApplier:
         updated_at = self._clock()
         # In (topic, partition) order: two writers of overlapping partitions lock rows in one order.
         session.execute(
-            self._upsert_positions,
+            _UPSERT_POSITIONS(session),
             [
                 {
                     "consumer_group": self._group_id,
@@ -650,6 +649,9 @@ def _position_upsert(dialect_name: str) -> sqlalchemy.Insert:
         index_elements=["consumer_group", "topic", "partition"],
         set_={"next_offset": statement.excluded.next_offset, "updated_at": statement.excluded.updated_at},
     )
+
+
+_UPSERT_POSITIONS = compiled_once(_position_upsert)
 
 
 class UnknownTopicError(LookupError):

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 
 import pytest
 import sqlalchemy
-from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
+import sqlalchemy.dialects.postgresql
+from mahjong_platform.database import (
+    compiled_once,
+    create_engine_for,
+    create_session_factory,
+    sqlite_url,
+    transaction,
+)
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
+from sqlalchemy.engine.interfaces import CacheStats
 
 _metadata = sqlalchemy.MetaData()
 _notes = sqlalchemy.Table("notes", _metadata, sqlalchemy.Column("text", sqlalchemy.String(50)))
@@ -116,3 +126,67 @@ def test_a_read_transaction_does_not_wait_for_a_writer_on_sqlite(tmp_path: pathl
     with read_transaction(session_factory) as reader:
         assert reader.execute(sqlalchemy.text("SELECT count(*) FROM numbers")).scalar_one() == 2
     engine.dispose()
+
+
+_marks = sqlalchemy.Table(
+    "marks",
+    _metadata,
+    sqlalchemy.Column("name", sqlalchemy.String(50), primary_key=True),
+    sqlalchemy.Column("count", sqlalchemy.BigInteger, nullable=False),
+    sqlalchemy.Column("marked_at", sqlalchemy.DateTime(timezone=True), nullable=False),
+)
+
+
+def _mark_upsert(dialect_name: str) -> sqlalchemy.Insert:
+    insert = sqlalchemy.dialects.postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+    statement = insert(_marks)
+    return statement.on_conflict_do_update(
+        index_elements=["name"],
+        set_={"count": _marks.c.count + statement.excluded.count, "marked_at": statement.excluded.marked_at},
+    ).returning(_marks.c.count)
+
+
+def test_a_statement_compiled_once_runs_as_the_statement_and_is_cached(database_url: str) -> None:
+    """compiled_once: an ON CONFLICT upsert, which SQLAlchemy compiles at every execution, runs as
+    one cached text statement with the same SQL, the same typed parameters (a timezone-aware
+    datetime stored as the original stores it) and its RETURNING rows."""
+    engine = create_engine_for(database_url)
+    try:
+        _marks.create(engine)
+        factory = create_session_factory(engine)
+        upsert = compiled_once(_mark_upsert)
+        at = datetime.datetime(2026, 12, 1, 13, 0, 0, 123456, tzinfo=datetime.UTC)
+        with transaction(factory) as session:
+            statement = upsert(session)
+            assert statement is upsert(session)  # built once per dialect
+            assert str(statement.compile(dialect=engine.dialect)) == str(
+                _mark_upsert(engine.dialect.name).compile(dialect=engine.dialect)
+            )
+            counts = [
+                session.execute(statement, {"name": "a", "count": count, "marked_at": at}).scalar_one()
+                for count in (1, 2, 3)
+            ]
+            session.execute(_mark_upsert(engine.dialect.name), {"name": "b", "count": 6, "marked_at": at})
+        assert counts == [1, 3, 6]
+        with engine.connect() as connection:
+            stored = connection.execute(
+                sqlalchemy.text("SELECT name, count, marked_at FROM marks ORDER BY name")
+            )
+            rows = [tuple(row) for row in stored]
+        assert [(name, count) for name, count, _ in rows] == [("a", 6), ("b", 6)]
+        assert rows[0][2] == rows[1][2]  # the same stored form of the same datetime
+        hits: list[object] = []
+
+        @sqlalchemy.event.listens_for(engine, "after_cursor_execute")
+        def _note_cache_use(*arguments: object) -> None:
+            if str(arguments[2]).startswith("INSERT INTO marks"):
+                hits.append(arguments[4].cache_hit)  # type: ignore[attr-defined]
+
+        with transaction(factory) as session:
+            for count in range(3):
+                session.execute(upsert(session), [{"name": "c", "count": count, "marked_at": at}])
+                session.execute(_mark_upsert(engine.dialect.name), {"name": "d", "count": 1, "marked_at": at})
+        # The original has no cache key: it was compiled at every execution.
+        assert hits == [CacheStats.CACHE_HIT, CacheStats.NO_CACHE_KEY] * 3
+    finally:
+        engine.dispose()

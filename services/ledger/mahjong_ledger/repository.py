@@ -40,7 +40,7 @@ from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
-from mahjong_platform.database import PerDialect, insert_rows, one_of
+from mahjong_platform.database import PerDialect, compiled_once, insert_rows, one_of
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -302,8 +302,7 @@ class LedgerRepository:
         for game in games:
             first.setdefault(game["table_id"], game)
         if first:
-            statement = _insert_for(session)(ledger_games).on_conflict_do_nothing(index_elements=["table_id"])
-            session.execute(statement, list(first.values()))
+            session.execute(_INSERT_GAMES_FIRST_WINS(session), list(first.values()))
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -493,7 +492,7 @@ class LedgerRepository:
         missing = [account for account in accounts if account not in locked]
         if missing:
             session.execute(
-                _insert_for(session)(ledger_accounts).on_conflict_do_nothing(index_elements=["account"]),
+                _INSERT_MISSING_ACCOUNTS(session),
                 [
                     {"account": account, "balance_beans": 0, "opened_at": opened_at[account]}
                     for account in missing
@@ -516,11 +515,7 @@ class LedgerRepository:
         by_stream: dict[str, list[envelope_pb2.Envelope]] = {}
         for _, (transfer, request) in plan.transfers:
             by_stream.setdefault(request.stream_id, []).append(_transfer_posted_envelope(transfer, request))
-        versions = self._event_store.stream_versions(session, list(by_stream))
-        self._event_store.append_batch(
-            session,
-            [(stream_id, versions[stream_id], envelopes) for stream_id, envelopes in by_stream.items()],
-        )
+        self._event_store.append_after_current(session, list(by_stream.items()))
 
     def _records(self, session: Session, rows: Sequence[sqlalchemy.RowMapping]) -> list[TransferRecord]:
         if not rows:
@@ -772,11 +767,19 @@ _POSTED_DIGESTS = PerDialect(
 )
 
 
-def _insert_for(session: Session) -> Callable[..., sqlalchemy.dialects.postgresql.Insert]:
-    """The dialect's INSERT with ON CONFLICT support (PostgreSQL and SQLite both have it)."""
-    dialect_name = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
-    return insert  # type: ignore[return-value]
+def _insert_ignoring_conflicts(table: sqlalchemy.Table, key: str) -> PerDialect[sqlalchemy.TextClause]:
+    """``INSERT ... ON CONFLICT (key) DO NOTHING`` into ``table`` (every column given), compiled
+    once per dialect (`compiled_once`: SQLAlchemy compiled it anew at every execution)."""
+
+    def build(dialect_name: str) -> sqlalchemy.Insert:
+        insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+        return insert(table).on_conflict_do_nothing(index_elements=[key])
+
+    return compiled_once(build)
+
+
+_INSERT_GAMES_FIRST_WINS = _insert_ignoring_conflicts(ledger_games, "table_id")
+_INSERT_MISSING_ACCOUNTS = _insert_ignoring_conflicts(ledger_accounts, "account")
 
 
 def _optional_int(value: object) -> int | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
 from mahjong_platform import idempotency
-from mahjong_platform.database import PerDialect
+from mahjong_platform.database import compiled_once
 from mahjong_platform.envelopes import new_envelope
 from mahjong_platform.errors import FailedPreconditionError, NotFoundError
 from mahjong_platform.event_store import EventStore
@@ -301,4 +301,5 @@ def _build_upsert_room_queue(dialect_name: str) -> sqlalchemy.Insert:
     ).returning(room_queues.c.last_order)
 
 
-_UPSERT_ROOM_QUEUE = PerDialect(_build_upsert_room_queue)
+_UPSERT_ROOM_QUEUE = compiled_once(_build_upsert_room_queue)
+"""Compiled once: SQLAlchemy compiled the upsert anew for every Enqueue (no cache for ON CONFLICT)."""

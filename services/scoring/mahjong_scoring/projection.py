@@ -11,8 +11,9 @@ For a batch of table events, in the consumer's one transaction (with their Kafka
 
 So an instruction is published if and only if its table event is marked applied: no dual write.
 
-A batch costs a fixed number of statements, whatever its size: one query for the event ids
-received before, one for each game's last sequence, then the folds run in memory, and one
+A batch costs a fixed number of statements, whatever its size: one query for each game's last
+sequence (an event at or before it is looked up in the inbox: a re-sent duplicate is skipped, a
+different event at a taken sequence is refused), then the folds run in memory, and one
 multi-row insert (or executemany) each for the inbox, the lines, the settlement events, the new
 games and players, and one update per game and per changed seat with the game's state after the
 batch. `apply_table_event` is a batch of one.
@@ -137,19 +138,25 @@ def apply_table_events(
     """Apply table events in order through `session` with set-based SQL (no commit)."""
     if not envelopes:
         return
-    received = _received(session, [envelope.event_id for envelope in envelopes])
     table_ids = sorted({envelope.stream_id for envelope in envelopes})
     stored_sequences = _last_sequences(session, table_ids)
     games: dict[str, _Game] = {}
     inbox_rows: list[dict[str, object]] = []
+    seen: set[str] = set()
     for envelope in envelopes:
-        if envelope.event_id in received:
-            continue  # A re-sent duplicate: the platform dedupes too, this keeps the handler idempotent.
-        received.add(envelope.event_id)
+        if envelope.event_id in seen:
+            continue  # Repeated within the batch.
+        seen.add(envelope.event_id)
         table_id = envelope.stream_id
         game = games.get(table_id)
         if game is None:
             game = games[table_id] = _load_game(session, table_id, stored_sequences[table_id], cache)
+        if envelope.sequence <= game.last_sequence and _received(session, envelope.event_id):
+            # A re-sent duplicate. The tracked consumer skips the ids it applied before (in the
+            # same transaction as these rows), so only a caller without it, or a duplicate older
+            # than the processed ids' retention, comes here: the inbox is read only for an event
+            # that is not after its game's last one, not for every batch.
+            continue
         _fold(game, table_id, envelope)
         inbox_rows.append(
             {
@@ -200,9 +207,8 @@ def _append_settlement_events(session: Session, event_store: EventStore, games: 
     streams = [table_id for table_id, game in games.items() if game.settlement_events]
     if not streams:
         return
-    versions = event_store.stream_versions(session, streams)
-    event_store.append_batch(
-        session, [(table_id, versions[table_id], games[table_id].settlement_events) for table_id in streams]
+    event_store.append_after_current(
+        session, [(table_id, games[table_id].settlement_events) for table_id in streams]
     )
     lines = [
         _line_row(envelope.settlement_instructed)
@@ -215,10 +221,8 @@ def _append_settlement_events(session: Session, event_store: EventStore, games: 
 
 
 # The statements, built once (building one costs more than running it on SQLite).
-_RECEIVED = PerDialect(
-    lambda dialect_name: sqlalchemy.select(scoring_table_events.c.event_id).where(
-        one_of(scoring_table_events.c.event_id, "event_ids", dialect_name)
-    )
+_RECEIVED = sqlalchemy.select(scoring_table_events.c.event_id).where(
+    scoring_table_events.c.event_id == sqlalchemy.bindparam("wanted_event_id")
 )
 _LAST_SEQUENCES = PerDialect(
     lambda dialect_name: sqlalchemy.select(
@@ -235,9 +239,8 @@ _UPDATE_PLAYER = scoring_players.update().where(
 )
 
 
-def _received(session: Session, event_ids: Sequence[str]) -> set[str]:
-    rows = session.execute(_RECEIVED(session), {"event_ids": sorted(set(event_ids))})
-    return {row.event_id for row in rows}
+def _received(session: Session, event_id: str) -> bool:
+    return session.execute(_RECEIVED, {"wanted_event_id": event_id}).first() is not None
 
 
 def _last_sequences(session: Session, table_ids: Sequence[str]) -> dict[str, int]:
@@ -280,6 +283,8 @@ def _store_games(session: Session, games: dict[str, _Game]) -> None:
     game_updates: list[dict[str, object]] = []
     player_updates: list[dict[str, object]] = []
     for table_id, game in games.items():
+        if game.last_sequence == game.first_sequence:
+            continue  # Only duplicates of this game in the batch: nothing changed.
         opened = game.state.opened
         assert opened is not None, "settle_table_event raised for an event before TableOpened"
         values = {

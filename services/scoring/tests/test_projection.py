@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 import sqlalchemy
 from mahjong.v1 import envelope_pb2
 from mahjong_platform.database import SessionFactory, create_session_factory, sqlite_url, transaction
@@ -12,6 +13,7 @@ from mahjong_platform.outbox import count_unsent_outbox_messages
 from mahjong_platform.schema import stored_events
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
+from mahjong_scoring.game_facts import GameFactsError
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
 from mahjong_scoring.models import PROJECTION_TABLES, scoring_games, scoring_metadata
 from mahjong_scoring.projection import SettlementProjection
@@ -180,3 +182,52 @@ def test_batches_of_any_size_give_the_rows_of_one_event_at_a_time(tmp_path: path
             assert projection_rows(factory) == reference, batch_size
         finally:
             engine.dispose()
+
+
+def _inbox_lookups(engine: Engine) -> list[str]:
+    """Record the statements that look an event id up in the inbox (`_received`)."""
+    lookups: list[str] = []
+
+    @sqlalchemy.event.listens_for(engine, "before_cursor_execute")
+    def _note(_connection: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if statement.startswith("SELECT scoring_table_events.event_id"):
+            lookups.append(statement)
+
+    return lookups
+
+
+def test_new_events_are_not_looked_up_in_the_inbox_and_a_resent_one_is_skipped(
+    scoring_engine: Engine, session_factory: SessionFactory
+) -> None:
+    """The tracked consumer has already skipped the ids it applied (in the same transaction), so a
+    batch of new events costs no inbox lookup; an event at or before its game's last sequence
+    (a duplicate the consumer's check did not catch) is looked up, and skipped."""
+    script = whole_game()
+    lookups = _inbox_lookups(scoring_engine)
+    projection = SettlementProjection(EventStore())
+    batch = [Delivery(envelope, POSITION) for envelope in script.events[:6]]
+    with transaction(session_factory) as session:
+        projection.apply_batch(session, batch + batch[2:3])  # a repeat within the batch: skipped
+    assert lookups == []
+    before = projection_rows(session_factory)
+    with transaction(session_factory) as session:
+        projection.apply_batch(session, batch[4:6])
+    assert len(lookups) == 2
+    assert projection_rows(session_factory) == before
+    apply_all(session_factory, projection, script.events[6:])
+    assert len(lookups) == 2
+    assert projection_rows(session_factory) == _fresh_rows(script.events)
+
+
+def test_another_event_at_a_sequence_already_applied_is_refused(session_factory: SessionFactory) -> None:
+    script = whole_game()
+    projection = SettlementProjection(EventStore())
+    apply_all(session_factory, projection, script.events[:5])
+    before = projection_rows(session_factory)
+    impostor = envelope_pb2.Envelope()
+    impostor.CopyFrom(script.events[3])
+    impostor.event_id = "another-event-id"
+    refused = pytest.raises(GameFactsError, match="already applied with another event id")
+    with refused, transaction(session_factory) as session:
+        projection(session, impostor, POSITION)
+    assert projection_rows(session_factory) == before
