@@ -33,8 +33,8 @@ from mahjong_scoring.game_settlement import SettlementOutput, new_game_settlemen
 from mahjong_table.codec import to_message
 from mahjong_table.core.commands import Pass
 from mahjong_table.core.events import TableEvent, TableOpened
+from mahjong_table.core.state import Phase
 from mahjong_table.sichuan.decide import waited_on
-from mahjong_table.sichuan.state import Phase
 from mahjong_table.testing import Table
 
 EVENT_NAMESPACE: Final = uuid.UUID("3c0f6d1e-7b52-5a8e-9d14-2f6a8b0c4e71")

@@ -9,9 +9,9 @@ import random
 from dataclasses import dataclass
 
 from mahjong_rules.errors import WallError
+from mahjong_rules.seats import SEAT_COUNT as SEAT_COUNT  # the one definition; imported from here too
 from mahjong_rules.tiles import COPIES_PER_TILE, SUITED_TILE_KIND_COUNT, Tile
 
-SEAT_COUNT = 4
 WALL_TILE_COUNT = SUITED_TILE_KIND_COUNT * COPIES_PER_TILE  # 108
 DEALER_HAND_TILE_COUNT = 14
 HAND_TILE_COUNT = 13

@@ -53,8 +53,9 @@ from mahjong_rules import (
     tile_code,
 )
 from mahjong_rules.formula.evaluate_json import WINDS, evaluate_formula_request
-from mahjong_rules.formula.fans import EAST_WIND, MELD_KINDS, FormulaMeld, MeldKind, ScoredFan
+from mahjong_rules.formula.fans import MELD_KINDS, FormulaMeld, MeldKind, ScoredFan
 from mahjong_rules.formula.waits import formula_waits
+from mahjong_rules.seats import EAST_WIND
 
 from mahjong_scoring.instruction_list import list_settlement_instructions
 from mahjong_scoring.models import TABLE_ID_MAX_LENGTH, scoring_games, scoring_lines, scoring_players

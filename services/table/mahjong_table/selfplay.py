@@ -24,12 +24,13 @@ from mahjong_table.core.commands import (
     TableCommand,
     Win,
 )
+from mahjong_table.core.state import Phase
 from mahjong_table.formula.decide import waited_on as formula_waited_on
 from mahjong_table.formula.state import FormulaTableState
 from mahjong_table.formula.views import legal_actions as formula_legal_actions
 from mahjong_table.sichuan.decide import waited_on
 from mahjong_table.sichuan.rules_adapter import code_of
-from mahjong_table.sichuan.state import Phase, TableState
+from mahjong_table.sichuan.state import TableState
 from mahjong_table.sichuan.views import (
     ACTION_CHOW,
     ACTION_DECLARE_MISSING_SUIT,

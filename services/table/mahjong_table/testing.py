@@ -20,13 +20,14 @@ from mahjong_rules.tiles import parse_tiles
 from mahjong_table.core.commands import DeclareMissingSuit, TableCommand
 from mahjong_table.core.events import TableEvent
 from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.core.state import SEAT_COUNT
 from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table_with_wall
 from mahjong_table.formula.evolve import fold as formula_fold
 from mahjong_table.formula.state import FormulaTableState
 from mahjong_table.sichuan.decide import execute, open_table_with_wall
 from mahjong_table.sichuan.evolve import fold
-from mahjong_table.sichuan.state import SEAT_COUNT, TILE_KIND_COUNT, TableState
+from mahjong_table.sichuan.state import TILE_KIND_COUNT, TableState
 
 DEAL_ROUNDS = (4, 4, 4, 1)
 

@@ -32,9 +32,9 @@ from mahjong_table.core.events import (
     WallExhausted,
 )
 from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.core.state import Phase
 from mahjong_table.servicer import table_view_message
 from mahjong_table.sichuan.evolve import fold
-from mahjong_table.sichuan.state import Phase
 from mahjong_table.sichuan.views import legal_actions, view_for
 from mahjong_table.testing import Table, table_with_hands, tiles_accounted
 

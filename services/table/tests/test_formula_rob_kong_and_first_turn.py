@@ -19,9 +19,9 @@ from mahjong_table.core.events import (
     TileDrawn,
 )
 from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.core.state import Phase
 from mahjong_table.formula.views import legal_actions, view_for
 from mahjong_table.servicer import table_view_message
-from mahjong_table.sichuan.state import Phase
 
 from .test_formula_aggregate import FormulaTable, assert_consistent, formula_table, kinds_of
 

@@ -16,12 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import grpc
 from mahjong.v1 import ledger_service_pb2_grpc
+from mahjong_rules.seats import SEAT_COUNT
 
 from mjctl.summary import wait_for_settlement
 
 POLL_SECONDS = 0.02
 LAG_MAX_SECONDS = 120.0
-SEATS = 4
 
 
 class SettlementLagProbe:
@@ -42,7 +42,7 @@ class SettlementLagProbe:
 
     def _measure(self, table_id: str, ended_at: datetime.datetime) -> float | None:
         statement = wait_for_settlement(
-            self._ledger, table_id, SEATS, timeout_seconds=LAG_MAX_SECONDS, poll_seconds=POLL_SECONDS
+            self._ledger, table_id, SEAT_COUNT, timeout_seconds=LAG_MAX_SECONDS, poll_seconds=POLL_SECONDS
         )
         if statement is None:
             return None

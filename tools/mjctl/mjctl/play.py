@@ -36,6 +36,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from mahjong_rules.seats import seat_wind as rules_seat_wind
+from mahjong_rules.tiles import tile_code
+
 from mjctl.bots import tiles_of
 
 if TYPE_CHECKING:
@@ -97,8 +100,8 @@ def sorted_hand(hand: str) -> list[str]:
 
 
 def seat_wind(seat: int, dealer_seat: int) -> str:
-    """The seat's wind: the dealer is East ("1z"), then turn order (RULES.md 2.2)."""
-    return f"{(seat - dealer_seat) % 4 + 1}z"
+    """The seat's wind as a tile code: the dealer is East ("1z"), then turn order (RULES.md 2.2)."""
+    return tile_code(rules_seat_wind(seat, dealer_seat))
 
 
 # ------------------------------------------------------------------------------------ the keys

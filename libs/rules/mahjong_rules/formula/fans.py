@@ -23,6 +23,7 @@ from MahjongGB import MahjongFanCalculator  # type: ignore[import-not-found]  # 
 
 from mahjong_rules.errors import InvalidMeldError, InvalidTileError, RulesError
 from mahjong_rules.hand import KONG_EXPOSURES, KongExposure
+from mahjong_rules.seats import EAST_WIND
 from mahjong_rules.tiles import Tile, tile_code
 
 
@@ -236,9 +237,6 @@ class WinBy(StrEnum):
     SELF_DRAW = "self_draw"
     DISCARD = "discard"
     ROB_KONG = "rob_kong"
-
-
-EAST_WIND = 27  # 1z
 
 
 @dataclass(frozen=True, slots=True)

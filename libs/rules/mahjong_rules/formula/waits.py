@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mahjong_rules.errors import HandSizeError, InvalidMeldError, InvalidTileError, TileCountError
-from mahjong_rules.formula.fans import EAST_WIND, NO_WILDCARD, FormulaMeld, FormulaWinContext, WinBy
+from mahjong_rules.formula.fans import NO_WILDCARD, FormulaMeld, FormulaWinContext, WinBy
 from mahjong_rules.formula.wildcards import (
     KIND_COUNT,
     SETS_IN_A_HAND,
@@ -28,6 +28,7 @@ from mahjong_rules.formula.wildcards import (
     evaluate_formula_win,
     winning_substitutions,
 )
+from mahjong_rules.seats import EAST_WIND
 from mahjong_rules.tiles import COPIES_PER_TILE, Tile, tile_code
 
 

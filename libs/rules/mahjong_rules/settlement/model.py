@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias
 
-SEAT_COUNT = 4
-"""Seats are 0..3 in turn order (RULES.md 0)."""
+from mahjong_rules.seats import SEAT_COUNT as SEAT_COUNT  # the one definition; imported from here too
 
 MULTIPLIER_LIMIT = 1 << 24
 """No hand multiplier of RULES.md 1.7 comes near this; a larger one is a bug upstream."""

@@ -16,10 +16,10 @@ from typing import Final
 
 from mahjong.v1 import common_pb2, table_events_pb2
 from mahjong_rules import RulesError, Tile, parse_tile
-from mahjong_rules.formula.fans import EAST_WIND, FormulaMeld, FormulaWinContext, ScoredFan, WinBy
+from mahjong_rules.formula.fans import FormulaMeld, FormulaWinContext, ScoredFan, WinBy
 from mahjong_rules.formula.scoring import FormulaOptions
 from mahjong_rules.formula.wildcards import evaluate_formula_win
-from mahjong_rules.settlement import SEAT_COUNT
+from mahjong_rules.seats import seat_wind
 
 from mahjong_scoring.game_facts.steps import FanLine
 
@@ -63,7 +63,7 @@ def score_formula_win(
                 after_kong=event.after_kong,
                 last_tile=event.last_tile,
                 fourth_tile=event.fourth_tile,
-                seat_wind=EAST_WIND + (event.seat - dealer_seat) % SEAT_COUNT,
+                seat_wind=seat_wind(event.seat, dealer_seat),
             ),
             wildcard=wildcard,
             flowers=flowers,

@@ -78,6 +78,7 @@ from mahjong_table.core.events import (
     WallExhausted,
 )
 from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.core.state import SEAT_COUNT, MeldState, Phase
 from mahjong_table.formula import hands
 from mahjong_table.formula.evolve import evolve
 from mahjong_table.formula.state import (
@@ -86,12 +87,10 @@ from mahjong_table.formula.state import (
     ASK_PONG,
     ASK_WIN,
     Ask,
-    FormulaMeldState,
     FormulaTableState,
     FormulaWindow,
 )
 from mahjong_table.sichuan.decide import opening_dice
-from mahjong_table.sichuan.state import SEAT_COUNT, Phase
 
 END_REASON_WIN = "win"
 """A formula hand ends at its first win (RULES.md 2.1)."""
@@ -341,7 +340,7 @@ _RULES_WIN_BY = {
 }
 
 
-def meld_event(meld: FormulaMeldState) -> Meld:
+def meld_event(meld: MeldState) -> Meld:
     """The event form of a meld (proto `Meld`); a chow's tile is the lowest of its run."""
     from_seat = NO_SEAT if meld.kind == "kong" and meld.exposure != EXPOSURE_EXPOSED else meld.from_seat
     return Meld(meld.kind, tile_code(meld.tile), meld.exposure, from_seat)

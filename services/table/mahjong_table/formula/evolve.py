@@ -38,20 +38,9 @@ from mahjong_table.core.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.formula import hands
-from mahjong_table.formula.state import (
-    ASK_CHOW,
-    ASK_KONG,
-    ASK_PONG,
-    ASK_WIN,
-    Ask,
-    FormulaMeldState,
-    FormulaPlayer,
-    FormulaTableState,
-    FormulaWindow,
-)
-from mahjong_table.sichuan.state import (
+from mahjong_table.core.state import (
     SEAT_COUNT,
+    MeldState,
     Phase,
     add_count,
     added_kong_to_pong,
@@ -59,6 +48,17 @@ from mahjong_table.sichuan.state import (
     pong_to_added_kong,
     replaced,
     with_player,
+)
+from mahjong_table.formula import hands
+from mahjong_table.formula.state import (
+    ASK_CHOW,
+    ASK_KONG,
+    ASK_PONG,
+    ASK_WIN,
+    Ask,
+    FormulaPlayer,
+    FormulaTableState,
+    FormulaWindow,
 )
 
 DEALT_TILE_COUNT = 14 + 3 * 13
@@ -249,7 +249,7 @@ def _pong_claimed(state: FormulaTableState, event: PongClaimed) -> FormulaTableS
     ponged = replaced(
         player,
         concealed=add_count(player.concealed, tile, -2),
-        melds=(*player.melds, FormulaMeldState("pong", tile, "", event.from_seat)),
+        melds=(*player.melds, MeldState("pong", tile, "", event.from_seat)),
     )
     return _meld_turn(state, event.seat, ponged, kong=False)
 
@@ -266,7 +266,7 @@ def _chow_claimed(state: FormulaTableState, event: ChowClaimed) -> FormulaTableS
     chowed = replaced(
         player,
         concealed=concealed,
-        melds=(*player.melds, FormulaMeldState("chow", start, "", event.from_seat)),
+        melds=(*player.melds, MeldState("chow", start, "", event.from_seat)),
     )
     return _meld_turn(state, event.seat, chowed, kong=False)
 
@@ -279,14 +279,14 @@ def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTabl
         konged = replaced(
             player,
             concealed=add_count(player.concealed, tile, -3),
-            melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
+            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
         )
     elif event.exposure == EXPOSURE_CONCEALED:
         player = state.players[event.seat]
         konged = replaced(
             player,
             concealed=add_count(player.concealed, tile, -4),
-            melds=(*player.melds, FormulaMeldState("kong", tile, EXPOSURE_CONCEALED)),
+            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_CONCEALED)),
         )
     else:
         assert event.exposure == EXPOSURE_ADDED

@@ -15,12 +15,12 @@ from mahjong_rules.formula.fans import FormulaMeld, FormulaWinContext, WinBy
 from mahjong_rules.formula.waits import formula_waits
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT, is_flower
 from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win, winning_substitutions
+from mahjong_rules.seats import seat_wind as rules_seat_wind
 
 from mahjong_table.core.events import EXPOSURE_CONCEALED, NO_SEAT
+from mahjong_table.core.state import SEAT_COUNT, Phase
 from mahjong_table.formula.state import FormulaPlayer, FormulaTableState
-from mahjong_table.sichuan.state import SEAT_COUNT, Phase
 
-EAST_WIND = 27
 WAITING_TILE_COUNT = 13
 HAND_KIND_COUNT = 34
 """Suited and honor tiles: the kinds a winning hand is made of (flowers are set aside)."""
@@ -28,7 +28,7 @@ HAND_KIND_COUNT = 34
 
 def seat_wind(state: FormulaTableState, seat: int) -> int:
     """RULES.md 2.2: seat winds follow turn order from the dealer (East)."""
-    return EAST_WIND + (seat - state.dealer_seat) % SEAT_COUNT
+    return rules_seat_wind(seat, state.dealer_seat)
 
 
 def _rules_melds(player: FormulaPlayer) -> list[FormulaMeld]:

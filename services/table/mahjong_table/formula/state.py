@@ -13,7 +13,7 @@ from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUN
 
 from mahjong_table.core.events import NO_SEAT
 from mahjong_table.core.room_rules import RoomRules
-from mahjong_table.sichuan.state import MEMO, Phase, SeatsInTurnOrder
+from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableFacts
 
 TILE_KIND_COUNT = FLOWER_TILE_LIMIT
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
@@ -25,29 +25,12 @@ ASK_CHOW = "chow"
 
 
 @dataclass(frozen=True, slots=True)
-class FormulaMeldState:
-    """A meld on the table: "chow" (tile = lowest of the run), "pong" or "kong"."""
-
-    kind: str
-    tile: int
-    exposure: str = ""
-    from_seat: int = NO_SEAT
-
-    @property
-    def tiles(self) -> tuple[int, ...]:
-        """The tiles the meld holds."""
-        if self.kind == "chow":
-            return (self.tile, self.tile + 1, self.tile + 2)
-        return (self.tile,) * (4 if self.kind == "kong" else 3)
-
-
-@dataclass(frozen=True, slots=True)
-class FormulaPlayer:
+class FormulaPlayer(PlayerFacts):
     """One seat's facts."""
 
     player_id: str
     concealed: tuple[int, ...] = EMPTY_COUNTS
-    melds: tuple[FormulaMeldState, ...] = ()
+    melds: tuple[MeldState, ...] = ()
     discards: tuple[int, ...] = ()
     flowers: tuple[int, ...] = ()
     won: bool = False
@@ -57,16 +40,6 @@ class FormulaPlayer:
     )
     """Memo of what the aggregate derives from this player's facts (`concealed_tiles`, win shapes);
     empty in every copy `replaced` makes."""
-
-    @property
-    def in_game(self) -> bool:
-        """Still playing: neither won nor left."""
-        return not self.won and not self.left
-
-    @property
-    def tile_count(self) -> int:
-        """Concealed tiles held (flowers awaiting 补花 included)."""
-        return sum(self.concealed)
 
     def held_flowers(self) -> list[int]:
         """Flowers in the hand still to be set aside (补花), lowest first."""
@@ -123,7 +96,7 @@ class FormulaWindow:
 
 
 @dataclass(frozen=True, slots=True)
-class FormulaTableState(SeatsInTurnOrder):
+class FormulaTableState(TableFacts):
     """Everything the formula aggregate knows about one table's hand."""
 
     table_id: str
@@ -161,16 +134,6 @@ class FormulaTableState(SeatsInTurnOrder):
     hidden_counts: tuple[int, ...] = (0, 0, 0, 0)
     """Per seat, how many events so far are hidden from it (another seat's claim pass or claim
     timeout, `views.redact`): a seat's own sequence numbers skip them (`mahjong_table.visibility`)."""
-
-    @property
-    def wall_remaining(self) -> int:
-        """Tiles still in the wall (the indicator and turned flowers are out of it)."""
-        return self.wall_tail - self.wall_head
-
-    @property
-    def is_over(self) -> bool:
-        """True once `GameEnded` was folded."""
-        return self.phase is Phase.ENDED
 
     def non_flower_remaining(self) -> int:
         """Wall tiles that are not flowers: what draws can still bring into a hand."""

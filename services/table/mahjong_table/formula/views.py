@@ -14,10 +14,10 @@ from dataclasses import replace
 from mahjong_rules.tiles import tile_code
 
 from mahjong_table.core.events import EXPOSURE_CONCEALED, NO_SEAT, TableEvent
+from mahjong_table.core.state import Phase
 from mahjong_table.formula import hands
 from mahjong_table.formula.decide import meld_event
 from mahjong_table.formula.state import ASK_CHOW, ASK_KONG, ASK_PONG, ASK_WIN, FormulaTableState
-from mahjong_table.sichuan.state import Phase
 from mahjong_table.sichuan.views import (
     ACTION_CHOW,
     ACTION_DISCARD,

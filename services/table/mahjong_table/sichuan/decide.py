@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from mahjong_rules.wall import WALL_TILE_COUNT
+
 from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
@@ -80,16 +82,13 @@ from mahjong_table.core.events import (
     WallExhausted,
 )
 from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.core.state import SEAT_COUNT, MeldState, Phase
 from mahjong_table.sichuan import autoplay, hands, rules_adapter
 from mahjong_table.sichuan.evolve import evolve, exchange_receiver
 from mahjong_table.sichuan.rules_adapter import SUIT_CODES, WinEvaluation, code_of
 from mahjong_table.sichuan.state import (
-    SEAT_COUNT,
     TILE_KIND_COUNT,
-    WALL_TILE_COUNT,
     ClaimWindow,
-    MeldState,
-    Phase,
     PlayerState,
     TableState,
     WindowKind,

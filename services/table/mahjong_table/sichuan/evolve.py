@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from mahjong_rules.wall import WALL_TILE_COUNT
+
 from mahjong_table.core.events import (
     DIRECTION_CLOCKWISE,
     DIRECTION_COUNTER_CLOCKWISE,
@@ -39,17 +41,10 @@ from mahjong_table.core.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.sichuan import hands
-from mahjong_table.sichuan.rules_adapter import SUIT_CODES, parse_code
-from mahjong_table.sichuan.state import (
+from mahjong_table.core.state import (
     SEAT_COUNT,
-    WALL_TILE_COUNT,
     MeldState,
     Phase,
-    PlayerState,
-    TableState,
-    WindowKind,
-    WindowStage,
     add_count,
     added_kong_to_pong,
     hidden_from_all_but,
@@ -58,6 +53,9 @@ from mahjong_table.sichuan.state import (
     stamped,
     with_player,
 )
+from mahjong_table.sichuan import hands
+from mahjong_table.sichuan.rules_adapter import SUIT_CODES, parse_code
+from mahjong_table.sichuan.state import PlayerState, TableState, WindowKind, WindowStage
 
 EXCHANGE_OFFSETS = {DIRECTION_CLOCKWISE: -1, DIRECTION_COUNTER_CLOCKWISE: 1, DIRECTION_OPPOSITE: 2}
 """RULES.md 1.2: clockwise gives to seat-1, counter-clockwise to seat+1, opposite to seat+2."""

@@ -11,16 +11,10 @@ from mahjong_table.core.events import (
     WIN_BY_ROB_KONG,
     WIN_BY_SELF_DRAW,
 )
+from mahjong_table.core.state import SEAT_COUNT
 from mahjong_table.sichuan import rules_adapter
 from mahjong_table.sichuan.rules_adapter import WinEvaluation, WinSituation
-from mahjong_table.sichuan.state import (
-    SEAT_COUNT,
-    ClaimWindow,
-    PlayerState,
-    TableState,
-    WindowKind,
-    WindowStage,
-)
+from mahjong_table.sichuan.state import ClaimWindow, PlayerState, TableState, WindowKind, WindowStage
 
 
 def rules_melds(player: PlayerState) -> tuple[tuple[int, str], ...]:

@@ -26,18 +26,11 @@ from mahjong_table.core.events import (
     TilesExchanged,
     TurnTimedOut,
 )
+from mahjong_table.core.state import SEAT_COUNT, Phase, replaced
 from mahjong_table.sichuan import hands
 from mahjong_table.sichuan.decide import meld_event
 from mahjong_table.sichuan.rules_adapter import SUIT_CODES, code_of
-from mahjong_table.sichuan.state import (
-    SEAT_COUNT,
-    TILE_KIND_COUNT,
-    Phase,
-    PlayerState,
-    TableState,
-    WindowStage,
-    replaced,
-)
+from mahjong_table.sichuan.state import TILE_KIND_COUNT, PlayerState, TableState, WindowStage
 
 ACTION_EXCHANGE_THREE = "exchange_three"
 ACTION_DECLARE_MISSING_SUIT = "declare_missing_suit"
