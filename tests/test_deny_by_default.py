@@ -1,5 +1,6 @@
 """Deny by default (ARCHITECTURE.md "Information hiding"): every method of every public service is
-listed in its service's role table, and what each process serves with is that table."""
+listed in its service's role table, and what each process serves with is that table (and the
+`DeadLetterService` table every process serves for its own consumer groups)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from mahjong_matchmaking.__main__ import DEFINITION as MATCHMAKING_DEFINITION
 from mahjong_matchmaking.servicer import METHOD_ROLES as MATCHMAKING_ROLES
 from mahjong_platform.auth import ANY_CALLER, OPERATIONS_ROLES, OPS_ONLY, RoleTable
 from mahjong_platform.config import load_settings
-from mahjong_platform.service_runtime import ServiceDefinition
+from mahjong_platform.dead_letter_service import METHOD_ROLES as DEAD_LETTER_ROLES
+from mahjong_platform.service_runtime import ServiceDefinition, served_method_roles
 from mahjong_scoring.__main__ import DEFINITION as SCORING_DEFINITION
 from mahjong_scoring.servicer import METHOD_ROLES as SCORING_ROLES
 from mahjong_table.__main__ import definition as table_definition
@@ -26,7 +28,9 @@ ROLE_TABLES: dict[str, RoleTable] = {
     "mahjong.v1.TableService": TABLE_ROLES,
     "mahjong.v1.ScoringService": SCORING_ROLES,
     "mahjong.v1.LedgerService": LEDGER_ROLES,
+    "mahjong.v1.DeadLetterService": DEAD_LETTER_ROLES,
 }
+SERVICE_ROLE_TABLES = [MATCHMAKING_ROLES, TABLE_ROLES, SCORING_ROLES, LEDGER_ROLES]
 
 
 def every_service_descriptor() -> list[object]:
@@ -59,12 +63,16 @@ def test_the_processes_serve_with_their_role_tables() -> None:
         SCORING_DEFINITION,
         ledger_definition(LedgerSettings()),
     ]
-    assert [dict(d.method_roles) for d in definitions] == [dict(table) for table in ROLE_TABLES.values()]
+    assert [dict(d.method_roles) for d in definitions] == [dict(table) for table in SERVICE_ROLE_TABLES]
+    assert [served_method_roles(d) for d in definitions] == [
+        {**table, **DEAD_LETTER_ROLES} for table in SERVICE_ROLE_TABLES
+    ]
 
 
 def test_money_operations_need_ops_or_finance_and_nothing_else_needs_a_role() -> None:
     """Deposits, the ledger's reconcile and scoring's list of every instruction (what reconcile
-    compares the postings with: every game's money) are ops/finance only."""
+    compares the postings with: every game's money) are ops/finance only; re-driving dead letters
+    (and listing the re-drives) ops only."""
     needing_roles = {
         method: roles
         for table in ROLE_TABLES.values()
@@ -75,5 +83,7 @@ def test_money_operations_need_ops_or_finance_and_nothing_else_needs_a_role() ->
         "/mahjong.v1.LedgerService/Deposit": OPERATIONS_ROLES,
         "/mahjong.v1.LedgerService/Reconcile": OPERATIONS_ROLES,
         "/mahjong.v1.ScoringService/ListSettlementInstructions": OPERATIONS_ROLES,
+        "/mahjong.v1.DeadLetterService/RedriveDeadLetter": OPS_ONLY,
+        "/mahjong.v1.DeadLetterService/ListRedrives": OPS_ONLY,
     }
     assert frozenset({"ops"}) == OPS_ONLY

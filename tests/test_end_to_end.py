@@ -207,3 +207,34 @@ def test_bots_on_one_event_loop_play_a_game_on_play_streams_and_it_settles(
     )
     statement = wait_for_rake(ledger, report.table_ids[0])
     assert sum(posting.beans for posting in statement.net) == 0
+
+
+def test_every_service_process_serves_the_dead_letter_service_for_its_own_consumer_groups(
+    services: dict[str, int],
+) -> None:
+    """Issue 14: a dead letter is re-driven by the service that runs its consumer group, on the
+    thread-pool servers and on the table engine's asyncio server alike; ops only."""
+    from mahjong.v1 import dead_letter_service_pb2, dead_letter_service_pb2_grpc
+
+    groups = {
+        "matchmaking": ["matchmaking-seats"],
+        "table": ["table-openings"],
+        "scoring": ["scoring-settlement"],
+        "ledger": ["mahjong-ledger"],
+    }
+    ops = mint_token(SECRET, "operator", ["ops"])
+    player = mint_token(SECRET, "alice", [])
+    for service, port in services.items():
+        with open_channel(f"127.0.0.1:{port}", lambda: ops) as channel:
+            stub = dead_letter_service_pb2_grpc.DeadLetterServiceStub(channel)
+            answer = stub.ListRedrives(dead_letter_service_pb2.ListRedrivesRequest(), timeout=30)
+            assert list(answer.consumer_groups) == groups[service] and not answer.redrives, service
+            with pytest.raises(grpc.RpcError) as absent:
+                request = dead_letter_service_pb2.RedriveDeadLetterRequest(entry_id="0:424242")
+                stub.RedriveDeadLetter(request, timeout=60)
+            assert absent.value.code() == grpc.StatusCode.NOT_FOUND, service
+        with open_channel(f"127.0.0.1:{port}", lambda: player) as channel:
+            stub = dead_letter_service_pb2_grpc.DeadLetterServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as denied:
+                stub.ListRedrives(dead_letter_service_pb2.ListRedrivesRequest(), timeout=30)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED, service

@@ -28,6 +28,9 @@ from mahjong_platform.aio_grpc_server import (
 from mahjong_platform.auth import AuthInterceptor
 from mahjong_platform.config import ServiceName, Settings, check_secret_for_serving
 from mahjong_platform.database import create_engine_for
+from mahjong_platform.dead_letter_service import METHOD_ROLES as DEAD_LETTER_METHOD_ROLES
+from mahjong_platform.dead_letter_service import DeadLetterRedriver, RedriveTarget, one_event_handler
+from mahjong_platform.dead_letter_service import registration as dead_letter_registration
 from mahjong_platform.errors import ErrorMapping
 from mahjong_platform.grpc_server import RunningServer, ServiceRegistration, serve
 from mahjong_platform.limits import CallerLimiter, CallerLimitInterceptor
@@ -113,6 +116,15 @@ class ServiceDefinition:
     # its health says NOT_SERVING, so a load balancer sends it nothing (a table engine before its
     # first partition assignment knows no table's owner). None: SERVING from the start.
     serving_when: Callable[[], threading.Event] | None = None
+
+
+def served_method_roles(definition: ServiceDefinition) -> dict[str, frozenset[str]]:
+    """The role table a process of ``definition`` serves with: its own service's, and the
+    ``DeadLetterService`` every process serves for its consumer groups (ops only)."""
+    return {
+        **{method: frozenset(roles) for method, roles in definition.method_roles.items()},
+        **DEAD_LETTER_METHOD_ROLES,
+    }
 
 
 def migrate(definition: ServiceDefinition, database_url: str) -> None:
@@ -276,7 +288,8 @@ def start_service(
                 stop_event,
             )
         )
-    for consumer in definition.consumers(engine, settings, topics):
+    consumers = definition.consumers(engine, settings, topics)
+    for consumer in consumers:
         workers.append(
             SupervisedWorker(
                 f"{definition.name}-consumer-{consumer.group_id}",
@@ -300,14 +313,30 @@ def start_service(
         target=limiter.run_sweeper, args=(stop_event,), name=f"{definition.name}-idle-streams", daemon=True
     )
     sweeper.start()
+    redriver = DeadLetterRedriver(
+        engine,
+        bootstrap_servers,
+        topics.dead_letter,
+        [
+            RedriveTarget(
+                consumer.group_id, one_event_handler(consumer.handler, consumer.batch_handler), consumer.wants
+            )
+            for consumer in consumers
+        ],
+    )
+    registrations = [
+        *definition.registrations(engine, settings, topics),
+        dead_letter_registration(redriver, asyncio_server=definition.asyncio_server),
+    ]
+    method_roles = served_method_roles(definition)
     server: RunningServer | AioRunningServer
     if definition.asyncio_server:
         server = serve_aio(
-            definition.registrations(engine, settings, topics),
+            registrations,
             address or settings.grpc_address(definition.name),
             settings,
             interceptors=[
-                AioAuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
+                AioAuthInterceptor(settings.jwt_secret, method_roles=method_roles),
                 AioCallerLimitInterceptor(limiter),
                 *definition.extra_interceptors(),
             ],
@@ -325,11 +354,11 @@ def start_service(
         return RunningService(definition, engine, server, workers, stop_event, metrics, metrics_server)
     assert definition.serving_when is None, "serving_when is for asyncio servers"
     interceptors: list[grpc.ServerInterceptor] = [
-        AuthInterceptor(settings.jwt_secret, method_roles=definition.method_roles),
+        AuthInterceptor(settings.jwt_secret, method_roles=method_roles),
         CallerLimitInterceptor(limiter),
     ]
     server = serve(
-        definition.registrations(engine, settings, topics),
+        registrations,
         address or settings.grpc_address(definition.name),
         settings,
         interceptors=interceptors,

@@ -1,30 +1,42 @@
 """``mjctl dlq list|show|redrive``: what is dead-lettered on ``mahjong.dlq.v1``, why, and re-driving
 it, exactly once, to the consumer group it came from once the cause is fixed.
 
-An entry is named ``<partition>:<offset>`` (its place on the dead letter topic). ``redrive`` applies
-the entry's event through its consumer group's own handler into that group's service database
-(`mahjong_platform.dead_letters.redrive`: processed ids guard against an event applied meanwhile,
-and the entry is recorded as re-driven in the same transaction, so running it again changes
-nothing). It needs the fixed code installed where it runs, like the service itself.
+An entry is named ``<partition>:<offset>`` (its place on the dead letter topic). ``list`` and
+``show`` read the dead letter topic (Kafka is a public contract) and ask each service's
+``DeadLetterService.ListRedrives`` which consumer groups it runs and what it has re-driven.
+``redrive`` asks the service that runs the entry's consumer group to re-drive it
+(``DeadLetterService.RedriveDeadLetter``): that service applies the event with the handler it has
+installed, in its own database, once (processed ids guard against an event applied meanwhile, and
+the re-drive is recorded in the same transaction, so running it again changes nothing). mjctl
+runs no service code: deploy the fix to the service, then re-drive.
+
+The services are dialled at ``MAHJONG_<SERVICE>_GRPC_TARGET`` (those of ``MAHJONG_RUN_SERVICES``,
+default all four) with an ops token minted from ``MAHJONG_JWT_SECRET`` (or ``--token``).
 
 Exit codes: 0 done; 1 an entry could not be re-driven (its handler still fails, it holds no
-decodable event, or its consumer group is unknown) or an id is not on the topic; 2 usage.
+decodable event, or no reachable service runs its consumer group) or an id is not on the topic;
+2 usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from mahjong_platform.config import ServiceName, Settings
-    from mahjong_platform.dead_letters import DeadLetterEntry, Redrive
-    from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition
-    from sqlalchemy.engine import Engine
+    from mahjong.v1 import dead_letter_service_pb2
+    from mahjong_platform.config import Settings
+    from mahjong_platform.dead_letters import DeadLetterEntry
 
+SERVICES: Final = ("matchmaking", "table", "scoring", "ledger")
+TOKEN_TTL_SECONDS: Final = 600
+CALL_TIMEOUT_SECONDS: Final = 60.0
 REASON_WIDTH = 70
 
 
@@ -35,20 +47,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    token = argparse.ArgumentParser(add_help=False)
+    token.add_argument(
+        "--token", metavar="JWT", help="an ops token (default: one minted with MAHJONG_JWT_SECRET)"
+    )
     commands = parser.add_subparsers(
         dest="dlq_command", required=True, metavar="COMMAND", help="list, show or redrive"
     )
     listing = commands.add_parser(
-        "list", help="every dead letter: where it came from, why, whether re-driven"
+        "list", help="every dead letter: where it came from, why, whether re-driven", parents=[token]
     )
     listing.add_argument("--consumer", metavar="GROUP", help="only this consumer group's dead letters")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     listing.set_defaults(handler=_list)
-    show = commands.add_parser("show", help="one dead letter in full, its event decoded")
+    show = commands.add_parser("show", help="one dead letter in full, its event decoded", parents=[token])
     show.add_argument("entry", metavar="PARTITION:OFFSET", help="the id `mjctl dlq list` shows")
     show.set_defaults(handler=_show)
     redrive = commands.add_parser(
-        "redrive", help="apply dead letters to the consumer they came from, once (after a fix)"
+        "redrive",
+        help="have the service that runs their consumer apply dead letters, once (after a fix)",
+        parents=[token],
     )
     redrive.add_argument("entries", metavar="PARTITION:OFFSET", nargs="*", help="ids from `mjctl dlq list`")
     redrive.add_argument("--all", action="store_true", help="every dead letter not yet re-driven")
@@ -56,81 +74,76 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     redrive.set_defaults(handler=_redrive)
 
 
-class _Consumers:
-    """The consumer groups of the installed services, each with its service and its database."""
+@dataclasses.dataclass
+class _Services:
+    """The services mjctl asks: which consumer groups each runs, and its recorded re-drives."""
 
-    def __init__(self, settings: Settings) -> None:
-        from mahjong_platform.topics import Topics
+    settings: Settings
+    token: str
+    groups: dict[str, str] = dataclasses.field(default_factory=dict)
+    """consumer group -> the service that runs it (among those that answered)."""
+    redrives: dict[str, dead_letter_service_pb2.Redrive] = dataclasses.field(default_factory=dict)
+    """entry id -> its recorded re-drive."""
+    unreachable: dict[str, str] = dataclasses.field(default_factory=dict)
 
-        self._settings = settings
-        self._topics = Topics.with_prefix(settings.topic_prefix)
-        self._engines: dict[str, Engine] = {}
-        self._groups: dict[str, tuple[ServiceName, ConsumerDefinition]] | None = None
+    @classmethod
+    def ask(cls, settings: Settings, token: str | None) -> _Services:
+        from mahjong.v1 import dead_letter_service_pb2
+        from mahjong_platform.auth import ROLE_OPS, mint_token
 
-    def service_of(self, group: str) -> ServiceName | None:
-        found = self._all().get(group)
-        return None if found is None else found[0]
+        services = cls(
+            settings,
+            token or mint_token(settings.jwt_secret, "mjctl-dlq", [ROLE_OPS], ttl_seconds=TOKEN_TTL_SECONDS),
+        )
+        for name in _service_names():
+            try:
+                answer = services.call(name, "ListRedrives", dead_letter_service_pb2.ListRedrivesRequest())
+            except _CallError as error:
+                services.unreachable[name] = str(error)
+                continue
+            services.groups.update(dict.fromkeys(answer.consumer_groups, name))
+            services.redrives.update({redrive.entry_id: redrive for redrive in answer.redrives})
+        return services
 
-    def definition_of(self, group: str) -> ConsumerDefinition | None:
-        found = self._all().get(group)
-        return None if found is None else found[1]
+    def call(self, service: str, method: str, request: Any) -> Any:
+        """One ``DeadLetterService`` call to ``service``; `_CallError` with the status it answered."""
+        import grpc
+        from mahjong.v1 import dead_letter_service_pb2_grpc
+        from mahjong_platform.grpc_client import open_channel
 
-    def engine(self, service: ServiceName) -> Engine:
-        from mahjong_platform.database import create_engine_for
+        from mjctl.run import service_name
 
-        if service not in self._engines:
-            self._engines[service] = create_engine_for(self._settings.database_url(service))
-        return self._engines[service]
+        target = self.settings.grpc_target(service_name(service))
+        with open_channel(target, lambda: self.token) as channel:
+            stub = dead_letter_service_pb2_grpc.DeadLetterServiceStub(channel)
+            try:
+                return getattr(stub, method)(request, timeout=CALL_TIMEOUT_SECONDS)
+            except grpc.RpcError as error:
+                raise _CallError(f"{service} at {target}: {error.code().name}: {error.details()}") from None
 
-    def close(self) -> None:
-        for engine in self._engines.values():
-            engine.dispose()
+    def status(self, entry: DeadLetterEntry) -> str:
+        """ "pending", "re-driven (<outcome>) <time>", or "?" when no service that answered runs its group."""
+        group = entry.dead_letter.consumer_group
+        if group not in self.groups:
+            return "? (no reachable service runs this consumer group)"
+        redrive = self.redrives.get(entry.entry_id)
+        if redrive is None or redrive.consumer_group != group:
+            return "pending"
+        return _status_text(redrive)
 
-    def _all(self) -> dict[str, tuple[ServiceName, ConsumerDefinition]]:
-        if self._groups is None:
-            self._groups = {}
-            for service, definition in service_definitions(self._settings).items():
-                for consumer in definition.consumers(self.engine(service), self._settings, self._topics):
-                    self._groups[consumer.group_id] = (service, consumer)
-        return self._groups
-
-
-def service_definitions(settings: Settings) -> dict[ServiceName, ServiceDefinition]:
-    """Each installed service's definition, as its ``python -m`` process builds it."""
-    from mjctl.run import installed_services, service_name
-
-    builders: dict[str, Callable[[], ServiceDefinition]] = {
-        "matchmaking": _matchmaking,
-        "table": lambda: _table(settings),
-        "scoring": _scoring,
-        "ledger": _ledger,
-    }
-    return {service_name(name): builders[name]() for name in installed_services()}
-
-
-def _matchmaking() -> ServiceDefinition:
-    from mahjong_matchmaking.__main__ import DEFINITION
-
-    return DEFINITION
-
-
-def _table(settings: Settings) -> ServiceDefinition:
-    from mahjong_table.__main__ import definition
-
-    return definition(settings)
+    def warn_unreachable(self) -> None:
+        for said in self.unreachable.values():
+            print(f"mjctl dlq: not reachable: {said}", file=sys.stderr)
 
 
-def _scoring() -> ServiceDefinition:
-    from mahjong_scoring.__main__ import DEFINITION
-
-    return DEFINITION
+class _CallError(Exception):
+    """A service did not answer a DeadLetterService call (its status code and details)."""
 
 
-def _ledger() -> ServiceDefinition:
-    from mahjong_ledger.app import definition
-    from mahjong_ledger.settings import load_ledger_settings
-
-    return definition(load_ledger_settings())
+def _service_names() -> list[str]:
+    """``MAHJONG_RUN_SERVICES`` (comma separated, as `mjctl run` reads it) or all four services."""
+    chosen = [name.strip() for name in os.environ.get("MAHJONG_RUN_SERVICES", "").split(",") if name.strip()]
+    return [name for name in chosen if name in SERVICES] or list(SERVICES)
 
 
 def _read(settings: Settings, only: Sequence[tuple[int, int]] | None = None) -> list[DeadLetterEntry]:
@@ -141,30 +154,13 @@ def _read(settings: Settings, only: Sequence[tuple[int, int]] | None = None) -> 
     return read_dead_letters(settings.kafka_bootstrap_servers, topic, only=only)
 
 
-def _statuses(consumers: _Consumers, entries: Sequence[DeadLetterEntry]) -> dict[tuple[int, int], str]:
-    """Each entry's re-drive status: "pending", "re-driven <outcome> <time>", or "?" (unknown group)."""
-    from mahjong_platform.dead_letters import redrives_recorded
-
-    by_service: dict[ServiceName, list[DeadLetterEntry]] = {}
-    statuses: dict[tuple[int, int], str] = {}
-    for entry in entries:
-        service = consumers.service_of(entry.dead_letter.consumer_group)
-        if service is None:
-            statuses[(entry.dlq_partition, entry.dlq_offset)] = "? (unknown consumer group)"
-        else:
-            by_service.setdefault(service, []).append(entry)
-    for known_service, service_entries in by_service.items():
-        recorded = redrives_recorded(consumers.engine(known_service), service_entries)
-        for entry in service_entries:
-            key = (entry.dlq_partition, entry.dlq_offset)
-            statuses[key] = _status_text(recorded.get(key))
-    return statuses
+def _status_text(redrive: dead_letter_service_pb2.Redrive) -> str:
+    redriven_at = redrive.redriven_at.ToDatetime(tzinfo=datetime.UTC).isoformat(timespec="seconds")
+    return f"re-driven ({_OUTCOME_NAMES.get(redrive.outcome, '?')}) {redriven_at}"
 
 
-def _status_text(redrive: Redrive | None) -> str:
-    if redrive is None:
-        return "pending"
-    return f"re-driven ({redrive.outcome}) {redrive.redriven_at.isoformat(timespec='seconds')}"
+_OUTCOME_NAMES: Final = {1: "applied", 2: "already_applied", 3: "not_wanted"}
+"""`RedriveOutcome` values by the words mjctl has always shown."""
 
 
 def _summary(entry: DeadLetterEntry, status: str) -> dict[str, Any]:
@@ -190,12 +186,9 @@ def _list(arguments: argparse.Namespace) -> int:
         for entry in _read(settings)
         if arguments.consumer is None or entry.dead_letter.consumer_group == arguments.consumer
     ]
-    consumers = _Consumers(settings)
-    try:
-        statuses = _statuses(consumers, entries)
-    finally:
-        consumers.close()
-    rows = [_summary(entry, statuses[(entry.dlq_partition, entry.dlq_offset)]) for entry in entries]
+    services = _Services.ask(settings, arguments.token)
+    services.warn_unreachable()
+    rows = [_summary(entry, services.status(entry)) for entry in entries]
     if arguments.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
@@ -231,12 +224,9 @@ def _show(arguments: argparse.Namespace) -> int:
         print(f"mjctl dlq: no dead letter {arguments.entry} on the dead letter topic", file=sys.stderr)
         return 1
     entry = entries[0]
-    consumers = _Consumers(settings)
-    try:
-        status = _statuses(consumers, [entry])[wanted]
-    finally:
-        consumers.close()
-    details = _summary(entry, status)
+    services = _Services.ask(settings, arguments.token)
+    services.warn_unreachable()
+    details = _summary(entry, services.status(entry))
     details["key"] = entry.dead_letter.key.decode(errors="replace")
     details["event"] = (
         None
@@ -268,34 +258,35 @@ def _redrive(arguments: argparse.Namespace) -> int:
         print(f"{partition}:{offset}: no such dead letter on the dead letter topic", file=sys.stderr)
     if arguments.consumer is not None:
         entries = [entry for entry in entries if entry.dead_letter.consumer_group == arguments.consumer]
-    consumers = _Consumers(settings)
-    try:
-        failures = sum(not _redrive_one(consumers, entry) for entry in entries)
-    finally:
-        consumers.close()
+    services = _Services.ask(settings, arguments.token)
+    services.warn_unreachable()
+    failures = sum(not _redrive_one(services, entry) for entry in entries)
     return 1 if failures or missing else 0
 
 
-def _redrive_one(consumers: _Consumers, entry: DeadLetterEntry) -> bool:
-    """Re-drive one entry and print what happened; False when it could not be re-driven."""
-    from mahjong_platform.dead_letters import RedriveError, redrive
+def _redrive_one(services: _Services, entry: DeadLetterEntry) -> bool:
+    """Ask the service that runs the entry's group to re-drive it; print what happened; False when
+    it was not re-driven."""
+    from mahjong.v1 import dead_letter_service_pb2
 
     group = entry.dead_letter.consumer_group
-    service = consumers.service_of(group)
-    definition = consumers.definition_of(group)
-    if service is None or definition is None:
-        print(f"{entry.entry_id}: consumer group {group!r} belongs to no installed service; not re-driven")
+    service = services.groups.get(group)
+    if service is None:
+        print(f"{entry.entry_id}: consumer group {group!r} is run by no reachable service; not re-driven")
         return False
+    request = dead_letter_service_pb2.RedriveDeadLetterRequest(entry_id=entry.entry_id)
     try:
-        result = redrive(consumers.engine(service), entry, _event_handler(definition), wants=definition.wants)
-    except RedriveError as error:
+        answer = services.call(service, "RedriveDeadLetter", request)
+    except _CallError as error:
         print(f"{entry.entry_id}: not re-driven: {error}")
         return False
-    if result.newly:
-        print(f"{entry.entry_id}: {group} {entry.event_type} {entry.event_id}: {_words(result.outcome)}")
+    redrive = answer.redrive
+    outcome = _OUTCOME_NAMES.get(redrive.outcome, "?")
+    if answer.newly_redriven:
+        print(f"{entry.entry_id}: {group} {answer.event_type} {redrive.event_id}: {_words(outcome)}")
     else:
-        when = result.redriven_at.isoformat(timespec="seconds")
-        print(f"{entry.entry_id}: already re-driven at {when} ({result.outcome}); nothing changed")
+        when = redrive.redriven_at.ToDatetime(tzinfo=datetime.UTC).isoformat(timespec="seconds")
+        print(f"{entry.entry_id}: already re-driven at {when} ({outcome}); nothing changed")
     return True
 
 
@@ -305,18 +296,3 @@ def _words(outcome: str) -> str:
         "already_applied": "already applied (by the consumer meanwhile): recorded, nothing applied twice",
         "not_wanted": "not an event this consumer applies: recorded, nothing applied",
     }.get(outcome, outcome)
-
-
-def _event_handler(definition: ConsumerDefinition) -> Any:
-    """The group's handler for one event (a batch handler called with a batch of one)."""
-    from mahjong_platform.tracked_consumer import Delivery
-
-    if definition.handler is not None:
-        return definition.handler
-    batch_handler = definition.batch_handler
-    assert batch_handler is not None, definition.group_id
-
-    def handle(session: Any, envelope: Any, position: Any) -> None:
-        batch_handler(session, [Delivery(envelope, position)])
-
-    return handle

@@ -1,11 +1,14 @@
-"""`mjctl dlq` on the real broker and PostgreSQL (issue 13): instructions the ledger cannot apply are
-dead-lettered and listed with why; `show` decodes one; `redrive` refuses while the ledger still
-fails, applies them once after the fix, says "already applied" for one the consumer applied
-meanwhile, and a second `redrive` changes nothing.
+"""`mjctl dlq` on the real broker and PostgreSQL (issues 13, 14): instructions the ledger cannot apply
+are dead-lettered and listed with why; `show` decodes one; `redrive` asks the ledger
+(`DeadLetterService.RedriveDeadLetter`), which refuses while its handler still fails, applies them
+once after the fix, says "already applied" for one the consumer applied meanwhile, and a second
+`redrive` changes nothing. The RPC itself: ops only, INVALID_ARGUMENT for a malformed id, NOT_FOUND
+for an entry the dead letter topic lacks, FAILED_PRECONDITION for another service's consumer group.
 
 The fault: the ledger's decoding of settlement instructions is replaced by one with a bug for
 instructions whose id starts with "lucky-" (it raises, as a release with that bug would); "the fix"
-puts the real decoding back, in the running ledger and in mjctl alike."""
+puts the real decoding back in the running ledger. mjctl runs no ledger code: the re-drive is
+applied by the ledger process."""
 
 from __future__ import annotations
 
@@ -17,7 +20,13 @@ from typing import Any
 import grpc
 import pytest
 from kafka import KafkaProducer
-from mahjong.v1 import envelope_pb2, ledger_service_pb2, ledger_service_pb2_grpc
+from mahjong.v1 import (
+    dead_letter_service_pb2,
+    dead_letter_service_pb2_grpc,
+    envelope_pb2,
+    ledger_service_pb2,
+    ledger_service_pb2_grpc,
+)
 from mahjong_ledger import projection
 from mahjong_ledger.app import LedgerProcess
 from mahjong_ledger.settings import LedgerSettings
@@ -64,18 +73,20 @@ def environment(
     }
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MAHJONG_RUN_SERVICES", "ledger")  # mjctl dlq looks for consumer groups there
+    monkeypatch.setenv("MAHJONG_RUN_SERVICES", "ledger")  # mjctl dlq asks only the ledger
     return variables
 
 
 @pytest.fixture
 def ledger(
-    environment: dict[str, str],
+    environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Settings, ledger_service_pb2_grpc.LedgerServiceStub]]:
     settings = load_settings(environment)
     process = LedgerProcess(settings, LedgerSettings(starting_grant_beans=GRANT)).start(address="127.0.0.1:0")
     assert process.server is not None
-    channel = grpc.insecure_channel(f"127.0.0.1:{process.server.port}")
+    target = f"127.0.0.1:{process.server.port}"
+    monkeypatch.setenv("MAHJONG_LEDGER_GRPC_TARGET", target)  # where mjctl dlq dials the ledger
+    channel = grpc.insecure_channel(target)
     yield settings, ledger_service_pb2_grpc.LedgerServiceStub(channel)
     channel.close()
     process.stop()
@@ -200,3 +211,67 @@ def re_drive_and_check(
 def test_an_id_that_is_not_a_dead_letter_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dlq", "show", "not-an-id"]) == 2
     assert "<partition>:<offset>" in capsys.readouterr().err
+
+
+def dead_letter_service() -> dead_letter_service_pb2_grpc.DeadLetterServiceStub:
+    """The ledger's DeadLetterService, where mjctl dials it."""
+    channel = grpc.insecure_channel(load_settings().grpc_target("ledger"))
+    return dead_letter_service_pb2_grpc.DeadLetterServiceStub(channel)
+
+
+def publish_dead_letter(settings: Settings, letter: envelope_pb2.DeadLetter) -> None:
+    producer = KafkaProducer(bootstrap_servers=list(settings.kafka_bootstrap_servers), acks="all")
+    producer.send(Topics.with_prefix(settings.topic_prefix).dead_letter, value=letter.SerializeToString())
+    producer.flush(30)
+    producer.close()
+
+
+def test_the_ledgers_dead_letter_service_is_ops_only_and_refuses_bad_ids_changing_nothing(
+    ledger: tuple[Settings, ledger_service_pb2_grpc.LedgerServiceStub],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, stub = ledger
+    dead_letters = dead_letter_service()
+    request = dead_letter_service_pb2.RedriveDeadLetterRequest
+    player = bearer_metadata(mint_token(SECRET, "alice", []))
+    for call, message in (
+        (dead_letters.RedriveDeadLetter, request(entry_id="0:0")),
+        (dead_letters.ListRedrives, dead_letter_service_pb2.ListRedrivesRequest()),
+    ):
+        with pytest.raises(grpc.RpcError) as denied:
+            call(message, metadata=player)
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    for malformed in ("", "0", "a:1", "-1:2", "1:2:3"):
+        with pytest.raises(grpc.RpcError) as refused:
+            dead_letters.RedriveDeadLetter(request(entry_id=malformed), metadata=OPS)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, malformed
+        assert "<partition>:<offset>" in (refused.value.details() or "")
+    with pytest.raises(grpc.RpcError) as absent:
+        dead_letters.RedriveDeadLetter(request(entry_id="0:999999"), metadata=OPS)
+    assert absent.value.code() == grpc.StatusCode.NOT_FOUND
+
+    # A dead letter of another service's consumer group, holding an instruction the ledger could
+    # apply: the ledger does not apply it.
+    stranger = instruction_envelope("stranger-1", "player:bob", [payee("player:alice", 100)], table_id="t-x")
+    letter = envelope_pb2.DeadLetter(
+        topic=Topics.with_prefix(settings.topic_prefix).settlement,
+        partition=0,
+        offset=0,
+        key=b"t-x",
+        value=serialize_envelope(stranger),
+        error="not the ledger's",
+        consumer_group="scoring-settlement",
+    )
+    publish_dead_letter(settings, letter)
+    wait_for(lambda: len(listed(capsys)) == 1, "the stranger's dead letter")
+    (entry,) = listed(capsys)
+    assert entry["status"].startswith("? ")  # no service asked runs scoring-settlement
+    with pytest.raises(grpc.RpcError) as elsewhere:
+        dead_letters.RedriveDeadLetter(request(entry_id=entry["id"]), metadata=OPS)
+    assert elsewhere.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "scoring-settlement" in (elsewhere.value.details() or "")
+    exit_code, output = mjctl(capsys, "redrive", entry["id"])
+    assert exit_code == 1 and "no reachable service" in output
+    assert balance(stub, "alice") == GRANT
+    answer = dead_letters.ListRedrives(dead_letter_service_pb2.ListRedrivesRequest(), metadata=OPS)
+    assert list(answer.consumer_groups) == ["mahjong-ledger"] and not answer.redrives
