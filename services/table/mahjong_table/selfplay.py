@@ -25,13 +25,7 @@ from mahjong_table.core.commands import (
     Win,
 )
 from mahjong_table.core.state import Phase
-from mahjong_table.formula.decide import waited_on as formula_waited_on
-from mahjong_table.formula.state import FormulaTableState
-from mahjong_table.formula.views import legal_actions as formula_legal_actions
-from mahjong_table.sichuan.decide import waited_on
-from mahjong_table.sichuan.rules_adapter import code_of
-from mahjong_table.sichuan.state import TableState
-from mahjong_table.sichuan.views import (
+from mahjong_table.core.views import (
     ACTION_CHOW,
     ACTION_DECLARE_MISSING_SUIT,
     ACTION_DISCARD,
@@ -42,8 +36,14 @@ from mahjong_table.sichuan.views import (
     ACTION_PONG,
     ACTION_WIN,
     LegalAction,
-    legal_actions,
 )
+from mahjong_table.formula.decide import waited_on as formula_waited_on
+from mahjong_table.formula.state import FormulaTableState
+from mahjong_table.formula.views import legal_actions as formula_legal_actions
+from mahjong_table.sichuan.decide import waited_on
+from mahjong_table.sichuan.rules_adapter import code_of
+from mahjong_table.sichuan.state import TableState
+from mahjong_table.sichuan.views import legal_actions
 
 
 def command_for(state: TableState, seat: int, action: LegalAction, generator: random.Random) -> TableCommand:

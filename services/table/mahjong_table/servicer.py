@@ -4,7 +4,7 @@ Thin: authenticate the caller's seat, map the request to a domain command, let t
 (`commits.py`) decide and persist it with the other commands that arrived meanwhile, map the result
 back. Streams are coroutines woken by the table's commits (`TableWakeups`); views and new events
 come from memory, where the tables this process owns are authoritative (the event store is their
-write-ahead log). A player sees only what `domain.views.redact` lets their seat
+write-ahead log). A player sees only what `core.views.redact` lets their seat
 see; the ops role watches with full information (ARCHITECTURE.md "Identity and hidden information").
 """
 
@@ -51,9 +51,10 @@ from mahjong_table.commits import Accepted, Deferral, Deferred, GroupCommitter, 
 from mahjong_table.core import commands
 from mahjong_table.core.errors import InvalidCommandError, TableRuleError
 from mahjong_table.core.events import NO_SEAT
+from mahjong_table.core.views import redact
 from mahjong_table.tables import TableChanges, TableEngine
 from mahjong_table.variants import AnyTableState as TableState
-from mahjong_table.variants import redact, view_for
+from mahjong_table.variants import view_for
 from mahjong_table.visibility import CLAIM_WAIT_CAP_SECONDS, answer_envelopes, window_hidden_from
 
 METHOD_ROLES = role_table(

@@ -13,6 +13,7 @@ from typing import TypeAlias
 from mahjong_table.core.commands import TableCommand
 from mahjong_table.core.events import SeatAssignment, TableEvent, TableOpened
 from mahjong_table.core.room_rules import VARIANT_FORMULA, RoomRules
+from mahjong_table.core.views import TableView
 from mahjong_table.formula import decide as formula_decide
 from mahjong_table.formula import evolve as formula_evolve
 from mahjong_table.formula import views as formula_views
@@ -21,7 +22,6 @@ from mahjong_table.sichuan import decide as sichuan_decide
 from mahjong_table.sichuan import evolve as sichuan_evolve
 from mahjong_table.sichuan import views as sichuan_views
 from mahjong_table.sichuan.state import TableState
-from mahjong_table.sichuan.views import TableView
 
 AnyTableState: TypeAlias = TableState | FormulaTableState
 """The state of a table of either family."""
@@ -75,9 +75,3 @@ def view_for(state: AnyTableState, seat: int) -> TableView:
     if isinstance(state, FormulaTableState):
         return formula_views.view_for(state, seat)
     return sichuan_views.view_for(state, seat)
-
-
-def redact(event: TableEvent, viewer_seat: int | None) -> TableEvent | None:
-    """The event as `viewer_seat` may see it. Both families hide the same things (the wall,
-    others' concealed tiles and draws, others' passes); the formula events are public."""
-    return sichuan_views.redact(event, viewer_seat)

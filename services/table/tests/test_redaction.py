@@ -24,12 +24,13 @@ from mahjong_table.core.events import (
     TurnTimedOut,
 )
 from mahjong_table.core.room_rules import RoomRules
+from mahjong_table.core.views import redact
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.views import legal_actions as formula_legal_actions
 from mahjong_table.selfplay import random_legal_command
 from mahjong_table.servicer import redacted_envelope
 from mahjong_table.sichuan.decide import open_table
-from mahjong_table.sichuan.views import redact, view_for
+from mahjong_table.sichuan.views import view_for
 from mahjong_table.testing import FormulaTable, Table
 
 SEATS = ("alice", "bob", "carol", "dave")

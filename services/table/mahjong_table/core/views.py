@@ -1,0 +1,259 @@
+"""What one seat may see and do, the part both families share (ARCHITECTURE.md "Identity and
+hidden information"): the `TableView` a seat gets and its parts, the `LegalAction`s, the public
+form of a seat (`seat_melds`) and `redact(event, viewer_seat)`.
+
+A player never sees another's concealed tiles, the wall, others' exchange picks, others' missing
+suits before all are declared, or who was asked about a discard (that would reveal a pair or a
+win). `viewer_seat` None is a spectator without a seat: they see only public facts. The Formula
+events (the wildcard in `TableOpened`, `FlowerReplaced`, `ChowClaimed`, `BirdRevealed`) are public
+as they are (RULES.md 2.1, 2.3). The family views (`mahjong_table.sichuan.views`,
+`mahjong_table.formula.views`) add the legal actions and the facts of their own rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from mahjong_table.core.decide import meld_event
+from mahjong_table.core.events import (
+    EXPOSURE_CONCEALED,
+    NO_SEAT,
+    TIMEOUT_PHASE_CLAIM,
+    ClaimPassed,
+    ExchangePicked,
+    HandsDealt,
+    KongDeclared,
+    Meld,
+    MissingSuitChosen,
+    TableEvent,
+    TableOpened,
+    TileDrawn,
+    TilesExchanged,
+    TurnTimedOut,
+)
+from mahjong_table.core.state import MeldState, Phase, replaced
+from mahjong_table.core.tiles import code_of
+
+ACTION_EXCHANGE_THREE = "exchange_three"
+ACTION_DECLARE_MISSING_SUIT = "declare_missing_suit"
+ACTION_DISCARD = "discard"
+ACTION_PONG = "pong"
+ACTION_CHOW = "chow"
+ACTION_KONG = "kong"
+ACTION_WIN = "win"
+ACTION_PASS = "pass"
+ACTION_LEAVE = "leave"
+
+
+@dataclass(frozen=True, slots=True)
+class LegalAction:
+    """One kind of command the seat may send now, with its allowed tiles or suits.
+
+    exchange_three: `tiles` are the held tiles of suits holding at least three (pick three of
+    one suit); declare_missing_suit: `suits`; discard: the allowed tiles (missing suit first,
+    RULES.md 1.3); kong: the kong tiles; pong, win, pass, leave: no arguments.
+    """
+
+    kind: str
+    tiles: tuple[str, ...] = ()
+    suits: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SeatView:
+    """The public facts about one seat."""
+
+    seat: int
+    player_id: str
+    concealed_tile_count: int
+    melds: tuple[Meld, ...]
+    discards: tuple[str, ...]
+    missing_suit: str
+    """"" until every seat declared (RULES.md 1.3), except for the viewer's own seat."""
+    exchange_picked: bool
+    missing_suit_chosen: bool
+    won: bool
+    left: bool
+    flowers: tuple[str, ...] = ()
+    """Formula: the flowers the seat has set aside (public, RULES.md 2.1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableView:
+    """One seat's view of the table now (what `GetView` returns)."""
+
+    table_id: str
+    viewer_seat: int
+    phase: str
+    dealer_seat: int
+    turn_seat: int
+    hand: tuple[str, ...]
+    """The viewer's concealed tiles, sorted."""
+    drawn_tile: str
+    exchange_pick: tuple[str, ...]
+    exchange_direction: str
+    """"" until the swap happened (the direction is announced by `TilesExchanged`)."""
+    seats: tuple[SeatView, ...]
+    wall_remaining: int
+    claimable_tile: str
+    """The tile the viewer is asked about now (a discard or an added kong), else ""."""
+    claim_from_seat: int
+    legal_actions: tuple[LegalAction, ...]
+    waits: tuple[str, ...]
+    """Hint: the tiles that would complete the viewer's hand when it has no extra tile (RULES.md 1.7)."""
+    end_reason: str
+    version: int
+    wildcard_indicator: str = ""
+    """Formula: the wildcard indicator and the wildcard, visible to all (RULES.md 2.1)."""
+    wildcard: str = ""
+    bird_tile: str = ""
+    """Formula: the bird and the seat it landed on, once revealed (RULES.md 2.3)."""
+    bird_seat: int = NO_SEAT
+
+
+LEAVE = LegalAction(ACTION_LEAVE)
+WIN = LegalAction(ACTION_WIN)
+PONG = LegalAction(ACTION_PONG)
+PASS = LegalAction(ACTION_PASS)
+
+
+class _Player(Protocol):
+    @property
+    def melds(self) -> tuple[MeldState, ...]: ...
+
+
+class _Window(Protocol):
+    @property
+    def tile(self) -> int: ...
+    @property
+    def from_seat(self) -> int: ...
+    @property
+    def pending(self) -> frozenset[int]: ...
+
+
+class _Table(Protocol):
+    @property
+    def table_id(self) -> str: ...
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def dealer_seat(self) -> int: ...
+    @property
+    def turn_seat(self) -> int: ...
+    @property
+    def drawn_tile(self) -> int | None: ...
+    @property
+    def window(self) -> _Window | None: ...
+    @property
+    def wall_remaining(self) -> int: ...
+    @property
+    def end_reason(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def is_over(self) -> bool: ...
+
+
+def shows_concealed_kongs(state: _Table, player: _Player, seat: int, viewer_seat: int) -> bool:
+    """Whether `viewer_seat` sees the tiles of `seat`'s concealed kongs: its own, or once the game
+    is over (a concealed kong shows face down to the other seats until then)."""
+    return (
+        not player.melds
+        or seat == viewer_seat
+        or state.is_over
+        or all(meld.exposure != EXPOSURE_CONCEALED for meld in player.melds)
+    )
+
+
+def seat_melds(player: _Player, show_concealed_kongs: bool) -> tuple[Meld, ...]:
+    """The seat's melds as a viewer sees them (`shows_concealed_kongs`)."""
+    return tuple(_public_meld(meld_event(meld), show_concealed_kongs) for meld in player.melds)
+
+
+def _public_meld(meld: Meld, show_concealed_kongs: bool) -> Meld:
+    if meld.exposure == EXPOSURE_CONCEALED and not show_concealed_kongs:
+        return replace(meld, tile="")
+    return meld
+
+
+def table_view(
+    state: _Table,
+    seat: int,
+    *,
+    hand: tuple[str, ...],
+    seats: tuple[SeatView, ...],
+    legal_actions: tuple[LegalAction, ...],
+    waits: tuple[str, ...],
+    exchange_pick: tuple[str, ...] = (),
+    exchange_direction: str = "",
+    wildcard_indicator: str = "",
+    wildcard: str = "",
+    bird_tile: str = "",
+    bird_seat: int = NO_SEAT,
+) -> TableView:
+    """The seat's view: what every family shows the same way (whose turn, the phase, the drawn
+    tile on the seat's own turn, the tile it is asked about) around what the family passes."""
+    window = state.window
+    asked = window is not None and seat in window.pending
+    own_turn = state.phase is Phase.TURN and state.turn_seat == seat
+    return TableView(
+        table_id=state.table_id,
+        viewer_seat=seat,
+        phase=state.phase.value,
+        dealer_seat=state.dealer_seat,
+        turn_seat=state.turn_seat,
+        hand=hand,
+        drawn_tile=code_of(state.drawn_tile) if state.drawn_tile is not None and own_turn else "",
+        exchange_pick=exchange_pick,
+        exchange_direction=exchange_direction,
+        seats=seats,
+        wall_remaining=state.wall_remaining,
+        claimable_tile=code_of(window.tile) if asked and window is not None else "",
+        claim_from_seat=window.from_seat if asked and window is not None else NO_SEAT,
+        legal_actions=legal_actions,
+        waits=waits,
+        end_reason=state.end_reason,
+        version=state.version,
+        wildcard_indicator=wildcard_indicator,
+        wildcard=wildcard,
+        bird_tile=bird_tile,
+        bird_seat=bird_seat,
+    )
+
+
+def redact(event: TableEvent, viewer_seat: int | None) -> TableEvent | None:
+    """The event as `viewer_seat` may see it, or None when the viewer must not learn it happened.
+
+    TableOpened loses the wall and the (not yet announced) exchange direction; HandsDealt keeps
+    only the viewer's hand; others' draws lose the tile, others' exchange picks their tiles, others'
+    missing-suit choices the suit, others' concealed kongs the tile; TilesExchanged keeps only the
+    viewer's transfers; others' claim passes and claim timeouts are dropped (they would reveal that
+    the player could win or pong).
+    """
+    if isinstance(event, TableOpened):
+        return replace(event, wall=(), exchange_direction="")
+    if isinstance(event, HandsDealt):
+        return replace(
+            event,
+            hands=tuple(
+                hand if hand.seat == viewer_seat else replace(hand, tiles=()) for hand in event.hands
+            ),
+        )
+    if isinstance(event, TileDrawn):
+        return event if event.seat == viewer_seat else replaced(event, tile="")
+    if isinstance(event, ExchangePicked):
+        return event if event.seat == viewer_seat else replaced(event, tiles=())
+    if isinstance(event, TilesExchanged):
+        own = tuple(t for t in event.transfers if viewer_seat in (t.from_seat, t.to_seat))
+        return replace(event, transfers=own)
+    if isinstance(event, MissingSuitChosen):
+        return event if event.seat == viewer_seat else replaced(event, suit="")
+    if isinstance(event, KongDeclared):
+        hidden = event.exposure == EXPOSURE_CONCEALED and event.seat != viewer_seat
+        return replaced(event, tile="") if hidden else event
+    if isinstance(event, ClaimPassed):
+        return event if event.seat == viewer_seat else None
+    if isinstance(event, TurnTimedOut) and event.phase == TIMEOUT_PHASE_CLAIM:
+        return event if event.seat == viewer_seat else None
+    return event
