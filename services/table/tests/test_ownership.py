@@ -13,7 +13,7 @@ import datetime
 import pathlib
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
@@ -24,7 +24,13 @@ from mahjong.v1 import table_service_pb2_grpc
 from mahjong_platform.aio_grpc_server import AioAuthInterceptor, AioRunningServer, serve_aio
 from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
-from mahjong_platform.database import create_engine_for, create_session_factory, read_transaction, sqlite_url
+from mahjong_platform.database import (
+    create_engine_for,
+    create_session_factory,
+    read_transaction,
+    sqlite_url,
+    transaction,
+)
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
@@ -532,3 +538,95 @@ def test_a_table_engine_says_serving_from_its_first_partition_assignment_on(tmp_
         assert serving.is_set()
     finally:
         database.dispose()
+
+
+GRPC_TIMEOUT_ROUNDING_SECONDS = 1.0
+
+
+class RecordingOwner(table_service_pb2_grpc.TableServiceServicer):
+    """Stands for the owning replica: records the deadline and metadata each call arrives with."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float | None, dict[str, str | bytes]]] = []
+
+    def _record(self, context: grpc.aio.ServicerContext) -> None:
+        self.seen.append((context.time_remaining(), dict(context.invocation_metadata() or ())))
+
+    async def GetView(
+        self, request: messages.GetViewRequest, context: grpc.aio.ServicerContext
+    ) -> messages.TableView:
+        self._record(context)
+        return messages.TableView(table_id=request.table_id)
+
+    async def WatchView(
+        self, request: messages.WatchViewRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[messages.TableUpdate]:
+        self._record(context)
+        update = messages.TableUpdate()
+        update.view.table_id = request.table_id
+        yield update
+
+    async def Play(
+        self, requests: AsyncIterator[messages.PlayRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[messages.PlayResponse]:
+        self._record(context)
+        async for request in requests:
+            response = messages.PlayResponse()
+            response.update.view.table_id = request.open.table_id
+            yield response
+            return
+
+
+def test_a_forwarded_call_reaches_the_owner_with_the_callers_token_and_remaining_deadline(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """The owner authenticates the caller again and spends no more than the caller's time (its
+    own downstream waits are bounded by it): a unary call, a server stream and a two-way stream
+    each arrive with the caller's token, the forwarder's mark, and a deadline within the caller's."""
+    a, _b = replicas
+    owner = RecordingOwner()
+    running = serve_aio(
+        [
+            register_service(
+                messages.DESCRIPTOR.services_by_name["TableService"],
+                table_service_pb2_grpc.add_TableServiceServicer_to_server,
+                owner,  # type: ignore[abstract]  # only what the forwards call
+            )
+        ],
+        "127.0.0.1:0",
+        load_settings({"MAHJONG_JWT_SECRET": SECRET}),
+    )
+    try:
+        a.assign(0)
+        with transaction(a.server.session_factory) as session:  # type: ignore[arg-type]
+            session.execute(
+                table_partition_owners.insert().values(
+                    topic=TOPIC,
+                    partition=1,
+                    owner_address=f"127.0.0.1:{running.port}",
+                    owner_instance="the-owner",
+                    epoch=1,
+                    claimed_at=utc_now(),
+                )
+            )
+        a.ownership.refresh_directory()
+        table = table_in(1)
+        stub = a.stub("east")
+        assert stub.GetView(messages.GetViewRequest(table_id=table), timeout=30).table_id == table
+        watched = stub.WatchView(messages.WatchViewRequest(table_id=table), timeout=30)
+        assert next(watched).view.table_id == table
+        watched.cancel()
+        play = stub.Play(
+            iter([messages.PlayRequest(open=messages.WatchViewRequest(table_id=table))]), timeout=30
+        )
+        assert next(play).update.view.table_id == table
+        play.cancel()
+        token = mint_token(SECRET, "east")
+        assert len(owner.seen) == 3
+        for remaining, metadata in owner.seen:
+            # The caller's 30 s, give or take gRPC's rounding up of the wire's timeout (grpc-timeout).
+            assert remaining is not None and 0 < remaining <= 30 + GRPC_TIMEOUT_ROUNDING_SECONDS
+            assert metadata["authorization"] == f"Bearer {token}"
+            assert metadata[FORWARDED_BY_METADATA_KEY] == a.ownership.address
+    finally:
+        running.stop(0)
