@@ -7,6 +7,9 @@ projection, and the gRPC `ScoringService`, all configured from the MAHJONG_* set
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 from mahjong_platform.config import Settings, load_settings
 from mahjong_platform.database import create_session_factory
 from mahjong_platform.event_store import EventStore
@@ -44,8 +47,14 @@ DEFINITION = ServiceDefinition(
 )
 
 
-def main() -> int:
-    """Run the scoring service until SIGTERM or SIGINT."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the scoring service until SIGTERM or SIGINT; ``rebuild ...``: the admin command of
+    `mahjong_scoring.rebuild` instead."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["rebuild"]:
+        from mahjong_scoring.rebuild import main as rebuild
+
+        return rebuild(arguments[1:])
     settings = load_settings()
     configure_logging(settings)
     return run_service(DEFINITION, settings)

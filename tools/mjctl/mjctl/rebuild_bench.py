@@ -3,7 +3,7 @@
     python -m mjctl.rebuild_bench [--games 32] [--database sqlite|postgresql|both]
 
 What ``mjctl rebuild`` does after it has read the topics, minus Kafka: self-play games (greedy
-players, seeded) give the table events; they are replayed through `mjctl.rebuild.replay` (the
+players, seeded) give the table events; they are replayed through `mahjong_platform.rebuild.replay` (the
 live consumer's batch path, `BatchApplier`, BATCH_EVENTS per transaction) into an empty scoring
 database; the settlement events scoring emitted, with the players' starting grants, are replayed
 the same way into an empty ledger database. Prints events per second for each (the reading from
@@ -27,14 +27,15 @@ from contextlib import contextmanager
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2
+from mahjong_ledger.rebuild import rebuild_target as ledger_target
 from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
 from mahjong_platform.envelopes import new_envelope, parse_envelope
 from mahjong_platform.event_store import EventStore
+from mahjong_platform.rebuild import TopicRecord, rebuild_engine, replay
 from mahjong_platform.schema import stored_events
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import MessagePosition
-
-from mjctl.rebuild import TopicRecord, ledger_target, rebuild_engine, replay, scoring_target
+from mahjong_scoring.rebuild import rebuild_target as scoring_target
 
 PLAYERS = 16
 GRANT_BEANS = 100_000

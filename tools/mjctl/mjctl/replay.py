@@ -30,16 +30,14 @@ import argparse
 import datetime
 import json
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from mahjong_platform.topic_reading import TopicReadError, Window, read_partitions_to_end, topic_partitions
+
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer, TopicPartition
     from mahjong.v1 import envelope_pb2
 
-TOPIC_METADATA_TIMEOUT_SECONDS: Final = 30.0
-READ_TIMEOUT_SECONDS: Final = 120.0
 # A table has a few hundred events; a partition holds many tables, so bound what one read keeps.
 TABLE_EVENTS_MAX: Final = 100_000
 RPC_TIMEOUT_SECONDS: Final = 30.0
@@ -106,6 +104,7 @@ def _parse_time(text: str) -> datetime.datetime:
 
 def run(arguments: argparse.Namespace) -> int:
     """The ``replay`` subcommand: print the table's story; exit 1 when the table has no events."""
+
     from mahjong_platform.config import load_settings
 
     settings = load_settings()
@@ -130,7 +129,7 @@ def run(arguments: argparse.Namespace) -> int:
             table_target, scoring_target = settings.grpc_target("table"), settings.grpc_target("scoring")
             table_events = read_from_services(table_target, token, arguments.table)
             settlement_events = read_settlement_from_services(scoring_target, token, arguments.table)
-    except ReplayError as error:
+    except (ReplayError, TopicReadError) as error:
         print(f"mjctl replay: {error}", file=sys.stderr)
         return 1
     if not table_events:
@@ -249,81 +248,12 @@ def partition_for_key(topic: str, partitions: set[int], key: bytes) -> int:
     return partition
 
 
-def topic_partitions(consumer: KafkaConsumer, topic: str) -> set[int]:
-    """The topic's partition numbers, waiting for the client's metadata; ReplayError if unknown."""
-    deadline = time.monotonic() + TOPIC_METADATA_TIMEOUT_SECONDS
-    while True:
-        partitions = consumer.partitions_for_topic(topic)
-        if partitions:
-            return set(partitions)
-        if time.monotonic() > deadline:
-            raise ReplayError(f"topic {topic!r} has no partitions (is the broker up, the prefix right?)")
-        time.sleep(0.1)
-
-
-Window = tuple[datetime.datetime | None, datetime.datetime | None]
-"""Kafka record times to read between: (from, until); None: the beginning / the end now."""
-
-
-def read_partitions_to_end(
-    consumer: KafkaConsumer,
-    partitions: Sequence[TopicPartition],
-    records_max: int,
-    window: Window = (None, None),
-) -> Iterator[Any]:
-    """Every record of the partitions, from the beginning to the end offsets of now (a snapshot),
-    or between the offsets Kafka's time index gives for the window's times."""
-    consumer.assign(list(partitions))
-    since, until = window
-    end_offsets: dict[TopicPartition, int] = consumer.end_offsets(list(partitions))
-    if since is None:
-        consumer.seek_to_beginning(*partitions)
-    else:
-        for partition, offset in _offsets_at(consumer, partitions, since, end_offsets).items():
-            consumer.seek(partition, offset)
-    if until is not None:
-        end_offsets = _offsets_at(consumer, partitions, until, end_offsets)
-    pending = {partition for partition in partitions if end_offsets[partition] > consumer.position(partition)}
-    read_count = 0
-    deadline = time.monotonic() + READ_TIMEOUT_SECONDS
-    while pending:
-        if time.monotonic() > deadline:
-            raise ReplayError(
-                f"reading {len(partitions)} partitions did not finish in {READ_TIMEOUT_SECONDS:g} s"
-            )
-        for partition, records in consumer.poll(timeout_ms=500).items():
-            for record in records:
-                if record.offset >= end_offsets[partition]:
-                    continue  # Written after the snapshot: not part of this read.
-                read_count += 1
-                if read_count > records_max:
-                    raise ReplayError(f"more than {records_max} records to read; refusing to hold them all")
-                yield record
-            if consumer.position(partition) >= end_offsets[partition]:
-                pending.discard(partition)
-                consumer.pause(partition)
-
-
-def _offsets_at(
-    consumer: KafkaConsumer,
-    partitions: Sequence[TopicPartition],
-    moment: datetime.datetime,
-    end_offsets: dict[TopicPartition, int],
-) -> dict[TopicPartition, int]:
-    """Each partition's first offset with a timestamp at or after `moment` (its end when none)."""
-    milliseconds = int(moment.timestamp() * 1000)
-    found = consumer.offsets_for_times({partition: milliseconds for partition in partitions})
-    return {
-        partition: end_offsets[partition] if found.get(partition) is None else found[partition].offset
-        for partition in partitions
-    }
-
-
 def read_stream_from_kafka(
     bootstrap_servers: list[str], topic: str, stream_id: str, window: Window = (None, None)
 ) -> list[envelope_pb2.Envelope]:
     """The stream's events from its key's partition (within `window`), duplicates (re-sends)
     dropped, in sequence order."""
+
     from kafka import KafkaConsumer, TopicPartition
     from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
 

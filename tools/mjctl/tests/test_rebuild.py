@@ -225,3 +225,26 @@ def test_rebuilt_scoring_and_ledger_equal_live_and_a_tampered_row_is_named(
     assert main(["rebuild", "ledger", "--live-group", unique_prefix + LEDGER_GROUP]) == 1
     output = capsys.readouterr().out
     assert "different: table ledger_accounts, key account='player:bo', column balance_beans" in output
+
+
+def test_mjctl_rebuild_runs_the_services_own_admin_command_with_the_same_options() -> None:
+    """Issue 14: mjctl runs `python -m mahjong_<service> rebuild`, imports no service code."""
+    import argparse
+    import sys
+
+    from mjctl.rebuild import service_command
+
+    arguments = argparse.Namespace(
+        service="ledger", database="postgresql://x/y", keep=True, live_database=None, live_group="g"
+    )
+    assert service_command(arguments) == [
+        sys.executable,
+        "-m",
+        "mahjong_ledger",
+        "rebuild",
+        "--database",
+        "postgresql://x/y",
+        "--live-group",
+        "g",
+        "--keep",
+    ]
