@@ -148,11 +148,15 @@ def table_with_hands(
     return table
 
 
-def tiles_accounted(state: TableState) -> int:
-    """Wall + concealed + melds + discards: always 108 (a claimed tile moves, it is not copied)."""
+def tiles_accounted(state: TableState | FormulaTableState) -> int:
+    """Every tile of the wall the table opened with, wherever it is now: the wall, the hands, the
+    melds, the discards and (Formula) the flowers set aside, the indicator and the flowers turned
+    before it. Always 108 or 144: a claimed tile moves, it is never copied."""
     total = state.wall_remaining
     for player in state.players:
         total += player.tile_count + len(player.discards) + sum(meld.size for meld in player.melds)
+    if isinstance(state, FormulaTableState):
+        total += 1 + len(state.turned_flowers) + sum(len(player.flowers) for player in state.players)
     return total
 
 

@@ -33,9 +33,11 @@ from mahjong_table.core.errors import (
     WrongPhaseError,
 )
 from mahjong_table.core.room_rules import RoomRules
-from mahjong_table.testing import Table, table_with_hands
+from mahjong_table.testing import FormulaTable, Table, formula_table_with_hands, table_with_hands
 
 TRIPLE_WAIT_HANDS = ("112345678p56789m", "123456789m4699p", "111222333789s5p", "123456789s99s55p")
+CHOW_HANDS = ("3m124578p124578s1z", "45m99m236p236s234z", "458m699p369s5566z", "112m7m18p89s12344z")
+"""A Formula deal (dealer seat 0 on turn, no flower held), as in test_formula_aggregate.py."""
 EXCHANGE_HANDS = ("123456789m12345p", "123456789p1234s", "123456789s1234m", "56789s56789m678p")
 
 
@@ -201,3 +203,26 @@ def test_a_bad_command_raises_its_typed_error_and_changes_nothing(
 def test_every_typed_error_is_a_table_rule_error() -> None:
     for _, _, _, error, _ in CASES:
         assert issubclass(error, TableRuleError)
+
+
+def formula_dealer_turn() -> FormulaTable:
+    return formula_table_with_hands(CHOW_HANDS, RoomRules(variant="formula", exchange_three=False, min_fan=0))
+
+
+@pytest.mark.parametrize("make_table", [dealer_turn, formula_dealer_turn], ids=["sichuan", "formula"])
+@pytest.mark.parametrize(
+    "command",
+    [Leave(True), Leave(False, "disconnected"), Discard(True, "1m"), Pass(False), Win(True)],
+    ids=["leave True", "leave False", "discard True", "pass False", "win True"],
+)
+def test_a_bool_is_not_a_seat_in_either_family(
+    make_table: Callable[[], Table | FormulaTable], command: TableCommand
+) -> None:
+    """`True` is an int in Python, and was seat 1 to the Formula `Leave` (it emitted a
+    `PlayerLeft` of seat True): both families check every command's seat with one kernel check."""
+    table = make_table()
+    state_before, events_before = table.state, list(table.events)
+    with pytest.raises(InvalidCommandError, match=r"seat must be 0\.\.3"):
+        table.act(command)
+    assert table.state == state_before
+    assert table.events == events_before

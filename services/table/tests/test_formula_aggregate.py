@@ -34,14 +34,11 @@ from mahjong_table.core.events import (
 from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import Phase
 from mahjong_table.core.views import redact
-from mahjong_table.formula.decide import (
-    open_formula_table,
-    tiles_accounted,
-)
+from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.evolve import fold
 from mahjong_table.formula.state import FormulaTableState
 from mahjong_table.formula.views import legal_actions, view_for
-from mahjong_table.testing import FormulaTable, formula_table_with_hands
+from mahjong_table.testing import FormulaTable, formula_table_with_hands, tiles_accounted
 
 NO_FAN_MINIMUM = RoomRules(variant="formula", exchange_three=False, min_fan=0)
 

@@ -9,12 +9,18 @@ with its own `Emitter`; each step reads the state and emits events, which the em
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from mahjong_table.core.commands import Leave
+from mahjong_table.core.commands import ExpireDeadline, Leave, TableCommand
 from mahjong_table.core.emitter import Emitter
-from mahjong_table.core.errors import GameOverError, InvalidCommandError, PlayerNotInGameError
+from mahjong_table.core.errors import (
+    GameOverError,
+    InvalidCommandError,
+    NotYourTurnError,
+    PlayerNotInGameError,
+    WrongPhaseError,
+)
 from mahjong_table.core.events import (
     END_REASON_WALL_EXHAUSTED,
     EXPOSURE_ADDED,
@@ -25,44 +31,40 @@ from mahjong_table.core.events import (
     PlayerLeft,
     RevealedHand,
     SeatAssignment,
+    TableEvent,
     TileDrawn,
     WallExhausted,
 )
-from mahjong_table.core.state import SEAT_COUNT, MeldState
+from mahjong_table.core.state import SEAT_COUNT, MeldState, Phase, TableShape
 from mahjong_table.core.tiles import code_of, codes_of_counts
 
-
-class _Player(Protocol):
-    @property
-    def concealed(self) -> tuple[int, ...]: ...
-    @property
-    def melds(self) -> tuple[MeldState, ...]: ...
-    @property
-    def won(self) -> bool: ...
-    @property
-    def left(self) -> bool: ...
+_State = TypeVar("_State", bound=TableShape)
 
 
-class _Table(Protocol):
-    @property
-    def table_id(self) -> str: ...
-    @property
-    def end_reason(self) -> str: ...
-    @property
-    def wall(self) -> tuple[int, ...]: ...
-    @property
-    def wall_head(self) -> int: ...
-    @property
-    def wall_tail(self) -> int: ...
-    @property
-    def players(self) -> Sequence[_Player]: ...
-    @property
-    def wall_remaining(self) -> int: ...
-    @property
-    def is_over(self) -> bool: ...
+# ------------------------------------------------------------------------------------ decide
 
 
-_State = TypeVar("_State", bound=_Table)
+def execute(
+    state: _State,
+    command: TableCommand,
+    *,
+    evolve: Callable[[_State, TableEvent], _State],
+    act: Callable[[Emitter[_State], TableCommand], None],
+    expire: Callable[[Emitter[_State]], None],
+    advance: Callable[[Emitter[_State]], None],
+) -> tuple[list[TableEvent], _State]:
+    """A command's events and the state after them, folded once: the family's `act` (a seat's
+    command), `expire` (`ExpireDeadline`) or the kernel's `leave`, then the family's `advance` (play
+    on until the table waits for a player again). Equal to `(events, fold(events, state))`."""
+    emitter = Emitter(state, evolve)
+    if isinstance(command, ExpireDeadline):
+        expire(emitter)
+    elif isinstance(command, Leave):
+        leave(emitter, command)
+    else:
+        act(emitter, command)
+    advance(emitter)
+    return emitter.events, emitter.state
 
 
 # ----------------------------------------------------------------------------------- opening
@@ -98,13 +100,13 @@ def check_seat(seat: object) -> int:
     return seat
 
 
-def require_not_over(state: _Table) -> None:
+def require_not_over(state: TableShape) -> None:
     """`GameOverError` once the game has ended: no command is accepted."""
     if state.is_over:
         raise GameOverError(f"the game at table {state.table_id} has ended ({state.end_reason})")
 
 
-def require_in_game(state: _Table, seat: int) -> None:
+def require_in_game(state: TableShape, seat: int) -> None:
     """`PlayerNotInGameError` for a seat that left or won (RULES.md 1.6, 1.10, 2.3)."""
     require_not_over(state)
     player = state.players[seat]
@@ -112,6 +114,19 @@ def require_in_game(state: _Table, seat: int) -> None:
         raise PlayerNotInGameError(f"seat {seat} left the table and takes no further part")
     if player.won:
         raise PlayerNotInGameError(f"seat {seat} has already won and takes no further turns (RULES.md 1.6)")
+
+
+def require_turn(state: TableShape, seat: int, action: str) -> None:
+    """`seat` is on turn (`WrongPhaseError` in a claim window or another phase, else
+    `NotYourTurnError`)."""
+    if state.phase is Phase.CLAIM and state.window is not None:
+        raise WrongPhaseError(f"cannot {action} now: a claim window on {code_of(state.window.tile)} is open")
+    if state.phase is not Phase.TURN:
+        raise WrongPhaseError(
+            f"cannot {action} now: the game is in phase {state.phase.value!r}, not {Phase.TURN.value!r}"
+        )
+    if state.turn_seat != seat:
+        raise NotYourTurnError(f"it is seat {state.turn_seat}'s turn, not seat {seat}'s")
 
 
 # ------------------------------------------------------------------------------ leave, draw, end

@@ -1,4 +1,4 @@
-"""The fold both families share: `make_evolve` (the driver every family's `evolve` is), the fold
+"""The fold both families share: `make_fold` (the driver every family's `evolve` and `fold` are), the fold
 steps that change the players the same way (the seats, the deal, a draw from the wall, a discard,
 a pong, a kong, a robbed kong, a leave) and the events every family folds alike (`TurnTimedOut`,
 `WallExhausted`, `GameEnded`).
@@ -33,6 +33,8 @@ from mahjong_table.core.state import (
     SEAT_COUNT,
     MeldState,
     Phase,
+    PlayerShape,
+    TableShape,
     add_count,
     added_kong_to_pong,
     hidden_from_all_but,
@@ -42,54 +44,42 @@ from mahjong_table.core.state import (
     with_player,
 )
 
-
-class _Player(Protocol):
-    @property
-    def concealed(self) -> tuple[int, ...]: ...
-    @property
-    def melds(self) -> tuple[MeldState, ...]: ...
-    @property
-    def discards(self) -> tuple[int, ...]: ...
-    @property
-    def left(self) -> bool: ...
+_State = TypeVar("_State", bound=TableShape)
+_P = TypeVar("_P", bound=PlayerShape)
 
 
-class _Table(Protocol):
-    @property
-    def phase(self) -> Phase: ...
-    @property
-    def version(self) -> int: ...
-    @property
-    def wall(self) -> tuple[int, ...]: ...
-    @property
-    def wall_head(self) -> int: ...
-    @property
-    def wall_tail(self) -> int: ...
-    @property
-    def wall_remaining(self) -> int: ...
-    @property
-    def hidden_counts(self) -> tuple[int, ...]: ...
+Evolve = Callable[[_State | None, TableEvent], _State]
 
 
-_State = TypeVar("_State", bound=_Table)
-_P = TypeVar("_P", bound=_Player)
+class Fold(Protocol[_State]):
+    """A family's fold of a stream of events (from the first, or onto `state`)."""
+
+    def __call__(self, events: Iterable[TableEvent], state: _State | None = None) -> _State: ...
 
 
-def make_evolve(
+def make_fold(
     family: str,
     opened: Callable[[TableOpened], _State],
     handlers: dict[type[Any], Callable[[Any, Any], _State]],
-) -> Callable[[_State | None, TableEvent], _State]:
-    """The family's `evolve(state, event) -> state`: `opened` folds the first event
-    (`TableOpened`), `handlers` every later one by its type; each fold counts the version.
+) -> tuple[Evolve[_State], Fold[_State]]:
+    """The family's `evolve(state, event) -> state` and `fold(events, state=None) -> state`:
+    `opened` folds the first event (`TableOpened`), `handlers` every later one by its type, and
+    the kernel the events every family folds alike (`TurnTimedOut`, `WallExhausted`,
+    `GameEnded`); each fold counts the version.
 
     The fold is the engine's hot path: a handler returns a fresh value nobody holds yet, or the
     state itself when the event changes nothing, so the version is stamped in place on the fresh
     value (no second copy)."""
+    by_type: dict[type[Any], Callable[[Any, Any], _State]] = {
+        TurnTimedOut: turn_timed_out,
+        WallExhausted: wall_exhausted,
+        GameEnded: game_ended,
+        **handlers,
+    }
 
     def evolve(state: _State | None, event: TableEvent) -> _State:
         """Fold one event into the state. `state` is None only before `TableOpened`."""
-        handler = handlers.get(type(event))
+        handler = by_type.get(type(event))
         if handler is None:
             assert isinstance(event, TableOpened), f"{type(event).__name__} is not a {family} table event"
             assert state is None, "TableOpened must be the first event"
@@ -102,19 +92,14 @@ def make_evolve(
         object.__setattr__(after, "version", state.version + 1)
         return after
 
-    return evolve
+    def fold(events: Iterable[TableEvent], state: _State | None = None) -> _State:
+        """Fold a stream of events (from the first, or onto `state`)."""
+        for event in events:
+            state = evolve(state, event)
+        assert state is not None, "no events to fold"
+        return state
 
-
-def fold_with(
-    evolve: Callable[[_State | None, TableEvent], _State],
-    events: Iterable[TableEvent],
-    state: _State | None = None,
-) -> _State:
-    """Fold a stream of events (from the first, or onto `state`) with a family's `evolve`."""
-    for event in events:
-        state = evolve(state, event)
-    assert state is not None, "no events to fold"
-    return state
+    return evolve, fold
 
 
 # -------------------------------------------------------------------- how the players change
@@ -138,7 +123,7 @@ def dealt(players: tuple[_P, ...], event: HandsDealt, parse: Callable[[str], int
     return tuple(updated)
 
 
-def wall_after_draw(state: _Table, event: TileDrawn, tile: int) -> tuple[int, int]:
+def wall_after_draw(state: TableShape, event: TileDrawn, tile: int) -> tuple[int, int]:
     """The wall's head and tail after the draw `event` of `tile` (from the head, or the tail)."""
     if event.from_tail:
         assert state.wall[state.wall_tail - 1] == tile, "tail draw does not match the wall"
@@ -223,12 +208,11 @@ def game_ended(state: _State, event: GameEnded) -> _State:
 __all__ = [
     "dealt",
     "discarded",
-    "fold_with",
     "game_ended",
     "kong_robbed",
     "konged",
     "left",
-    "make_evolve",
+    "make_fold",
     "ponged",
     "seated",
     "turn_timed_out",

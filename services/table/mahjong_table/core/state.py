@@ -10,7 +10,7 @@ from the mixins here (`PlayerFacts`, `TableFacts`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -25,7 +25,10 @@ __all__ = [
     "MeldState",
     "Phase",
     "PlayerFacts",
+    "PlayerShape",
     "TableFacts",
+    "TableShape",
+    "WindowShape",
     "add_count",
     "added_kong_to_pong",
     "hidden_from_all_but",
@@ -77,17 +80,12 @@ class PlayerFacts:
         return sum(self.concealed)
 
 
-class _Seated(Protocol):
-    @property
-    def in_game(self) -> bool: ...
-
-
 class TableFacts:
     """What both families ask of a table's state the same way (a mixin: the state dataclass
     provides `players`, `wall_head`, `wall_tail` and `phase`)."""
 
     __slots__ = ()
-    players: tuple[_Seated, ...]
+    players: tuple[PlayerShape, ...]
     wall_head: int
     wall_tail: int
     phase: Phase
@@ -137,6 +135,76 @@ class MeldState:
         if self.kind == "chow":
             return (self.tile, self.tile + 1, self.tile + 2)
         return (self.tile,) * self.size
+
+
+class PlayerShape(Protocol):
+    """What the kernel reads of a seat's facts (either family's player)."""
+
+    @property
+    def player_id(self) -> str: ...
+    @property
+    def concealed(self) -> tuple[int, ...]: ...
+    @property
+    def melds(self) -> tuple[MeldState, ...]: ...
+    @property
+    def discards(self) -> tuple[int, ...]: ...
+    @property
+    def won(self) -> bool: ...
+    @property
+    def left(self) -> bool: ...
+    @property
+    def in_game(self) -> bool: ...
+    @property
+    def tile_count(self) -> int: ...
+    @property
+    def derived(self) -> dict[object, Any]: ...
+
+
+class WindowShape(Protocol):
+    """What the kernel reads of an open claim window (either family's)."""
+
+    @property
+    def tile(self) -> int: ...
+    @property
+    def from_seat(self) -> int: ...
+    @property
+    def pending(self) -> frozenset[int]: ...
+
+
+class TableShape(Protocol):
+    """What the kernel reads of a table's state (either family's): the functions of
+    `core.decide`, `core.evolve` and `core.views` take any state of this shape."""
+
+    @property
+    def table_id(self) -> str: ...
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def dealer_seat(self) -> int: ...
+    @property
+    def turn_seat(self) -> int: ...
+    @property
+    def drawn_tile(self) -> int | None: ...
+    @property
+    def window(self) -> WindowShape | None: ...
+    @property
+    def players(self) -> Sequence[PlayerShape]: ...
+    @property
+    def wall(self) -> tuple[int, ...]: ...
+    @property
+    def wall_head(self) -> int: ...
+    @property
+    def wall_tail(self) -> int: ...
+    @property
+    def wall_remaining(self) -> int: ...
+    @property
+    def hidden_counts(self) -> tuple[int, ...]: ...
+    @property
+    def end_reason(self) -> str: ...
+    @property
+    def is_over(self) -> bool: ...
 
 
 def replaced(value: _Frozen, **changes: object) -> _Frozen:
@@ -233,12 +301,7 @@ def hidden_from_all_but(counts: tuple[int, ...], seat: int) -> tuple[int, ...]:
     return tuple(count + (other != seat) for other, count in enumerate(counts))
 
 
-class _Discarding(Protocol):
-    @property
-    def discards(self) -> tuple[int, ...]: ...
-
-
-_DiscardingPlayer = TypeVar("_DiscardingPlayer", bound=_Discarding)
+_DiscardingPlayer = TypeVar("_DiscardingPlayer", bound=PlayerShape)
 
 
 def pop_discard(

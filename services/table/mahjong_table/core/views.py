@@ -12,8 +12,9 @@ as they are (RULES.md 2.1, 2.3). The family views (`mahjong_table.sichuan.views`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any
 
 from mahjong_table.core.decide import meld_event
 from mahjong_table.core.events import (
@@ -32,7 +33,7 @@ from mahjong_table.core.events import (
     TilesExchanged,
     TurnTimedOut,
 )
-from mahjong_table.core.state import MeldState, Phase, replaced
+from mahjong_table.core.state import Phase, PlayerShape, TableShape, replaced
 from mahjong_table.core.tiles import code_of
 
 ACTION_EXCHANGE_THREE = "exchange_three"
@@ -69,12 +70,12 @@ class SeatView:
     concealed_tile_count: int
     melds: tuple[Meld, ...]
     discards: tuple[str, ...]
-    missing_suit: str
-    """"" until every seat declared (RULES.md 1.3), except for the viewer's own seat."""
-    exchange_picked: bool
-    missing_suit_chosen: bool
     won: bool
     left: bool
+    missing_suit: str = ""
+    """Sichuan: "" until every seat declared (RULES.md 1.3), except for the viewer's own seat."""
+    exchange_picked: bool = False
+    missing_suit_chosen: bool = False
     flowers: tuple[str, ...] = ()
     """Formula: the flowers the seat has set aside (public, RULES.md 2.1)."""
 
@@ -118,44 +119,7 @@ PONG = LegalAction(ACTION_PONG)
 PASS = LegalAction(ACTION_PASS)
 
 
-class _Player(Protocol):
-    @property
-    def melds(self) -> tuple[MeldState, ...]: ...
-
-
-class _Window(Protocol):
-    @property
-    def tile(self) -> int: ...
-    @property
-    def from_seat(self) -> int: ...
-    @property
-    def pending(self) -> frozenset[int]: ...
-
-
-class _Table(Protocol):
-    @property
-    def table_id(self) -> str: ...
-    @property
-    def phase(self) -> Phase: ...
-    @property
-    def dealer_seat(self) -> int: ...
-    @property
-    def turn_seat(self) -> int: ...
-    @property
-    def drawn_tile(self) -> int | None: ...
-    @property
-    def window(self) -> _Window | None: ...
-    @property
-    def wall_remaining(self) -> int: ...
-    @property
-    def end_reason(self) -> str: ...
-    @property
-    def version(self) -> int: ...
-    @property
-    def is_over(self) -> bool: ...
-
-
-def shows_concealed_kongs(state: _Table, player: _Player, seat: int, viewer_seat: int) -> bool:
+def shows_concealed_kongs(state: TableShape, player: PlayerShape, seat: int, viewer_seat: int) -> bool:
     """Whether `viewer_seat` sees the tiles of `seat`'s concealed kongs: its own, or once the game
     is over (a concealed kong shows face down to the other seats until then)."""
     return (
@@ -166,7 +130,37 @@ def shows_concealed_kongs(state: _Table, player: _Player, seat: int, viewer_seat
     )
 
 
-def seat_melds(player: _Player, show_concealed_kongs: bool) -> tuple[Meld, ...]:
+def seat_view(
+    state: TableShape,
+    seat: int,
+    viewer_seat: int,
+    *,
+    shown: tuple[object, ...] = (),
+    family_facts: Callable[[], dict[str, Any]] | None = None,
+) -> SeatView:
+    """The public facts about `seat` as `viewer_seat` sees them, memoised on the seat's player (the
+    other seats' players stay the same objects while one seat acts). `shown` adds to the memo's
+    key what else the family shows this viewer; `family_facts` gives the family's own fields."""
+    player = state.players[seat]
+    show_concealed_kongs = shows_concealed_kongs(state, player, seat, viewer_seat)
+    key = ("seat_view", seat, show_concealed_kongs, *shown)
+    view: SeatView | None = player.derived.get(key)
+    if view is None:
+        view = SeatView(
+            seat=seat,
+            player_id=player.player_id,
+            concealed_tile_count=player.tile_count,
+            melds=seat_melds(player, show_concealed_kongs),
+            discards=tuple(code_of(tile) for tile in player.discards),
+            won=player.won,
+            left=player.left,
+            **(family_facts() if family_facts is not None else {}),
+        )
+        player.derived[key] = view
+    return view
+
+
+def seat_melds(player: PlayerShape, show_concealed_kongs: bool) -> tuple[Meld, ...]:
     """The seat's melds as a viewer sees them (`shows_concealed_kongs`)."""
     return tuple(_public_meld(meld_event(meld), show_concealed_kongs) for meld in player.melds)
 
@@ -178,7 +172,7 @@ def _public_meld(meld: Meld, show_concealed_kongs: bool) -> Meld:
 
 
 def table_view(
-    state: _Table,
+    state: TableShape,
     seat: int,
     *,
     hand: tuple[str, ...],

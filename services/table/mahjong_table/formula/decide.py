@@ -1,5 +1,6 @@
 """`decide(state, command) -> events` and `open_formula_table(...)` for the formula family
-(RULES.md 2.1-2.3). Pure: the state is only read; every event is folded as it is emitted so the
+(RULES.md 2.1-2.3), on the kernel's steps (`mahjong_table.core.decide`: the checks, leaving,
+drawing, the end). Pure: the state is only read; every event is folded as it is emitted so the
 follow-up steps (补花, the next draw, the bird, the end) are decided on the state a replay sees.
 """
 
@@ -16,38 +17,41 @@ from mahjong_rules.formula.wall import (
     shuffled_formula_wall,
 )
 from mahjong_rules.formula.wildcards import FormulaEvaluation
-from mahjong_rules.tiles import parse_tile, tile_code
+from mahjong_rules.tiles import parse_tile
 from mahjong_rules.wall import deal, dealer_from_dice
 
+from mahjong_table.core import decide as kernel
 from mahjong_table.core.commands import (
     Chow,
     Discard,
-    ExpireDeadline,
     Kong,
-    Leave,
     Pass,
     Pong,
     TableCommand,
     Win,
 )
+from mahjong_table.core.decide import (
+    check_seat,
+    draw,
+    meld_event,
+    require_in_game,
+    require_not_over,
+    require_turn,
+)
 from mahjong_table.core.emitter import Emitter
 from mahjong_table.core.errors import (
-    GameOverError,
     IllegalClaimError,
     IllegalKongError,
     IllegalWinError,
     InvalidCommandError,
     NotYourTurnError,
-    PlayerNotInGameError,
     TileNotInHandError,
     WrongPhaseError,
 )
 from mahjong_table.core.events import (
     END_REASON_ESCAPES,
-    END_REASON_WALL_EXHAUSTED,
     EXPOSURE_ADDED,
     EXPOSURE_EXPOSED,
-    LEAVE_REASONS,
     NO_SEAT,
     TIMEOUT_PHASE_CLAIM,
     TIMEOUT_PHASE_TURN,
@@ -60,25 +64,20 @@ from mahjong_table.core.events import (
     DealtHand,
     Fan,
     FlowerReplaced,
-    GameEnded,
     HandsDealt,
     KongDeclared,
     KongRobbed,
-    Meld,
-    PlayerLeft,
     PlayerWon,
     PongClaimed,
-    RevealedHand,
     SeatAssignment,
     TableEvent,
     TableOpened,
     TileDiscarded,
-    TileDrawn,
     TurnTimedOut,
-    WallExhausted,
 )
 from mahjong_table.core.room_rules import RoomRules
-from mahjong_table.core.state import SEAT_COUNT, MeldState, Phase
+from mahjong_table.core.state import SEAT_COUNT, Phase
+from mahjong_table.core.tiles import code_of, command_tile
 from mahjong_table.formula import hands
 from mahjong_table.formula.evolve import evolve
 from mahjong_table.formula.state import (
@@ -90,7 +89,6 @@ from mahjong_table.formula.state import (
     FormulaTableState,
     FormulaWindow,
 )
-from mahjong_table.sichuan.decide import opening_dice
 
 END_REASON_WIN = "win"
 """A formula hand ends at its first win (RULES.md 2.1)."""
@@ -104,7 +102,7 @@ def open_formula_table(
 ) -> list[TableEvent]:
     """Open a formula hand: the 144-tile wall from `seed`, dice and dealer from a generator seeded
     with `seed` (as Sichuan, RULES.md 1.1), then the deal and 补花 (`open_formula_table_with_wall`)"""
-    _generator, roller, die_1, die_2 = opening_dice(seed)
+    _generator, roller, die_1, die_2 = kernel.opening_dice(seed)
     return open_formula_table_with_wall(
         table_id,
         room_id,
@@ -132,8 +130,7 @@ def open_formula_table_with_wall(
     14/13 deal, flowers included), then the 补花 of the initial hands, dealer first, from the tail
     (`FlowerReplaced` + `TileDrawn`, RULES.md 2.1). The indicator is the first non-flower head tile
     after the deal; it and the flowers turned before it leave the wall."""
-    if len(seats) != SEAT_COUNT:
-        raise InvalidCommandError(f"a table needs {SEAT_COUNT} seats, got {len(seats)}")
+    assignments = kernel.seat_assignments(seats)
     tiles = tuple(tile if isinstance(tile, int) else parse_tile(tile) for tile in wall)
     if sorted(tiles) != list(FORMULA_TILES):
         raise InvalidCommandError("a formula wall must hold the 144 tiles: 4 of each of 34, 8 flowers")
@@ -145,22 +142,19 @@ def open_formula_table_with_wall(
         table_id=table_id,
         room_id=room_id,
         rules=rules,
-        seats=tuple(
-            seat if isinstance(seat, SeatAssignment) else SeatAssignment(index, seat)
-            for index, seat in enumerate(seats)
-        ),
-        wall=tuple(tile_code(tile) for tile in tiles),
+        seats=assignments,
+        wall=tuple(code_of(tile) for tile in tiles),
         dice_roller_seat=dice_roller_seat,
         die_1=die_1,
         die_2=die_2,
         dealer_seat=dealer,
         exchange_direction="",
-        wildcard_indicator=tile_code(opening.indicator),
-        wildcard=tile_code(opening.wildcard),
+        wildcard_indicator=code_of(opening.indicator),
+        wildcard=code_of(opening.wildcard),
     )
     dealt_event = HandsDealt(
         hands=tuple(
-            DealtHand(seat, tuple(tile_code(t) for t in hand)) for seat, hand in enumerate(dealt.hands)
+            DealtHand(seat, tuple(code_of(t) for t in hand)) for seat, hand in enumerate(dealt.hands)
         ),
         wall_remaining=len(tiles) - head,
     )
@@ -182,27 +176,17 @@ def decide(state: FormulaTableState, command: TableCommand) -> list[TableEvent]:
 
 
 def execute(state: FormulaTableState, command: TableCommand) -> tuple[list[TableEvent], FormulaTableState]:
-    """`decide` plus the state after its events."""
-    emitter = _Emitter(state, evolve)
-    if state.is_over:
-        raise GameOverError(f"the game at table {state.table_id} has ended ({state.end_reason})")
-    if isinstance(command, ExpireDeadline):
-        _expire(emitter)
-    elif isinstance(command, Leave):
-        _leave(emitter, command)
-    else:
-        _act(emitter, command)
-    _advance(emitter)
-    return emitter.events, emitter.state
+    """`decide` plus the state after its events, folded once (the caller need not fold them again).
+
+    Equal to `(events, fold(events, state))`; the service uses it on its hot path.
+    """
+    require_not_over(state)
+    return kernel.execute(state, command, evolve=evolve, act=_act, expire=_expire, advance=_advance)
 
 
 def _act(emitter: _Emitter, command: TableCommand) -> None:
-    seat = getattr(command, "seat", NO_SEAT)
-    if not isinstance(seat, int) or isinstance(seat, bool) or not 0 <= seat < SEAT_COUNT:
-        raise InvalidCommandError(f"seat must be 0..{SEAT_COUNT - 1}, got {seat!r}")
-    player = emitter.state.players[seat]
-    if not player.in_game:
-        raise PlayerNotInGameError(f"seat {seat} takes no further part")
+    seat = check_seat(getattr(command, "seat", NO_SEAT))
+    require_in_game(emitter.state, seat)
     if isinstance(command, Discard):
         _discard(emitter, seat, _parse(command.tile), automatic=False)
     elif isinstance(command, Win):
@@ -222,12 +206,7 @@ def _act(emitter: _Emitter, command: TableCommand) -> None:
 
 
 def _parse(code: object) -> int:
-    if not isinstance(code, str):
-        raise InvalidCommandError(f"a tile is a code string such as '5p', got {code!r}")
-    try:
-        tile = parse_tile(code)
-    except Exception as error:  # the rules library's InvalidTileError
-        raise InvalidCommandError(str(error)) from None
+    tile = command_tile(code, parse_tile)
     if is_flower(tile):
         raise InvalidCommandError(f"{code} is a flower: flowers are set aside, never played (RULES.md 2.1)")
     return tile
@@ -236,19 +215,12 @@ def _parse(code: object) -> int:
 # -------------------------------------------------------------------------------------- turn
 
 
-def _require_turn(state: FormulaTableState, seat: int, action: str) -> None:
-    if state.phase is not Phase.TURN:
-        raise WrongPhaseError(f"cannot {action} now: the game is in phase {state.phase.value!r}")
-    if state.turn_seat != seat:
-        raise NotYourTurnError(f"it is seat {state.turn_seat}'s turn, not seat {seat}'s")
-
-
 def _discard(emitter: _Emitter, seat: int, tile: int, *, automatic: bool) -> None:
     state = emitter.state
-    _require_turn(state, seat, "discard")
+    require_turn(state, seat, "discard")
     if not state.players[seat].concealed[tile]:
-        raise TileNotInHandError(f"seat {seat} does not hold {tile_code(tile)}")
-    emitter.emit(TileDiscarded(seat, tile_code(tile), automatic=automatic))
+        raise TileNotInHandError(f"seat {seat} does not hold {code_of(tile)}")
+    emitter.emit(TileDiscarded(seat, code_of(tile), automatic=automatic))
 
 
 def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
@@ -256,22 +228,22 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     if state.phase is Phase.CLAIM:
         window, _ask = _require_asked(state, seat, ASK_KONG, IllegalKongError)
         if tile not in (None, window.tile):
-            raise IllegalKongError(f"only the open discard {tile_code(window.tile)} can be konged now")
-        emitter.emit(KongDeclared(seat, tile_code(window.tile), EXPOSURE_EXPOSED, window.from_seat))
-        _draw(emitter, seat, from_tail=True)
+            raise IllegalKongError(f"only the open discard {code_of(window.tile)} can be konged now")
+        emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
+        draw(emitter, seat, from_tail=True)
         return
-    _require_turn(state, seat, "declare a kong")
+    require_turn(state, seat, "declare a kong")
     if tile is None:
         raise IllegalKongError("on your own turn name the kong tile (concealed or added kong)")
     exposure = dict(hands.kong_options(state, seat)).get(tile)
     if exposure is None:
         raise IllegalKongError(
-            f"no kong of {tile_code(tile)}: hold four (or one with your pong), not the wildcard "
+            f"no kong of {code_of(tile)}: hold four (or one with your pong), not the wildcard "
             "(RULES.md 2.1), with a tile left in the wall, and not right after a pong or chow"
         )
-    emitter.emit(KongDeclared(seat, tile_code(tile), exposure, NO_SEAT))
+    emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
     if exposure != EXPOSURE_ADDED:
-        _draw(emitter, seat, from_tail=True)
+        draw(emitter, seat, from_tail=True)
     # An added kong opens the rob window (evolve); `_advance` draws the replacement once it closes.
 
 
@@ -284,7 +256,7 @@ def _win(emitter: _Emitter, seat: int) -> None:
             # 抢杠和 (RULES.md 2.2): the kong is void, then the robber wins on its tile.
             evaluation = hands.rob_kong_win(state, seat, window.tile)
             assert evaluation is not None, "a rob ask without a win"
-            emitter.emit(KongRobbed(window.from_seat, tile_code(window.tile), (seat,)))
+            emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), (seat,)))
             win_by = WIN_BY_ROB_KONG
         else:
             evaluation = hands.discard_win(state, seat, window.tile)
@@ -292,7 +264,7 @@ def _win(emitter: _Emitter, seat: int) -> None:
             win_by = WIN_BY_DISCARD
         emitter.emit(_player_won(state, seat, window.tile, win_by, window.from_seat, concealed, evaluation))
         return
-    _require_turn(state, seat, "win")
+    require_turn(state, seat, "win")
     found = hands.self_draw_win(state, seat)
     if found is None:
         raise IllegalWinError(
@@ -317,10 +289,10 @@ def _player_won(
     """`state` is the state before the win (and before a robbed kong is voided)."""
     return PlayerWon(
         seat=seat,
-        win_tile=tile_code(win_tile),
+        win_tile=code_of(win_tile),
         win_by=win_by,
         from_seat=from_seat,
-        concealed=tuple(tile_code(tile) for tile in concealed),
+        concealed=tuple(code_of(tile) for tile in concealed),
         melds=tuple(meld_event(meld) for meld in state.players[seat].melds),
         fans=tuple(Fan(fan.id, fan.name, fan.fan, fan.count) for fan in evaluation.fans),
         multiplier=0,
@@ -338,12 +310,6 @@ _RULES_WIN_BY = {
     WIN_BY_DISCARD: WinBy.DISCARD,
     WIN_BY_ROB_KONG: WinBy.ROB_KONG,
 }
-
-
-def meld_event(meld: MeldState) -> Meld:
-    """The event form of a meld (proto `Meld`); a chow's tile is the lowest of its run."""
-    from_seat = NO_SEAT if meld.kind == "kong" and meld.exposure != EXPOSURE_EXPOSED else meld.from_seat
-    return Meld(meld.kind, tile_code(meld.tile), meld.exposure, from_seat)
 
 
 # ------------------------------------------------------------------------------------ claims
@@ -365,9 +331,9 @@ def _require_asked(
         return window, ask
     if any(later.seat == seat and kind in later.kinds for later in window.asks[1:]):
         raise NotYourTurnError(
-            f"wait: a claim with priority on {tile_code(window.tile)} is answered first (RULES.md 2.1)"
+            f"wait: a claim with priority on {code_of(window.tile)} is answered first (RULES.md 2.1)"
         )
-    tile = tile_code(window.tile)
+    tile = code_of(window.tile)
     if kind in (ASK_PONG, ASK_KONG, ASK_CHOW) and window.tile == state.wildcard:
         raise error(f"{tile} is the wildcard: it cannot be chowed, ponged or konged (RULES.md 2.1)")
     if kind == ASK_CHOW and seat != (window.from_seat + 1) % SEAT_COUNT:
@@ -383,17 +349,17 @@ def _require_asked(
 
 def _pong(emitter: _Emitter, seat: int) -> None:
     window, _ask = _require_asked(emitter.state, seat, ASK_PONG, IllegalClaimError)
-    emitter.emit(PongClaimed(seat, window.from_seat, tile_code(window.tile)))
+    emitter.emit(PongClaimed(seat, window.from_seat, code_of(window.tile)))
 
 
 def _chow(emitter: _Emitter, seat: int, start: int) -> None:
     window, ask = _require_asked(emitter.state, seat, ASK_CHOW, IllegalClaimError)
     if start not in ask.chows:
         raise IllegalClaimError(
-            f"no chow from {tile_code(start)} with {tile_code(window.tile)}: name the lowest tile of a run "
+            f"no chow from {code_of(start)} with {code_of(window.tile)}: name the lowest tile of a run "
             "you complete without the wildcard (RULES.md 2.1)"
         )
-    emitter.emit(ChowClaimed(seat, window.from_seat, tile_code(start), tile_code(window.tile)))
+    emitter.emit(ChowClaimed(seat, window.from_seat, code_of(start), code_of(window.tile)))
 
 
 def _pass(emitter: _Emitter, seat: int) -> None:
@@ -402,7 +368,7 @@ def _pass(emitter: _Emitter, seat: int) -> None:
     if state.phase is not Phase.CLAIM or window is None:
         raise IllegalClaimError("nothing to pass: no discard is open for claims")
     if window.current is None or window.current.seat != seat:
-        raise NotYourTurnError(f"seat {seat} is not asked about {tile_code(window.tile)} now")
+        raise NotYourTurnError(f"seat {seat} is not asked about {code_of(window.tile)} now")
     _emit_pass(emitter, automatic=False)
 
 
@@ -410,22 +376,10 @@ def _emit_pass(emitter: _Emitter, *, automatic: bool) -> None:
     window = emitter.state.window
     assert window is not None and window.current is not None
     ask = window.current
-    emitter.emit(ClaimPassed(ask.seat, tile_code(window.tile), ASK_WIN in ask.kinds, 0, automatic=automatic))
+    emitter.emit(ClaimPassed(ask.seat, code_of(window.tile), ASK_WIN in ask.kinds, 0, automatic=automatic))
 
 
 # --------------------------------------------------------------------------- leave, timeouts
-
-
-def _leave(emitter: _Emitter, command: Leave) -> None:
-    """RULES.md 2.3: an escape ends the hand (the end follows in `_advance`)."""
-    if not isinstance(command.seat, int) or not 0 <= command.seat < SEAT_COUNT:
-        raise InvalidCommandError(f"seat must be 0..{SEAT_COUNT - 1}, got {command.seat!r}")
-    if command.reason not in LEAVE_REASONS:
-        raise InvalidCommandError(f"leave reason must be one of {LEAVE_REASONS}, got {command.reason!r}")
-    player = emitter.state.players[command.seat]
-    if player.left:
-        raise PlayerNotInGameError(f"seat {command.seat} already left the table")
-    emitter.emit(PlayerLeft(command.seat, command.reason, had_won=player.won))
 
 
 def automatic_discard(state: FormulaTableState, seat: int) -> int:
@@ -459,32 +413,6 @@ def waited_on(state: FormulaTableState) -> list[int]:
 
 
 # -------------------------------------------------------------------------------------- flow
-
-
-def _draw(emitter: _Emitter, seat: int, *, from_tail: bool) -> None:
-    """Draw from the head (normal) or tail (kong and flower replacements); on an empty wall the
-    hand is drawn (RULES.md 2.1: no payments except rake)."""
-    state = emitter.state
-    if state.wall_remaining == 0:
-        emitter.emit(WallExhausted())
-        _end(emitter, END_REASON_WALL_EXHAUSTED)
-        return
-    tile = state.wall[state.wall_tail - 1] if from_tail else state.wall[state.wall_head]
-    emitter.emit(TileDrawn(seat, tile_code(tile), from_tail, state.wall_remaining - 1))
-
-
-def _end(emitter: _Emitter, reason: str) -> None:
-    hands_revealed = tuple(
-        RevealedHand(
-            seat,
-            tuple(tile_code(tile) for tile in player.concealed_tiles()),
-            tuple(meld_event(meld) for meld in player.melds),
-            player.won,
-            player.left,
-        )
-        for seat, player in enumerate(emitter.state.players)
-    )
-    emitter.emit(GameEnded(reason, hands_revealed))
 
 
 def bird_of(state: FormulaTableState, win_tile: int) -> int:
@@ -522,27 +450,18 @@ def _advance(emitter: _Emitter) -> None:
                 parse_tile(last.win_tile) if isinstance(last, PlayerWon) else max(winner.concealed_tiles())
             )
             bird = bird_of(state, win_tile)
-            emitter.emit(BirdRevealed(tile_code(bird), bird_seat(state.dealer_seat, bird)))
-            _end(emitter, END_REASON_WIN)
+            emitter.emit(BirdRevealed(code_of(bird), bird_seat(state.dealer_seat, bird)))
+            kernel.end(emitter, END_REASON_WIN)
         elif any(player.left for player in state.players):
-            _end(emitter, END_REASON_ESCAPES)  # RULES.md 2.3: an escape ends the hand
+            kernel.end(emitter, END_REASON_ESCAPES)  # RULES.md 2.3: an escape ends the hand
         elif flower_seat != NO_SEAT:
             flower = state.players[flower_seat].held_flowers()[0]
-            emitter.emit(FlowerReplaced(flower_seat, tile_code(flower)))
-            _draw(emitter, flower_seat, from_tail=True)
+            emitter.emit(FlowerReplaced(flower_seat, code_of(flower)))
+            draw(emitter, flower_seat, from_tail=True)
         elif state.phase is Phase.CLAIM and state.window is not None and not state.window.asks:
             if state.window.rob_kong:  # nobody robbed the added kong: it stands, replacement draw
-                _draw(emitter, state.window.from_seat, from_tail=True)
+                draw(emitter, state.window.from_seat, from_tail=True)
             else:
-                _draw(emitter, state.next_seat_in_game(state.window.from_seat), from_tail=False)
+                draw(emitter, state.next_seat_in_game(state.window.from_seat), from_tail=False)
         else:
             return
-
-
-def tiles_accounted(state: FormulaTableState) -> int:
-    """Wall + hands + melds + discards + flowers set aside + indicator and turned flowers: 144."""
-    total = state.wall_remaining + 1 + len(state.turned_flowers)
-    for player in state.players:
-        total += player.tile_count + len(player.discards) + len(player.flowers)
-        total += sum(len(meld.tiles) for meld in player.melds)
-    return total

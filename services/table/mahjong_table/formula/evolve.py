@@ -1,4 +1,5 @@
-"""`evolve(state, event) -> state` for the formula family (RULES.md 2.1-2.3).
+"""`evolve(state, event) -> state` for the formula family (RULES.md 2.1-2.3), on the kernel's
+fold (`mahjong_table.core.evolve`).
 
 Events are facts: `evolve` never rejects one and asserts invariants instead. The claim window on a
 discard is derived here from the hands (who may win, pong, kong or chow, in priority order), so the
@@ -8,44 +9,37 @@ stream carries no hidden "who was asked" field.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from mahjong_rules.formula.wall import FORMULA_WALL_TILE_COUNT, is_flower
 from mahjong_rules.tiles import parse_tile
 
+from mahjong_table.core import evolve as kernel
 from mahjong_table.core.events import (
     EXPOSURE_ADDED,
-    EXPOSURE_CONCEALED,
-    EXPOSURE_EXPOSED,
     NO_SEAT,
-    TIMEOUT_PHASE_CLAIM,
     BirdRevealed,
     ChowClaimed,
     ClaimPassed,
     FlowerReplaced,
-    GameEnded,
     HandsDealt,
     KongDeclared,
     KongRobbed,
     PlayerLeft,
     PlayerWon,
     PongClaimed,
-    TableEvent,
     TableOpened,
     TileDiscarded,
     TileDrawn,
-    TurnTimedOut,
-    WallExhausted,
 )
 from mahjong_table.core.state import (
     SEAT_COUNT,
     MeldState,
     Phase,
     add_count,
-    added_kong_to_pong,
     hidden_from_all_but,
-    pong_to_added_kong,
+    pop_discard,
     replaced,
     with_player,
 )
@@ -64,18 +58,8 @@ from mahjong_table.formula.state import (
 DEALT_TILE_COUNT = 14 + 3 * 13
 
 
-def _pop_discard(state: FormulaTableState, seat: int, tile: int) -> FormulaTableState:
-    player = state.players[seat]
-    assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
-    return replaced(
-        state, players=with_player(state.players, seat, replaced(player, discards=player.discards[:-1]))
-    )
-
-
-def _opened(state: FormulaTableState | None, event: TableOpened) -> FormulaTableState:
-    assert state is None, "TableOpened must be the first event"
-    assert len(event.wall) == FORMULA_WALL_TILE_COUNT and len(event.seats) == SEAT_COUNT
-    seats = sorted(event.seats, key=lambda seat: seat.seat)
+def _opened(event: TableOpened) -> FormulaTableState:
+    assert len(event.wall) == FORMULA_WALL_TILE_COUNT
     wall = tuple(parse_tile(code) for code in event.wall)
     return FormulaTableState(
         table_id=event.table_id,
@@ -84,13 +68,17 @@ def _opened(state: FormulaTableState | None, event: TableOpened) -> FormulaTable
         dealer_seat=event.dealer_seat,
         wall=wall,
         wall_flowers_before=tuple(itertools.accumulate(map(is_flower, wall), initial=0)),
-        players=tuple(FormulaPlayer(player_id=seat.player_id) for seat in seats),
+        players=kernel.seated(event, _new_player),
         wildcard_indicator=parse_tile(event.wildcard_indicator),
         wildcard=parse_tile(event.wildcard),
         dice_roller_seat=event.dice_roller_seat,
         die_1=event.die_1,
         die_2=event.die_2,
     )
+
+
+def _new_player(player_id: str) -> FormulaPlayer:
+    return FormulaPlayer(player_id=player_id)
 
 
 def _start_play_if_ready(state: FormulaTableState) -> FormulaTableState:
@@ -101,19 +89,18 @@ def _start_play_if_ready(state: FormulaTableState) -> FormulaTableState:
 
 
 def _dealt(state: FormulaTableState, event: HandsDealt) -> FormulaTableState:
-    players = list(state.players)
-    for hand in event.hands:
-        counts = players[hand.seat].concealed
-        for code in hand.tiles:
-            counts = add_count(counts, parse_tile(code), 1)
-        players[hand.seat] = replaced(players[hand.seat], concealed=counts)
     head = state.wall_tail - event.wall_remaining
     # RULES.md 2.1: after the deal the indicator is turned up (flowers turned before it are set aside).
     assert state.wall[head - 1] == state.wildcard_indicator, "the indicator is the last tile taken"
     turned = state.wall[DEALT_TILE_COUNT : head - 1]
     assert all(map(is_flower, turned))
     return _start_play_if_ready(
-        replaced(state, players=tuple(players), wall_head=head, turned_flowers=turned)
+        replaced(
+            state,
+            players=kernel.dealt(state.players, event, parse_tile),
+            wall_head=head,
+            turned_flowers=turned,
+        )
     )
 
 
@@ -129,13 +116,7 @@ def _flower_replaced(state: FormulaTableState, event: FlowerReplaced) -> Formula
 
 def _tile_drawn(state: FormulaTableState, event: TileDrawn) -> FormulaTableState:
     tile = parse_tile(event.tile)
-    if event.from_tail:
-        assert state.wall[state.wall_tail - 1] == tile, "tail draw does not match the wall"
-        head, tail = state.wall_head, state.wall_tail - 1
-    else:
-        assert state.wall[state.wall_head] == tile, "head draw does not match the wall"
-        head, tail = state.wall_head + 1, state.wall_tail
-    assert tail - head == event.wall_remaining
+    head, tail = kernel.wall_after_draw(state, event, tile)
     player = state.players[event.seat]
     drawn = replaced(
         state,
@@ -196,13 +177,9 @@ def open_rob_window(state: FormulaTableState, tile: int, from_seat: int) -> Form
 
 def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTableState:
     tile = parse_tile(event.tile)
-    player = state.players[event.seat]
-    discarded = replaced(
-        player, concealed=add_count(player.concealed, tile, -1), discards=(*player.discards, tile)
-    )
     after = replaced(
         state,
-        players=with_player(state.players, event.seat, discarded),
+        players=with_player(state.players, event.seat, kernel.discarded(state.players[event.seat], tile)),
         phase=Phase.CLAIM,
         drawn_tile=None,
         turn_after_kong=False,
@@ -221,18 +198,12 @@ def _claim_passed(state: FormulaTableState, event: ClaimPassed) -> FormulaTableS
     )
 
 
-def _turn_timed_out(state: FormulaTableState, event: TurnTimedOut) -> FormulaTableState:
-    if event.phase == TIMEOUT_PHASE_CLAIM:  # hidden from the other seats, as the pass it causes
-        return replaced(state, hidden_counts=hidden_from_all_but(state.hidden_counts, event.seat))
-    return state
-
-
 def _meld_turn(
-    state: FormulaTableState, seat: int, player: FormulaPlayer, *, kong: bool
+    state: FormulaTableState, seat: int, players: tuple[FormulaPlayer, ...], *, kong: bool
 ) -> FormulaTableState:
     return replaced(
         state,
-        players=with_player(state.players, seat, player),
+        players=players,
         phase=Phase.TURN,
         turn_seat=seat,
         drawn_tile=None,
@@ -243,22 +214,15 @@ def _meld_turn(
 
 
 def _pong_claimed(state: FormulaTableState, event: PongClaimed) -> FormulaTableState:
-    tile = parse_tile(event.tile)
-    state = _pop_discard(state, event.from_seat, tile)
-    player = state.players[event.seat]
-    ponged = replaced(
-        player,
-        concealed=add_count(player.concealed, tile, -2),
-        melds=(*player.melds, MeldState("pong", tile, "", event.from_seat)),
-    )
-    return _meld_turn(state, event.seat, ponged, kong=False)
+    players = kernel.ponged(state.players, event, parse_tile(event.tile))
+    return _meld_turn(state, event.seat, players, kong=False)
 
 
 def _chow_claimed(state: FormulaTableState, event: ChowClaimed) -> FormulaTableState:
     start, claimed = parse_tile(event.tile), parse_tile(event.claimed_tile)
     assert start <= claimed <= start + 2
-    state = _pop_discard(state, event.from_seat, claimed)
-    player = state.players[event.seat]
+    players = pop_discard(state.players, event.from_seat, claimed)
+    player = players[event.seat]
     concealed = player.concealed
     for tile in (start, start + 1, start + 2):
         if tile != claimed:
@@ -268,35 +232,16 @@ def _chow_claimed(state: FormulaTableState, event: ChowClaimed) -> FormulaTableS
         concealed=concealed,
         melds=(*player.melds, MeldState("chow", start, "", event.from_seat)),
     )
-    return _meld_turn(state, event.seat, chowed, kong=False)
+    return _meld_turn(state, event.seat, with_player(players, event.seat, chowed), kong=False)
 
 
 def _kong_declared(state: FormulaTableState, event: KongDeclared) -> FormulaTableState:
     tile = parse_tile(event.tile)
-    if event.exposure == EXPOSURE_EXPOSED:
-        state = _pop_discard(state, event.from_seat, tile)
-        player = state.players[event.seat]
-        konged = replaced(
-            player,
-            concealed=add_count(player.concealed, tile, -3),
-            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
-        )
-    elif event.exposure == EXPOSURE_CONCEALED:
-        player = state.players[event.seat]
-        konged = replaced(
-            player,
-            concealed=add_count(player.concealed, tile, -4),
-            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_CONCEALED)),
-        )
-    else:
-        assert event.exposure == EXPOSURE_ADDED
-        player = state.players[event.seat]
-        melds = pong_to_added_kong(player.melds, tile)
-        konged = replaced(player, concealed=add_count(player.concealed, tile, -1), melds=melds)
-        after = _meld_turn(state, event.seat, konged, kong=True)
-        # 抢杠和 (RULES.md 2.2): the added tile is open to robbing before the replacement draw.
-        return replaced(after, phase=Phase.CLAIM, window=open_rob_window(after, tile, event.seat))
-    return _meld_turn(state, event.seat, konged, kong=True)
+    after = _meld_turn(state, event.seat, kernel.konged(state.players, event, tile), kong=True)
+    if event.exposure != EXPOSURE_ADDED:
+        return after
+    # 抢杠和 (RULES.md 2.2): the added tile is open to robbing before the replacement draw.
+    return replaced(after, phase=Phase.CLAIM, window=open_rob_window(after, tile, event.seat))
 
 
 def _kong_robbed(state: FormulaTableState, event: KongRobbed) -> FormulaTableState:
@@ -306,9 +251,7 @@ def _kong_robbed(state: FormulaTableState, event: KongRobbed) -> FormulaTableSta
     window = state.window
     assert window is not None and window.rob_kong, "KongRobbed outside a rob window"
     assert (window.tile, window.from_seat) == (tile, event.kong_seat), "KongRobbed of another kong"
-    player = state.players[event.kong_seat]
-    robbed = replaced(player, melds=added_kong_to_pong(player.melds, tile), discards=(*player.discards, tile))
-    return replaced(state, players=with_player(state.players, event.kong_seat, robbed))
+    return replaced(state, players=kernel.kong_robbed(state.players, event.kong_seat, tile))
 
 
 def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState:
@@ -317,8 +260,9 @@ def _player_won(state: FormulaTableState, event: PlayerWon) -> FormulaTableState
     won = replaced(player, won=True)
     if event.from_seat != NO_SEAT:
         # The winning discard joins the winner's hand for the reveal (tiles stay accounted for).
-        state = _pop_discard(state, event.from_seat, parse_tile(event.win_tile))
+        players = pop_discard(state.players, event.from_seat, parse_tile(event.win_tile))
         won = replaced(won, concealed=add_count(won.concealed, parse_tile(event.win_tile), 1))
+        state = replaced(state, players=players)
     return replaced(
         state,
         players=with_player(state.players, event.seat, won),
@@ -334,27 +278,13 @@ def _bird_revealed(state: FormulaTableState, event: BirdRevealed) -> FormulaTabl
 
 
 def _player_left(state: FormulaTableState, event: PlayerLeft) -> FormulaTableState:
-    player = state.players[event.seat]
-    assert not player.left
-    after = replaced(state, players=with_player(state.players, event.seat, replaced(player, left=True)))
+    after = replaced(state, players=kernel.left(state.players, event.seat))
     window = after.window
     if window is not None:
         after = replaced(
             after, window=replaced(window, asks=tuple(a for a in window.asks if a.seat != event.seat))
         )
     return after
-
-
-def _unchanged(state: FormulaTableState, event: object) -> FormulaTableState:
-    return state
-
-
-def _wall_exhausted(state: FormulaTableState, event: WallExhausted) -> FormulaTableState:
-    return replaced(state, wall_exhausted=True)
-
-
-def _game_ended(state: FormulaTableState, event: GameEnded) -> FormulaTableState:
-    return replaced(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
 
 
 _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
@@ -370,26 +300,9 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
     PlayerWon: _player_won,
     BirdRevealed: _bird_revealed,
     PlayerLeft: _player_left,
-    TurnTimedOut: _turn_timed_out,
-    WallExhausted: _wall_exhausted,
-    GameEnded: _game_ended,
 }
 
 
-def evolve(state: FormulaTableState | None, event: TableEvent) -> FormulaTableState:
-    """Fold one event into the state. `state` is None only before `TableOpened`."""
-    if isinstance(event, TableOpened):
-        return replaced(_opened(state, event), version=1)
-    assert state is not None, f"{type(event).__name__} before TableOpened"
-    assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
-    handler = _HANDLERS.get(type(event))
-    assert handler is not None, f"{type(event).__name__} is not a formula table event"
-    return replaced(handler(state, event), version=state.version + 1)
-
-
-def fold(events: Iterable[TableEvent], state: FormulaTableState | None = None) -> FormulaTableState:
-    """Fold a stream of events (from the first, or onto `state`)."""
-    for event in events:
-        state = evolve(state, event)
-    assert state is not None, "no events to fold"
-    return state
+evolve, fold = kernel.make_fold("formula", _opened, _HANDLERS)
+"""`evolve(state, event)` folds one event into the state (`state` is None only before
+`TableOpened`); `fold(events, state=None)` a stream of them."""

@@ -18,8 +18,7 @@ from mahjong_table.core.views import (
     LegalAction,
     SeatView,
     TableView,
-    seat_melds,
-    shows_concealed_kongs,
+    seat_view,
     table_view,
 )
 from mahjong_table.formula import hands
@@ -61,28 +60,14 @@ def legal_actions(state: FormulaTableState, seat: int) -> tuple[LegalAction, ...
 
 
 def _seat_view(state: FormulaTableState, seat: int, viewer_seat: int) -> SeatView:
-    """The public facts about `seat` as `viewer_seat` sees them, memoised on the seat's player
-    (the other seats' players stay the same objects while one seat acts)."""
+    """The public facts about `seat` as `viewer_seat` sees them, with the flowers it set aside."""
     player = state.players[seat]
-    show_concealed_kongs = shows_concealed_kongs(state, player, seat, viewer_seat)
-    key = ("seat_view", seat, show_concealed_kongs)
-    view: SeatView | None = player.derived.get(key)
-    if view is None:
-        view = SeatView(
-            seat=seat,
-            player_id=player.player_id,
-            concealed_tile_count=player.tile_count,
-            melds=seat_melds(player, show_concealed_kongs),
-            discards=tuple(code_of(tile) for tile in player.discards),
-            missing_suit="",
-            exchange_picked=False,
-            missing_suit_chosen=False,
-            won=player.won,
-            left=player.left,
-            flowers=tuple(code_of(tile) for tile in player.flowers),
-        )
-        player.derived[key] = view
-    return view
+    return seat_view(
+        state,
+        seat,
+        viewer_seat,
+        family_facts=lambda: {"flowers": tuple(code_of(tile) for tile in player.flowers)},
+    )
 
 
 def view_for(state: FormulaTableState, seat: int) -> TableView:

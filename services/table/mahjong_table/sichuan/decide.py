@@ -1,5 +1,6 @@
-"""`decide(state, command) -> events` and `open_table(...)`: the table's rules (RULES.md 1.1-1.6,
-1.10). Pure: the state is only read; the returned events are what `evolve` folds.
+"""`decide(state, command) -> events` and `open_table(...)`: the Sichuan table's rules (RULES.md
+1.1-1.6, 1.10), on the kernel's steps (`mahjong_table.core.decide`: the checks, leaving, drawing,
+the end). Pure: the state is only read; the returned events are what `evolve` folds.
 
 A command's events are built by folding each event as it is emitted (`_Emitter`), so the follow-up
 steps (the next draw, the end of the game) are decided on exactly the state a replay will see.
@@ -7,27 +8,32 @@ steps (the next draw, the end of the game) are decided on exactly the state a re
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from mahjong_rules.wall import WALL_TILE_COUNT
 
+from mahjong_table.core import decide as kernel
 from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
     ExchangeThree,
-    ExpireDeadline,
     Kong,
-    Leave,
     Pass,
     Pong,
     TableCommand,
     Win,
 )
+from mahjong_table.core.decide import (
+    check_seat,
+    draw,
+    meld_event,
+    require_in_game,
+    require_not_over,
+    require_turn,
+)
 from mahjong_table.core.emitter import Emitter
 from mahjong_table.core.errors import (
     AlreadyDeclaredError,
-    GameOverError,
     IllegalClaimError,
     IllegalKongError,
     IllegalWinError,
@@ -35,7 +41,6 @@ from mahjong_table.core.errors import (
     InvalidExchangeError,
     MissingSuitObligationError,
     NotYourTurnError,
-    PlayerNotInGameError,
     TableRuleError,
     TileNotInHandError,
     WrongPhaseError,
@@ -43,12 +48,9 @@ from mahjong_table.core.errors import (
 from mahjong_table.core.events import (
     END_REASON_ESCAPES,
     END_REASON_THREE_WINS,
-    END_REASON_WALL_EXHAUSTED,
     EXCHANGE_DIRECTIONS,
-    EXPOSURE_ADDED,
     EXPOSURE_CONCEALED,
     EXPOSURE_EXPOSED,
-    LEAVE_REASONS,
     NO_SEAT,
     TIMEOUT_PHASE_CLAIM,
     TIMEOUT_PHASE_EXCHANGE,
@@ -61,35 +63,29 @@ from mahjong_table.core.events import (
     DealtHand,
     ExchangePicked,
     ExchangeTransfer,
-    GameEnded,
     HandsDealt,
     KongDeclared,
     KongRobbed,
-    Meld,
     MissingSuitChosen,
     MissingSuitsDeclared,
-    PlayerLeft,
     PlayerWon,
     PongClaimed,
-    RevealedHand,
     SeatAssignment,
     TableEvent,
     TableOpened,
     TileDiscarded,
-    TileDrawn,
     TilesExchanged,
     TurnTimedOut,
-    WallExhausted,
 )
 from mahjong_table.core.room_rules import RoomRules
-from mahjong_table.core.state import SEAT_COUNT, MeldState, Phase
+from mahjong_table.core.state import SEAT_COUNT, Phase
+from mahjong_table.core.tiles import codes_of_counts, command_tile
 from mahjong_table.sichuan import autoplay, hands, rules_adapter
 from mahjong_table.sichuan.evolve import evolve, exchange_receiver
 from mahjong_table.sichuan.rules_adapter import SUIT_CODES, WinEvaluation, code_of
 from mahjong_table.sichuan.state import (
     TILE_KIND_COUNT,
     ClaimWindow,
-    PlayerState,
     TableState,
     WindowKind,
     WindowStage,
@@ -101,23 +97,13 @@ EXCHANGE_TILE_COUNT = 3
 # ----------------------------------------------------------------------------------- opening
 
 
-def opening_dice(seed: int) -> tuple[random.Random, int, int, int]:
-    """The generator seeded with `seed` for a table's opening, after it chose who rolls and the two
-    dice (RULES.md 1.1; both families); the caller may draw more from it (Sichuan: the exchange
-    direction)."""
-    generator = random.Random(f"table-opening:{seed}")
-    roller = generator.randrange(SEAT_COUNT)
-    die_1, die_2 = generator.randint(1, 6), generator.randint(1, 6)
-    return generator, roller, die_1, die_2
-
-
 def open_table(
     table_id: str, room_id: str, rules: RoomRules, seats: Sequence[str | SeatAssignment], seed: int
 ) -> list[TableEvent]:
     """Open a game: the wall from `seed` via the rules library, dice, dealer and exchange
     direction from a generator seeded with `seed` (the randomness is an input), then the deal
     (RULES.md 1.1, 1.2). Returns `TableOpened` (recording the whole wall) and `HandsDealt`."""
-    generator, dice_roller_seat, die_1, die_2 = opening_dice(seed)
+    generator, dice_roller_seat, die_1, die_2 = kernel.opening_dice(seed)
     direction = generator.choice(EXCHANGE_DIRECTIONS)  # uniform over the three (RULES.md 1.2)
     return open_table_with_wall(
         table_id,
@@ -146,18 +132,13 @@ def open_table_with_wall(
 ) -> list[TableEvent]:
     """Open a game from an explicit wall (head first): the deterministic core of `open_table`,
     also used by scenario tests that need a known deal. The dealer comes from the dice."""
-    if len(seats) != SEAT_COUNT:
-        raise InvalidCommandError(f"a table needs {SEAT_COUNT} seats, got {len(seats)}")
+    assignments = kernel.seat_assignments(seats)
     wall_tiles = tuple(tile if isinstance(tile, int) else _parse_tile(tile) for tile in wall)
     if sorted(wall_tiles) != [tile for tile in range(TILE_KIND_COUNT) for _ in range(4)]:
         raise InvalidCommandError(f"a wall must hold the {WALL_TILE_COUNT} Sichuan tiles, 4 of each")
     if exchange_direction not in EXCHANGE_DIRECTIONS:
         raise InvalidCommandError(f"exchange direction must be one of {EXCHANGE_DIRECTIONS}")
     dealer_seat = rules_adapter.dealer_from_dice(dice_roller_seat, die_1, die_2)
-    assignments = tuple(
-        seat if isinstance(seat, SeatAssignment) else SeatAssignment(index, seat)
-        for index, seat in enumerate(seats)
-    )
     opened = TableOpened(
         table_id=table_id,
         room_id=room_id,
@@ -197,52 +178,36 @@ def execute(state: TableState, command: TableCommand) -> tuple[list[TableEvent],
 
     Equal to `(events, fold(events, state))`; the service uses it on its hot path.
     """
-    emitter: _Emitter = Emitter(state, evolve)
-    if isinstance(command, ExpireDeadline):
-        _expire(emitter)
-    elif isinstance(command, Leave):
-        _leave(emitter, command)
-    else:
-        _act(emitter, command)
-    _advance(emitter)
-    return emitter.events, emitter.state
-
-
-def expire_deadline(state: TableState) -> list[TableEvent]:
-    """The automatic actions when the current deadline expires (issue 4 auto-play), each preceded
-    by `TurnTimedOut`: exchange picks and missing suits by the RULES.md 1.2/1.3 timeout rules, the
-    auto-discard on a turn (never a win), and passes in a claim window."""
-    return decide(state, ExpireDeadline())
+    return kernel.execute(state, command, evolve=evolve, act=_act, expire=_expire, advance=_advance)
 
 
 def _act(emitter: _Emitter, command: TableCommand) -> None:
-    seat = getattr(command, "seat", NO_SEAT)
-    _check_seat(seat)
+    seat = check_seat(getattr(command, "seat", NO_SEAT))
     if isinstance(command, Discard):  # the most frequent command first
         tile = _parse_tile(command.tile)
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _discard(emitter, seat, tile, automatic=False)
     elif isinstance(command, ExchangeThree):
         tiles = _parse_tiles(command.tiles)
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _exchange(emitter, seat, tiles)
     elif isinstance(command, DeclareMissingSuit):
         if command.suit not in SUIT_CODES:
             raise InvalidCommandError(f"missing suit must be 'm', 'p' or 's', got {command.suit!r}")
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _declare_missing_suit(emitter, seat, SUIT_CODES.index(command.suit))
     elif isinstance(command, Kong):
         kong_tile = None if command.tile is None else _parse_tile(command.tile)
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _kong(emitter, seat, kong_tile)
     elif isinstance(command, Pong):
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _pong(emitter, seat)
     elif isinstance(command, Win):
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _win(emitter, seat)
     elif isinstance(command, Pass):
-        _require_in_game(emitter.state, seat)
+        require_in_game(emitter.state, seat)
         _pass(emitter, seat)
     else:
         raise InvalidCommandError(f"unknown command {type(command).__name__}")
@@ -251,38 +216,14 @@ def _act(emitter: _Emitter, command: TableCommand) -> None:
 # ------------------------------------------------------------------------------------ checks
 
 
-def _check_seat(seat: object) -> None:
-    if not isinstance(seat, int) or isinstance(seat, bool) or not 0 <= seat < SEAT_COUNT:
-        raise InvalidCommandError(f"seat must be 0..{SEAT_COUNT - 1}, got {seat!r}")
-
-
 def _parse_tile(code: object) -> int:
-    if not isinstance(code, str):
-        raise InvalidCommandError(f"a tile is a code string such as '5p', got {code!r}")
-    try:
-        return rules_adapter.parse_code(code)
-    except rules_adapter.TileParseError as error:
-        raise InvalidCommandError(str(error)) from None
+    return command_tile(code, rules_adapter.parse_code)
 
 
 def _parse_tiles(codes: object) -> list[int]:
     if not isinstance(codes, (tuple, list)):
         raise InvalidCommandError(f"tiles must be a list of codes such as ['1m', '2m', '3m'], got {codes!r}")
     return [_parse_tile(code) for code in codes]
-
-
-def _require_not_over(state: TableState) -> None:
-    if state.is_over:
-        raise GameOverError(f"the game at table {state.table_id} has ended ({state.end_reason})")
-
-
-def _require_in_game(state: TableState, seat: int) -> None:
-    _require_not_over(state)
-    player = state.players[seat]
-    if player.left:
-        raise PlayerNotInGameError(f"seat {seat} left the table and takes no further part")
-    if player.won:
-        raise PlayerNotInGameError(f"seat {seat} has already won and takes no further turns (RULES.md 1.6)")
 
 
 def _require_phase(state: TableState, phase: Phase, action: str) -> None:
@@ -351,19 +292,9 @@ def _reveal_missing_suits(emitter: _Emitter) -> None:
 # -------------------------------------------------------------------------------------- turn
 
 
-def _require_turn(state: TableState, seat: int, action: str) -> None:
-    if state.phase is Phase.CLAIM:
-        raise WrongPhaseError(
-            f"cannot {action} now: a claim window on {code_of(_window(state).tile)} is open"
-        )
-    _require_phase(state, Phase.TURN, action)
-    if state.turn_seat != seat:
-        raise NotYourTurnError(f"it is seat {state.turn_seat}'s turn, not seat {seat}'s")
-
-
 def _discard(emitter: _Emitter, seat: int, tile: int, *, automatic: bool) -> None:
     state = emitter.state
-    _require_turn(state, seat, "discard")
+    require_turn(state, seat, "discard")
     player = state.players[seat]
     if not player.concealed[tile]:
         raise TileNotInHandError(f"seat {seat} does not hold {code_of(tile)}")
@@ -381,11 +312,11 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     if state.phase is Phase.CLAIM:
         _exposed_kong(emitter, seat, tile)
         return
-    _require_turn(state, seat, "declare a kong")
+    require_turn(state, seat, "declare a kong")
     if tile is None:
         raise IllegalKongError("on your own turn name the kong tile (concealed or added kong)")
     player = state.players[seat]
-    if state.turn_after_pong:
+    if state.turn_after_meld:
         raise IllegalKongError("after a pong you must discard; a kong needs a draw first")
     if state.wall_remaining == 0:
         raise IllegalKongError("no kong when the wall is empty: there is no replacement tile (RULES.md 1.5)")
@@ -399,7 +330,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
         )
     emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
     if exposure == EXPOSURE_CONCEALED:
-        _draw(emitter, seat, from_tail=True)
+        draw(emitter, seat, from_tail=True)
     # An added kong opens the rob window (evolve); `_advance` draws the replacement once it closes.
 
 
@@ -408,9 +339,9 @@ def _win(emitter: _Emitter, seat: int) -> None:
     if state.phase is Phase.CLAIM:
         _claim_win(emitter, seat)
         return
-    _require_turn(state, seat, "win")
+    require_turn(state, seat, "win")
     player = state.players[seat]
-    if state.turn_after_pong:
+    if state.turn_after_meld:
         raise IllegalWinError("after a pong you must discard: a self-draw win needs a draw")
     if player.holds_missing_suit():
         raise IllegalWinError("a hand holding a tile of its missing suit cannot win (RULES.md 1.3)")
@@ -455,7 +386,7 @@ def _player_won(
         win_tile=code_of(win_tile),
         win_by=win_by,
         from_seat=from_seat,
-        concealed=_codes(concealed),
+        concealed=codes_of_counts(concealed),
         melds=tuple(meld_event(meld) for meld in state.players[seat].melds),
         fans=evaluation.fans,
         multiplier=evaluation.multiplier,
@@ -464,17 +395,6 @@ def _player_won(
         first_turn=first_turn,
         win_order=state.win_count + 1,
     )
-
-
-def _codes(counts: Sequence[int]) -> tuple[str, ...]:
-    return tuple(code_of(tile) for tile in range(TILE_KIND_COUNT) for _ in range(counts[tile]))
-
-
-def meld_event(meld: MeldState) -> Meld:
-    """The event form of a meld (proto `Meld`): `from_seat` is -1 for concealed and added kongs, as
-    the proto says (the state keeps an added kong's pong source so a robbed kong can revert)."""
-    from_seat = NO_SEAT if meld.exposure == EXPOSURE_ADDED else meld.from_seat
-    return Meld(meld.kind, code_of(meld.tile), meld.exposure, from_seat)
 
 
 # ------------------------------------------------------------------------------------ claims
@@ -574,7 +494,7 @@ def _exposed_kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     if not window.can_kong:
         raise IllegalKongError(f"seat {seat} does not hold three {code_of(window.tile)} to kong")
     emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
-    _draw(emitter, seat, from_tail=True)
+    draw(emitter, seat, from_tail=True)
 
 
 def _pass(emitter: _Emitter, seat: int) -> None:
@@ -596,20 +516,6 @@ def _emit_pass(emitter: _Emitter, seat: int, *, automatic: bool) -> None:
 # --------------------------------------------------------------------------- leave, timeouts
 
 
-def _leave(emitter: _Emitter, command: Leave) -> None:
-    """RULES.md 1.10: the escapee takes no further part. During the exchange or the missing-suit
-    choice the server completes their pick/choice (`_advance`) so the swap and reveal can happen."""
-    _check_seat(command.seat)
-    if command.reason not in LEAVE_REASONS:
-        raise InvalidCommandError(f"leave reason must be one of {LEAVE_REASONS}, got {command.reason!r}")
-    state = emitter.state
-    _require_not_over(state)
-    player = state.players[command.seat]
-    if player.left:
-        raise PlayerNotInGameError(f"seat {command.seat} already left the table")
-    emitter.emit(PlayerLeft(command.seat, command.reason, had_won=player.won))
-
-
 def _auto_pick(emitter: _Emitter, seat: int) -> None:
     pick = autoplay.automatic_exchange_pick(emitter.state.players[seat])
     emitter.emit(ExchangePicked(seat, tuple(code_of(tile) for tile in pick), automatic=True))
@@ -622,7 +528,7 @@ def _auto_missing_suit(emitter: _Emitter, seat: int) -> None:
 
 def _expire(emitter: _Emitter) -> None:
     state = emitter.state
-    _require_not_over(state)
+    require_not_over(state)
     if state.phase is Phase.EXCHANGE:
         for seat in _waited_on(state):
             emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_EXCHANGE))
@@ -668,32 +574,6 @@ def waited_on(state: TableState) -> list[int]:
 # -------------------------------------------------------------------------------------- flow
 
 
-def _draw(emitter: _Emitter, seat: int, *, from_tail: bool) -> None:
-    """Draw for `seat`, from the head (normal) or the tail (kong replacement, RULES.md 1.1, 1.5).
-    On an empty wall the game ends instead (RULES.md 1.6)."""
-    state = emitter.state
-    if state.wall_remaining == 0:
-        emitter.emit(WallExhausted())
-        _end(emitter, END_REASON_WALL_EXHAUSTED)
-        return
-    tile = state.wall[state.wall_tail - 1] if from_tail else state.wall[state.wall_head]
-    emitter.emit(TileDrawn(seat, code_of(tile), from_tail, state.wall_remaining - 1))
-
-
-def _end(emitter: _Emitter, reason: str) -> None:
-    revealed = tuple(
-        RevealedHand(
-            seat,
-            _codes(player.concealed),
-            tuple(meld_event(meld) for meld in player.melds),
-            player.won,
-            player.left,
-        )
-        for seat, player in enumerate(emitter.state.players)
-    )
-    emitter.emit(GameEnded(reason, revealed))
-
-
 def _end_if_due(emitter: _Emitter) -> bool:
     """End the game after three wins, or when fewer than two players are still in it
     (RULES.md 1.6, 1.10). True when the game is over."""
@@ -710,7 +590,7 @@ def _end_if_due(emitter: _Emitter) -> bool:
     if window is not None and window.kind is WindowKind.ROB_KONG and window.winners:
         # A robbed added kong is void even when the robbing win ends the game (RULES.md 1.5).
         emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
-    _end(emitter, reason)
+    kernel.end(emitter, reason)
     return True
 
 
@@ -728,7 +608,7 @@ def _advance(emitter: _Emitter) -> None:
         if phase is Phase.TURN:
             if state.players[state.turn_seat].in_game:
                 return
-            _draw(emitter, state.next_seat_in_game(state.turn_seat), from_tail=False)
+            draw(emitter, state.next_seat_in_game(state.turn_seat), from_tail=False)
         elif phase is Phase.CLAIM:
             window = _window(state)
             if window.pending:
@@ -762,13 +642,8 @@ def _resolve_window(emitter: _Emitter, window: ClaimWindow) -> None:
             emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
         # After a (multi-)win play goes on after the winner farthest from the discarder.
         last_winner = hands.farthest_from(window.from_seat, window.winners)
-        _draw(emitter, emitter.state.next_seat_in_game(last_winner), from_tail=False)
+        draw(emitter, emitter.state.next_seat_in_game(last_winner), from_tail=False)
     elif window.kind is WindowKind.ROB_KONG and state.players[window.from_seat].in_game:
-        _draw(emitter, window.from_seat, from_tail=True)  # the added kong stands: replacement draw
+        draw(emitter, window.from_seat, from_tail=True)  # the added kong stands: replacement draw
     else:
-        _draw(emitter, state.next_seat_in_game(window.from_seat), from_tail=False)
-
-
-def player_of(state: TableState, seat: int) -> PlayerState:
-    """The seat's player state (a convenience for callers outside the domain)."""
-    return state.players[seat]
+        draw(emitter, state.next_seat_in_game(window.from_seat), from_tail=False)

@@ -1,4 +1,5 @@
-"""`evolve(state, event) -> state`: the only way table state comes to be (RULES.md 1.1-1.6, 1.10).
+"""`evolve(state, event) -> state`: the only way a Sichuan table's state comes to be (RULES.md
+1.1-1.6, 1.10), on the kernel's fold (`mahjong_table.core.evolve`).
 
 Events are facts, so `evolve` never rejects one; it asserts invariants instead (a broken invariant
 is a bug in `decide`, not an input error). Claim windows are derived here from the rules, so the
@@ -7,24 +8,20 @@ stream needs no hidden "who may claim" field.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from mahjong_rules.wall import WALL_TILE_COUNT
 
+from mahjong_table.core import evolve as kernel
 from mahjong_table.core.events import (
     DIRECTION_CLOCKWISE,
     DIRECTION_COUNTER_CLOCKWISE,
     DIRECTION_OPPOSITE,
     EXPOSURE_ADDED,
-    EXPOSURE_CONCEALED,
-    EXPOSURE_EXPOSED,
-    NO_SEAT,
-    TIMEOUT_PHASE_CLAIM,
     WIN_BY_SELF_DRAW,
     ClaimPassed,
     ExchangePicked,
-    GameEnded,
     HandsDealt,
     KongDeclared,
     KongRobbed,
@@ -33,22 +30,16 @@ from mahjong_table.core.events import (
     PlayerLeft,
     PlayerWon,
     PongClaimed,
-    TableEvent,
     TableOpened,
     TileDiscarded,
     TileDrawn,
     TilesExchanged,
-    TurnTimedOut,
-    WallExhausted,
 )
 from mahjong_table.core.state import (
     SEAT_COUNT,
-    MeldState,
     Phase,
     add_count,
-    added_kong_to_pong,
     hidden_from_all_but,
-    pong_to_added_kong,
     replaced,
     stamped,
     with_player,
@@ -66,17 +57,8 @@ def exchange_receiver(from_seat: int, direction: str) -> int:
     return (from_seat + EXCHANGE_OFFSETS[direction]) % SEAT_COUNT
 
 
-def _pop_discard(state: TableState, seat: int, tile: int) -> tuple[PlayerState, ...]:
-    """Take the last discard of `seat` (claimed or robbed back) off the discard pile."""
-    player = state.players[seat]
-    assert player.discards and player.discards[-1] == tile, "claimed tile is not the last discard"
-    return with_player(state.players, seat, replaced(player, discards=player.discards[:-1]))
-
-
-def _opened(state: TableState | None, event: TableOpened) -> TableState:
-    assert state is None, "TableOpened must be the first event"
-    assert len(event.wall) == WALL_TILE_COUNT and len(event.seats) == SEAT_COUNT
-    seats = sorted(event.seats, key=lambda seat: seat.seat)
+def _opened(event: TableOpened) -> TableState:
+    assert len(event.wall) == WALL_TILE_COUNT
     return TableState(
         table_id=event.table_id,
         room_id=event.room_id,
@@ -84,23 +66,24 @@ def _opened(state: TableState | None, event: TableOpened) -> TableState:
         dealer_seat=event.dealer_seat,
         exchange_direction=event.exchange_direction,
         wall=tuple(parse_code(code) for code in event.wall),
-        players=tuple(PlayerState(player_id=seat.player_id) for seat in seats),
+        players=kernel.seated(event, _new_player),
         dice_roller_seat=event.dice_roller_seat,
         die_1=event.die_1,
         die_2=event.die_2,
     )
 
 
+def _new_player(player_id: str) -> PlayerState:
+    return PlayerState(player_id=player_id)
+
+
 def _dealt(state: TableState, event: HandsDealt) -> TableState:
-    players = list(state.players)
-    for hand in event.hands:
-        counts = list(players[hand.seat].concealed)
-        for code in hand.tiles:
-            counts[parse_code(code)] += 1
-        players[hand.seat] = replaced(players[hand.seat], concealed=tuple(counts))
     phase = Phase.EXCHANGE if state.rules.exchange_three and state.exchange_direction else Phase.MISSING_SUIT
     return replaced(
-        state, players=tuple(players), wall_head=state.wall_tail - event.wall_remaining, phase=phase
+        state,
+        players=kernel.dealt(state.players, event, parse_code),
+        wall_head=state.wall_tail - event.wall_remaining,
+        phase=phase,
     )
 
 
@@ -140,13 +123,7 @@ def _missing_suits_declared(state: TableState, event: MissingSuitsDeclared) -> T
 
 def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
     tile = parse_code(event.tile)
-    if event.from_tail:
-        assert state.wall[state.wall_tail - 1] == tile, "tail draw does not match the wall"
-        head, tail = state.wall_head, state.wall_tail - 1
-    else:
-        assert state.wall[state.wall_head] == tile, "head draw does not match the wall"
-        head, tail = state.wall_head + 1, state.wall_tail
-    assert tail - head == event.wall_remaining
+    head, tail = kernel.wall_after_draw(state, event, tile)
     player = state.players[event.seat]
     drawn = replaced(
         player,
@@ -162,7 +139,7 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
         phase=Phase.TURN,
         turn_seat=event.seat,
         drawn_tile=tile,
-        turn_after_pong=False,
+        turn_after_meld=False,
         turn_after_kong=event.from_tail,
         window=None,
     )
@@ -170,19 +147,15 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
 
 def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
     tile = parse_code(event.tile)
-    player = state.players[event.seat]
-    discarded = replaced(
-        player, concealed=add_count(player.concealed, tile, -1), discards=(*player.discards, tile)
-    )
     after = replaced(
         state,
-        players=with_player(state.players, event.seat, discarded),
+        players=with_player(state.players, event.seat, kernel.discarded(state.players[event.seat], tile)),
         phase=Phase.CLAIM,
         drawn_tile=None,
         discard_count=state.discard_count + 1,
     )
     window = hands.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
-    return stamped(after, window=window, turn_after_kong=False, turn_after_pong=False)
+    return stamped(after, window=window, turn_after_kong=False, turn_after_meld=False)
 
 
 def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
@@ -215,21 +188,13 @@ def _after_answer(fresh: TableState) -> TableState:
 
 
 def _pong_claimed(state: TableState, event: PongClaimed) -> TableState:
-    tile = parse_code(event.tile)
-    players = _pop_discard(state, event.from_seat, tile)
-    player = players[event.seat]
-    ponged = replaced(
-        player,
-        concealed=add_count(player.concealed, tile, -2),
-        melds=(*player.melds, MeldState("pong", tile, "", event.from_seat)),
-    )
     return replaced(
         state,
-        players=with_player(players, event.seat, ponged),
+        players=kernel.ponged(state.players, event, parse_code(event.tile)),
         phase=Phase.TURN,
         turn_seat=event.seat,
         drawn_tile=None,
-        turn_after_pong=True,
+        turn_after_meld=True,
         turn_after_kong=False,
         window=None,
         melds_in_game=True,
@@ -238,34 +203,13 @@ def _pong_claimed(state: TableState, event: PongClaimed) -> TableState:
 
 def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
     tile = parse_code(event.tile)
-    if event.exposure == EXPOSURE_EXPOSED:
-        players = _pop_discard(state, event.from_seat, tile)
-        player = players[event.seat]
-        konged = replaced(
-            player,
-            concealed=add_count(player.concealed, tile, -3),
-            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_EXPOSED, event.from_seat)),
-        )
-        state = replaced(state, players=players)
-    elif event.exposure == EXPOSURE_CONCEALED:
-        player = state.players[event.seat]
-        konged = replaced(
-            player,
-            concealed=add_count(player.concealed, tile, -4),
-            melds=(*player.melds, MeldState("kong", tile, EXPOSURE_CONCEALED)),
-        )
-    else:
-        assert event.exposure == EXPOSURE_ADDED
-        player = state.players[event.seat]
-        melds = pong_to_added_kong(player.melds, tile)
-        konged = replaced(player, concealed=add_count(player.concealed, tile, -1), melds=melds)
     after = replaced(
         state,
-        players=with_player(state.players, event.seat, konged),
+        players=kernel.konged(state.players, event, tile),
         phase=Phase.TURN,
         turn_seat=event.seat,
         drawn_tile=None,
-        turn_after_pong=False,
+        turn_after_meld=False,
         window=None,
         melds_in_game=True,
     )
@@ -277,11 +221,7 @@ def _kong_declared(state: TableState, event: KongDeclared) -> TableState:
 
 
 def _kong_robbed(state: TableState, event: KongRobbed) -> TableState:
-    tile = parse_code(event.tile)
-    player = state.players[event.kong_seat]
-    # The kong is void: the pong stays and the robbed tile lies in the declarer's discards.
-    robbed = replaced(player, melds=added_kong_to_pong(player.melds, tile), discards=(*player.discards, tile))
-    return replaced(state, players=with_player(state.players, event.kong_seat, robbed))
+    return replaced(state, players=kernel.kong_robbed(state.players, event.kong_seat, parse_code(event.tile)))
 
 
 def _player_won(state: TableState, event: PlayerWon) -> TableState:
@@ -302,28 +242,11 @@ def _player_won(state: TableState, event: PlayerWon) -> TableState:
 
 
 def _player_left(state: TableState, event: PlayerLeft) -> TableState:
-    player = state.players[event.seat]
-    assert not player.left
-    after = replaced(state, players=with_player(state.players, event.seat, replaced(player, left=True)))
+    after = replaced(state, players=kernel.left(state.players, event.seat))
     window = after.window
     if window is not None and event.seat in window.pending:
         after = _after_answer(replaced(after, window=replaced(window, pending=window.pending - {event.seat})))
     return after
-
-
-def _turn_timed_out(state: TableState, event: TurnTimedOut) -> TableState:
-    if event.phase == TIMEOUT_PHASE_CLAIM:  # hidden from the other seats, as the pass it causes
-        return replaced(state, hidden_counts=hidden_from_all_but(state.hidden_counts, event.seat))
-    return state
-
-
-def _wall_exhausted(state: TableState, event: WallExhausted) -> TableState:
-    assert state.wall_remaining == 0
-    return replaced(state, wall_exhausted=True)
-
-
-def _game_ended(state: TableState, event: GameEnded) -> TableState:
-    return replaced(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
 
 
 _HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
@@ -340,31 +263,9 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
     KongRobbed: _kong_robbed,
     PlayerWon: _player_won,
     PlayerLeft: _player_left,
-    TurnTimedOut: _turn_timed_out,
-    WallExhausted: _wall_exhausted,
-    GameEnded: _game_ended,
 }
 
 
-def evolve(state: TableState | None, event: TableEvent) -> TableState:
-    """Fold one event into the state. `state` is None only before `TableOpened`."""
-    handler = _HANDLERS.get(type(event))
-    if handler is None:
-        assert isinstance(event, TableOpened), f"{type(event).__name__} is not a Sichuan table event"
-        return replaced(_opened(state, event), version=1)
-    assert state is not None, f"{type(event).__name__} before TableOpened"
-    assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
-    after = handler(state, event)
-    if after is state:
-        return replaced(state, version=state.version + 1)
-    # `after` is a fresh value no one else holds yet: stamp its version in place.
-    object.__setattr__(after, "version", state.version + 1)
-    return after
-
-
-def fold(events: Iterable[TableEvent], state: TableState | None = None) -> TableState:
-    """Fold a stream of events (from the first, or onto `state`) into the table state."""
-    for event in events:
-        state = evolve(state, event)
-    assert state is not None, "no events to fold"
-    return state
+evolve, fold = kernel.make_fold("Sichuan", _opened, _HANDLERS)
+"""`evolve(state, event)` folds one event into the state (`state` is None only before
+`TableOpened`); `fold(events, state=None)` a stream of them."""

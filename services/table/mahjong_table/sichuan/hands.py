@@ -184,7 +184,7 @@ def self_draw_win(state: TableState, seat: int) -> tuple[int, WinEvaluation] | N
     The winning tile is the drawn tile; on the dealer's first turn (天胡, no draw) it is the held
     tile that gives the highest multiplier.
     """
-    if state.turn_seat != seat or state.turn_after_pong:
+    if state.turn_seat != seat or state.turn_after_meld:
         return None
     player = state.players[seat]
     if player.holds_missing_suit():
@@ -218,7 +218,7 @@ def kong_options(state: TableState, seat: int) -> list[tuple[int, str]]:
     None after a pong (the claimant must discard), none when the wall is empty (no replacement),
     none of the missing suit (RULES.md 1.3).
     """
-    if state.turn_seat != seat or state.turn_after_pong or state.wall_remaining == 0:
+    if state.turn_seat != seat or state.turn_after_meld or state.wall_remaining == 0:
         return []
     player = state.players[seat]
     options: list[tuple[int, str]] = []

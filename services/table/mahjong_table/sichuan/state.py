@@ -107,7 +107,8 @@ class TableState(TableFacts):
     phase: Phase = Phase.DEALING
     turn_seat: int = NO_SEAT
     drawn_tile: int | None = None
-    turn_after_pong: bool = False
+    turn_after_meld: bool = False
+    """After a pong the seat must discard: no win, no kong before a draw."""
     turn_after_kong: bool = False
     window: ClaimWindow | None = None
     discard_count: int = 0

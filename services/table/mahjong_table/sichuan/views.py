@@ -21,8 +21,7 @@ from mahjong_table.core.views import (
     LegalAction,
     SeatView,
     TableView,
-    seat_melds,
-    shows_concealed_kongs,
+    seat_view,
     table_view,
 )
 from mahjong_table.sichuan import hands
@@ -93,33 +92,20 @@ def _waits(state: TableState, seat: int) -> tuple[str, ...]:
 
 
 def _seat_view(state: TableState, seat: int, viewer_seat: int) -> SeatView:
-    """The public facts about `seat` as `viewer_seat` sees them, memoised on the seat's player
-    (the other seats' players stay the same objects while one seat acts)."""
+    """The public facts about `seat` as `viewer_seat` sees them: its missing suit only to itself
+    until all four are declared (RULES.md 1.3)."""
     player = state.players[seat]
-    own = seat == viewer_seat
-    show_missing_suit = state.missing_suits_public or own
-    show_concealed_kongs = shows_concealed_kongs(state, player, seat, viewer_seat)
-    key = ("seat_view", seat, show_missing_suit, show_concealed_kongs)
-    view: SeatView | None = player.derived.get(key)
-    if view is None:
-        view = SeatView(
-            seat=seat,
-            player_id=player.player_id,
-            concealed_tile_count=player.tile_count,
-            melds=seat_melds(player, show_concealed_kongs),
-            discards=tuple(code_of(tile) for tile in player.discards),
-            missing_suit=(
-                SUIT_CODES[player.missing_suit]
-                if player.missing_suit is not None and show_missing_suit
-                else ""
-            ),
-            exchange_picked=player.exchange_pick is not None,
-            missing_suit_chosen=player.missing_suit is not None,
-            won=player.won,
-            left=player.left,
-        )
-        player.derived[key] = view
-    return view
+    show_missing_suit = state.missing_suits_public or seat == viewer_seat
+
+    def sichuan_facts() -> dict[str, object]:
+        missing = player.missing_suit
+        return {
+            "missing_suit": SUIT_CODES[missing] if missing is not None and show_missing_suit else "",
+            "exchange_picked": player.exchange_pick is not None,
+            "missing_suit_chosen": missing is not None,
+        }
+
+    return seat_view(state, seat, viewer_seat, shown=(show_missing_suit,), family_facts=sichuan_facts)
 
 
 def _hand(player: PlayerState) -> tuple[str, ...]:
