@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := libs/rules libs/protos libs/platform tools/mjctl infra $(wildcard services/*/pyproject.toml)
+PACKAGES := libs/rules libs/protos libs/platform tools/mjctl tools/bench infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
 .PHONY: setup proto proto-check api-release lint test test-unit test-integration run bench bench-system chaos kafka-start kafka-stop clean
@@ -44,7 +44,7 @@ lint: setup $(BUF)
 	$(BIN)/lint-imports --no-cache --no-logo
 	$(BUF) lint
 	$(BUF) breaking --against $(RELEASED_API)
-	$(BIN)/mypy libs/rules libs/platform tools/mjctl/mjctl $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
+	$(BIN)/mypy libs/rules libs/platform tools/mjctl/mjctl tools/bench/mahjong_bench $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
 
 test: setup proto-check
 	$(BIN)/pytest -m "not benchmark" $(PYTEST_ARGS)
@@ -65,7 +65,7 @@ bench: setup
 	$(BIN)/python -m mahjong_table.bench
 	$(BIN)/python -m mahjong_table.bench --variant formula
 	$(BIN)/python -m mahjong_ledger.bench
-	$(BIN)/python -m mjctl.rebuild_bench --games 200 --database both
+	$(BIN)/python -m mahjong_bench.rebuild --games 200 --database both
 
 # The whole system under load (not a test): Kafka, the services and bots on free ports, two runs
 # (saturation, --think-ms 100); e.g. make bench-system BENCH_SYSTEM_ARGS="--database postgresql".

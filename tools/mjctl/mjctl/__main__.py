@@ -31,7 +31,7 @@ class Subcommand(NamedTuple):
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("evaluate", "mjctl.evaluate", "score a winning hand (JSON in, JSON out)"),
-    Subcommand("bots", "mjctl.bots", "bots that play games through the public API"),
+    Subcommand("bots", "mjctl.bots_command", "bots that play games through the public API"),
     Subcommand("token", "mjctl.token", "mint a dev JWT signed with MAHJONG_JWT_SECRET"),
     Subcommand("run", "mjctl.run", "start Kafka and every service, then play a demo"),
     Subcommand("replay", "mjctl.replay", "one table's events in words, full information, with what was paid"),

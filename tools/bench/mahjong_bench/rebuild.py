@@ -1,8 +1,9 @@
-"""Benchmark: ``mjctl rebuild`` apply speed, events per second, for scoring and for the ledger.
+"""Benchmark: the rebuild's apply speed (``mjctl rebuild``, i.e. ``python -m mahjong_scoring
+rebuild`` and ``python -m mahjong_ledger rebuild``), events per second, for scoring and the ledger.
 
-    python -m mjctl.rebuild_bench [--games 32] [--database sqlite|postgresql|both]
+    python -m mahjong_bench.rebuild [--games 32] [--database sqlite|postgresql|both]
 
-What ``mjctl rebuild`` does after it has read the topics, minus Kafka: self-play games (greedy
+What the rebuild does after it has read the topics, minus Kafka: self-play games (greedy
 players, seeded) give the table events; they are replayed through `mahjong_platform.rebuild.replay` (the
 live consumer's batch path, `BatchApplier`, BATCH_EVENTS per transaction) into an empty scoring
 database; the settlement events scoring emitted, with the players' starting grants, are replayed
