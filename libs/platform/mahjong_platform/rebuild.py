@@ -52,6 +52,7 @@ from sqlalchemy.engine import Engine
 from mahjong_platform.config import ServiceName, Settings, load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
 from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
+from mahjong_platform.rebuild_options import add_rebuild_options
 from mahjong_platform.schema import consumer_positions
 from mahjong_platform.topic_reading import TopicReadError, read_partitions_to_end, topic_partitions
 from mahjong_platform.topics import Topics
@@ -107,22 +108,7 @@ def command(target: RebuildTarget, argv: Sequence[str], *, prog: str) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--database",
-        metavar="URL",
-        help="an EMPTY database to rebuild into (default: a temporary SQLite file)",
-    )
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary SQLite database; print its URL"
-    )
-    parser.add_argument(
-        "--live-database",
-        metavar="URL",
-        help="the live database (default: the configured one of the service)",
-    )
-    parser.add_argument(
-        "--live-group", metavar="GROUP", help="the live consumer group (default: the service's own)"
-    )
+    add_rebuild_options(parser)
     arguments = parser.parse_args(list(argv))
     settings = load_settings()
     live_url = arguments.live_database or settings.database_url(target.service)

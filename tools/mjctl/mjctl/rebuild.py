@@ -27,6 +27,8 @@ import sys
 import threading
 from typing import IO, Any, Final
 
+from mahjong_platform.rebuild_options import add_rebuild_options, as_arguments
+
 SERVICES: Final = ("ledger", "scoring")
 
 
@@ -39,35 +41,13 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("service", choices=SERVICES, help="the projection to rebuild")
-    parser.add_argument(
-        "--database",
-        metavar="URL",
-        help="an EMPTY database to rebuild into (default: a temporary SQLite file)",
-    )
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary SQLite database; print its URL"
-    )
-    parser.add_argument(
-        "--live-database",
-        metavar="URL",
-        help="the live database (default: the configured one of the service)",
-    )
-    parser.add_argument(
-        "--live-group", metavar="GROUP", help="the live consumer group (default: the service's own)"
-    )
+    add_rebuild_options(parser)
     parser.set_defaults(handler=run)
 
 
 def service_command(arguments: argparse.Namespace) -> list[str]:
     """The service's own rebuild command for these options."""
-    command = [sys.executable, "-m", f"mahjong_{arguments.service}", "rebuild"]
-    for option in ("database", "live_database", "live_group"):
-        value = getattr(arguments, option)
-        if value is not None:
-            command += [f"--{option.replace('_', '-')}", value]
-    if arguments.keep:
-        command.append("--keep")
-    return command
+    return [sys.executable, "-m", f"mahjong_{arguments.service}", "rebuild", *as_arguments(arguments)]
 
 
 def run(arguments: argparse.Namespace) -> int:

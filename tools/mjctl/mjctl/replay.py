@@ -33,10 +33,9 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
-from mahjong_platform.topic_reading import TopicReadError, Window, read_partitions_to_end, topic_partitions
-
 if TYPE_CHECKING:
     from mahjong.v1 import envelope_pb2
+    from mahjong_platform.topic_reading import Window
 
 # A table has a few hundred events; a partition holds many tables, so bound what one read keeps.
 TABLE_EVENTS_MAX: Final = 100_000
@@ -104,8 +103,8 @@ def _parse_time(text: str) -> datetime.datetime:
 
 def run(arguments: argparse.Namespace) -> int:
     """The ``replay`` subcommand: print the table's story; exit 1 when the table has no events."""
-
     from mahjong_platform.config import load_settings
+    from mahjong_platform.topic_reading import TopicReadError
 
     settings = load_settings()
     if (arguments.since or arguments.until) and not arguments.kafka:
@@ -253,9 +252,9 @@ def read_stream_from_kafka(
 ) -> list[envelope_pb2.Envelope]:
     """The stream's events from its key's partition (within `window`), duplicates (re-sends)
     dropped, in sequence order."""
-
     from kafka import KafkaConsumer, TopicPartition
     from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
+    from mahjong_platform.topic_reading import read_partitions_to_end, topic_partitions
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
     try:
