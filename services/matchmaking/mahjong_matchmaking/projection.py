@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Final
+
 from mahjong.v1 import envelope_pb2
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.tracked_consumer import Handler, MessagePosition
@@ -14,16 +17,20 @@ def seat_release_handler(clock: Clock = utc_now) -> Handler:
     """Tracked-consumer handler: GameEnded frees every seat of the table, PlayerLeft frees one."""
 
     def handle(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
-        kind = envelope.WhichOneof("payload")
-        if kind == "game_ended":
-            tickets.release_seat(session, envelope.stream_id, None, clock)
-        elif kind == "player_left":
-            tickets.release_seat(session, envelope.stream_id, envelope.player_left.seat, clock)
+        release = SEAT_RELEASES.get(envelope.WhichOneof("payload") or "")
+        if release is not None:
+            tickets.release_seat(session, envelope.stream_id, release(envelope), clock)
 
     return handle
 
 
-SEAT_RELEASING_EVENTS = frozenset({"game_ended", "player_left"})
+SEAT_RELEASES: Final[dict[str, Callable[[envelope_pb2.Envelope], int | None]]] = {
+    "game_ended": lambda envelope: None,  # every seat of the table
+    "player_left": lambda envelope: envelope.player_left.seat,
+}
+"""The seat each seat-releasing event frees (None: all of the table's): exactly the events the
+event registry declares `releases_seat` (`mahjong_platform.events`, tests/test_event_registry.py)."""
+SEAT_RELEASING_EVENTS = frozenset(SEAT_RELEASES)
 
 
 def releases_a_seat(envelope: envelope_pb2.Envelope) -> bool:

@@ -41,6 +41,7 @@ from mahjong_platform.errors import (
     bounded_text,
     status_code_for,
 )
+from mahjong_platform.events import payloads
 from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import check_idempotency_key, request_digest
 from mahjong_rules import RulesError, format_tiles, parse_tiles
@@ -172,20 +173,9 @@ def command_from_request(request: messages.ActRequest, seat: int) -> commands.Ta
     )
 
 
-REDACTED_PAYLOADS = frozenset(
-    {
-        "table_opened",
-        "hands_dealt",
-        "tile_drawn",
-        "exchange_picked",
-        "tiles_exchanged",
-        "missing_suit_chosen",
-        "kong_declared",
-        "claim_passed",
-        "turn_timed_out",
-    }
-)
-"""The payloads `redact` may change or drop; every other event is public as it is."""
+REDACTED_PAYLOADS = payloads(redacted=True)
+"""The payloads `redact` may change or drop (the event registry's `redacted`); every other event
+is public as it is."""
 
 
 def redacted_envelope(

@@ -32,11 +32,13 @@ from collections.abc import Sequence
 from typing import Final
 
 from mahjong.v1 import envelope_pb2
+from mahjong_platform.events import payloads
 
 from mahjong_table.variants import AnyTableState
 
-WINDOW_OPENING_PAYLOADS: Final = frozenset({"tile_discarded", "kong_declared"})
-"""Events after which a claim window may open (a discard; an added kong may be robbed)."""
+WINDOW_OPENING_PAYLOADS: Final = payloads(opens_claim_window=True)
+"""Events after which a claim window may open (a discard; an added kong may be robbed): the event
+registry's `opens_claim_window`."""
 CLAIM_WAIT_CAP_SECONDS: Final = 120.0
 """How long a call of a seat not asked in a window waits for it to close (it closes by itself at
 its deadline, `turn_timeout_ms`, when the deadline worker acts for the claimants)."""

@@ -303,7 +303,7 @@ def _status_line(view: table_service_pb2.TableView) -> str:
 
 
 def _seat_lines(view: table_service_pb2.TableView, seat: Any) -> list[str]:
-    from mjctl.events import melds
+    from mahjong_platform.events import melds
 
     marks = "".join(
         [
@@ -425,9 +425,9 @@ def _play(
     bots: threading.Thread | None,
 ) -> int:
     from mahjong.v1 import table_service_pb2_grpc
+    from mahjong_platform.events import Story, describe_event
 
     from mjctl.bots import BotPlayer
-    from mjctl.events import Story, describe_event
 
     assert game.room is not None
     person = BotPlayer(game.player_id, matchmaking, table, log=lambda _line: None)
@@ -576,8 +576,7 @@ def settlement_lines(scoring: grpc.Channel, table_id: str, story: Any) -> Iterat
     """The game's settlement in words, once scoring has settled it (waits up to a minute)."""
     import grpc
     from mahjong.v1 import envelope_pb2, scoring_service_pb2, scoring_service_pb2_grpc, settlement_events_pb2
-
-    from mjctl.events import describe_event
+    from mahjong_platform.events import describe_event
 
     stub = scoring_service_pb2_grpc.ScoringServiceStub(scoring)
     request = scoring_service_pb2.GetGameSettlementRequest(table_id=table_id)

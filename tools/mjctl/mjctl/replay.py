@@ -314,8 +314,8 @@ def write_json(events: Iterable[envelope_pb2.Envelope], output: TextIO) -> None:
 
 def describe(events: Iterable[envelope_pb2.Envelope]) -> Iterator[str]:
     """One line per table event (``#sequence time  words``), settlement lines indented under their
-    cause; every event type in words (`mjctl.events`)."""
-    from mjctl.events import Story, describe_event
+    cause; every event type in words (`mahjong_platform.events`)."""
+    from mahjong_platform.events import Story, describe_event
 
     story = Story()
     for envelope in events:

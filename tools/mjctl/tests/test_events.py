@@ -1,5 +1,6 @@
-"""Every event in words (`mjctl.events`): one description per `Envelope` payload, so a new event
-cannot be forgotten; Formula wins show their fan totals; chows, flowers and birds get lines."""
+"""Every event in words (`mahjong_platform.events`, the event registry): one description per
+`Envelope` payload, so a new event cannot be forgotten; Formula wins show their fan totals; chows,
+flowers and birds get lines."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import pytest
 from google.protobuf.message import Message
 from mahjong.v1 import common_pb2, envelope_pb2, settlement_events_pb2, table_events_pb2
 from mahjong_platform.envelopes import new_envelope
+from mahjong_platform.events import DESCRIPTIONS, Story, describe_event
 from mahjong_table import codec
 from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.evolve import fold as formula_fold
 from mahjong_table.selfplay import formula_greedy_command
-from mjctl.events import DESCRIPTIONS, Story, describe_event
 from mjctl.replay import describe
 
 PAYLOADS = [field.name for field in envelope_pb2.Envelope.DESCRIPTOR.oneofs_by_name["payload"].fields]

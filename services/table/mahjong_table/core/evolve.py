@@ -70,12 +70,7 @@ def make_fold(
     The fold is the engine's hot path: a handler returns a fresh value nobody holds yet, or the
     state itself when the event changes nothing, so the version is stamped in place on the fresh
     value (no second copy)."""
-    by_type: dict[type[Any], Callable[[Any, Any], _State]] = {
-        TurnTimedOut: turn_timed_out,
-        WallExhausted: wall_exhausted,
-        GameEnded: game_ended,
-        **handlers,
-    }
+    by_type: dict[type[Any], Callable[[Any, Any], Any]] = {**KERNEL_FOLDS, **handlers}
 
     def evolve(state: _State | None, event: TableEvent) -> _State:
         """Fold one event into the state. `state` is None only before `TableOpened`."""
@@ -86,7 +81,7 @@ def make_fold(
             return replaced(opened(event), version=1)
         assert state is not None, f"{type(event).__name__} before TableOpened"
         assert state.phase is not Phase.ENDED, f"{type(event).__name__} after GameEnded"
-        after = handler(state, event)
+        after: _State = handler(state, event)
         if after is state:
             return replaced(state, version=state.version + 1)
         object.__setattr__(after, "version", state.version + 1)
@@ -205,7 +200,15 @@ def game_ended(state: _State, event: GameEnded) -> _State:
     return replaced(state, phase=Phase.ENDED, end_reason=event.reason, window=None, turn_seat=NO_SEAT)
 
 
+KERNEL_FOLDS: dict[type[Any], Callable[[Any, Any], Any]] = {
+    TurnTimedOut: turn_timed_out,
+    WallExhausted: wall_exhausted,
+    GameEnded: game_ended,
+}
+"""The events the kernel folds for every family (`make_fold`)."""
+
 __all__ = [
+    "KERNEL_FOLDS",
     "dealt",
     "discarded",
     "game_ended",

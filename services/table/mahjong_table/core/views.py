@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from mahjong_table.core.decide import meld_event
 from mahjong_table.core.events import (
@@ -216,38 +216,74 @@ def table_view(
     )
 
 
-def redact(event: TableEvent, viewer_seat: int | None) -> TableEvent | None:
-    """The event as `viewer_seat` may see it, or None when the viewer must not learn it happened.
+def _table_opened(event: TableOpened, viewer_seat: int | None) -> TableOpened:
+    """The wall and the (not yet announced) exchange direction are nobody's to see."""
+    return replace(event, wall=(), exchange_direction="")
 
-    TableOpened loses the wall and the (not yet announced) exchange direction; HandsDealt keeps
-    only the viewer's hand; others' draws lose the tile, others' exchange picks their tiles, others'
-    missing-suit choices the suit, others' concealed kongs the tile; TilesExchanged keeps only the
-    viewer's transfers; others' claim passes and claim timeouts are dropped (they would reveal that
-    the player could win or pong).
-    """
-    if isinstance(event, TableOpened):
-        return replace(event, wall=(), exchange_direction="")
-    if isinstance(event, HandsDealt):
-        return replace(
-            event,
-            hands=tuple(
-                hand if hand.seat == viewer_seat else replace(hand, tiles=()) for hand in event.hands
-            ),
-        )
-    if isinstance(event, TileDrawn):
-        return event if event.seat == viewer_seat else replaced(event, tile="")
-    if isinstance(event, ExchangePicked):
-        return event if event.seat == viewer_seat else replaced(event, tiles=())
-    if isinstance(event, TilesExchanged):
-        own = tuple(t for t in event.transfers if viewer_seat in (t.from_seat, t.to_seat))
-        return replace(event, transfers=own)
-    if isinstance(event, MissingSuitChosen):
-        return event if event.seat == viewer_seat else replaced(event, suit="")
-    if isinstance(event, KongDeclared):
-        hidden = event.exposure == EXPOSURE_CONCEALED and event.seat != viewer_seat
-        return replaced(event, tile="") if hidden else event
-    if isinstance(event, ClaimPassed):
-        return event if event.seat == viewer_seat else None
-    if isinstance(event, TurnTimedOut) and event.phase == TIMEOUT_PHASE_CLAIM:
-        return event if event.seat == viewer_seat else None
+
+def _hands_dealt(event: HandsDealt, viewer_seat: int | None) -> HandsDealt:
+    """Only the viewer's own hand."""
+    hands = tuple(hand if hand.seat == viewer_seat else replace(hand, tiles=()) for hand in event.hands)
+    return replace(event, hands=hands)
+
+
+def _tile_drawn(event: TileDrawn, viewer_seat: int | None) -> TileDrawn:
+    """Another seat's draw without its tile."""
+    return event if event.seat == viewer_seat else replaced(event, tile="")
+
+
+def _exchange_picked(event: ExchangePicked, viewer_seat: int | None) -> ExchangePicked:
+    """Another seat's exchange pick without its tiles."""
+    return event if event.seat == viewer_seat else replaced(event, tiles=())
+
+
+def _tiles_exchanged(event: TilesExchanged, viewer_seat: int | None) -> TilesExchanged:
+    """Only the transfers the viewer gave or received."""
+    own = tuple(t for t in event.transfers if viewer_seat in (t.from_seat, t.to_seat))
+    return replace(event, transfers=own)
+
+
+def _missing_suit_chosen(event: MissingSuitChosen, viewer_seat: int | None) -> MissingSuitChosen:
+    """Another seat's missing-suit choice without the suit (public once all are declared)."""
+    return event if event.seat == viewer_seat else replaced(event, suit="")
+
+
+def _kong_declared(event: KongDeclared, viewer_seat: int | None) -> KongDeclared:
+    """Another seat's concealed kong without its tile."""
+    hidden = event.exposure == EXPOSURE_CONCEALED and event.seat != viewer_seat
+    return replaced(event, tile="") if hidden else event
+
+
+def _claim_passed(event: ClaimPassed, viewer_seat: int | None) -> ClaimPassed | None:
+    """Dropped for the other seats: it would reveal that the seat could win or pong."""
+    return event if event.seat == viewer_seat else None
+
+
+def _turn_timed_out(event: TurnTimedOut, viewer_seat: int | None) -> TurnTimedOut | None:
+    """A claim timeout is dropped for the other seats, as the pass it causes."""
+    if event.phase == TIMEOUT_PHASE_CLAIM and event.seat != viewer_seat:
+        return None
     return event
+
+
+REDACTIONS: dict[type[Any], Callable[[Any, int | None], Any]] = {
+    TableOpened: _table_opened,
+    HandsDealt: _hands_dealt,
+    TileDrawn: _tile_drawn,
+    ExchangePicked: _exchange_picked,
+    TilesExchanged: _tiles_exchanged,
+    MissingSuitChosen: _missing_suit_chosen,
+    KongDeclared: _kong_declared,
+    ClaimPassed: _claim_passed,
+    TurnTimedOut: _turn_timed_out,
+}
+"""The redaction of each event type a seat may not see whole: exactly the event types the event
+registry declares `redacted` (`mahjong_platform.events`, checked by tests/test_event_registry.py);
+every other event is public as it is."""
+
+
+def redact(event: TableEvent, viewer_seat: int | None) -> TableEvent | None:
+    """The event as `viewer_seat` may see it, or None when the viewer must not learn it happened
+    (`REDACTIONS`; a public event is returned as it is)."""
+    redaction = REDACTIONS.get(type(event))
+    return event if redaction is None else cast(TableEvent | None, redaction(event, viewer_seat))

@@ -287,7 +287,7 @@ def _player_left(state: FormulaTableState, event: PlayerLeft) -> FormulaTableSta
     return after
 
 
-_HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
+HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
     HandsDealt: _dealt,
     FlowerReplaced: _flower_replaced,
     TileDrawn: _tile_drawn,
@@ -301,8 +301,11 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
     BirdRevealed: _bird_revealed,
     PlayerLeft: _player_left,
 }
+"""The fold of each event type a table of this family emits, but `TableOpened` (`_opened`) and the
+kernel's own (`core.evolve.KERNEL_FOLDS`): with them, exactly the event registry's events of the
+family (`mahjong_platform.events`, tests/test_event_registry.py)."""
 
 
-evolve, fold = kernel.make_fold("formula", _opened, _HANDLERS)
+evolve, fold = kernel.make_fold("formula", _opened, HANDLERS)
 """`evolve(state, event)` folds one event into the state (`state` is None only before
 `TableOpened`); `fold(events, state=None)` a stream of them."""

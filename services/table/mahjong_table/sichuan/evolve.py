@@ -249,7 +249,7 @@ def _player_left(state: TableState, event: PlayerLeft) -> TableState:
     return after
 
 
-_HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
+HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
     HandsDealt: _dealt,
     ExchangePicked: _exchange_picked,
     TilesExchanged: _tiles_exchanged,
@@ -264,8 +264,11 @@ _HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
     PlayerWon: _player_won,
     PlayerLeft: _player_left,
 }
+"""The fold of each event type a table of this family emits, but `TableOpened` (`_opened`) and the
+kernel's own (`core.evolve.KERNEL_FOLDS`): with them, exactly the event registry's events of the
+family (`mahjong_platform.events`, tests/test_event_registry.py)."""
 
 
-evolve, fold = kernel.make_fold("Sichuan", _opened, _HANDLERS)
+evolve, fold = kernel.make_fold("Sichuan", _opened, HANDLERS)
 """`evolve(state, event)` folds one event into the state (`state` is None only before
 `TableOpened`); `fold(events, state=None)` a stream of them."""

@@ -1,21 +1,36 @@
-"""Every event of the system in words: one registry, keyed by the ``Envelope`` payload oneof.
+"""The event registry: every event type of the system declared once, by its `Envelope` payload.
 
-``DESCRIPTIONS`` maps each payload field name of ``mahjong.v1.Envelope`` (match, table of both
-families, settlement and ledger events) to a function that tells that event in one line (a
-``GameSettled`` takes one line per player). A test checks that every payload field has an entry, so
-a new event cannot be added to the envelope without saying how it reads. ``mjctl replay`` prints
-these lines; anything else that shows events to a person should use `describe_event` too.
+Each payload field of `mahjong.v1.Envelope` (match, table of both families, settlement and ledger
+events) is declared here by the `event(...)` decorator on the function that tells it in words,
+with what its consumers must do with it:
+
+- `families`: the table families whose tables emit the event (a table event); the family's fold
+  (`mahjong_table.sichuan.evolve`, `mahjong_table.formula.evolve`) must fold exactly these;
+- `redacted`: the table may show it to a seat changed or not at all (`mahjong_table.core.views`
+  has a redaction for exactly these; every other table event is public as it is);
+- `opens_claim_window`: a claim window may open after it (`mahjong_table.visibility`);
+- `scored_by`: the families whose settlement fold must handle it (`HANDLERS` of
+  `mahjong_scoring.game_facts.sichuan` and `.formula`);
+- `releases_seat`: matchmaking frees a seat on it (`mahjong_matchmaking.projection`);
+- the function itself: the event in one line (a `GameSettled` takes one line per player),
+  which `mjctl replay` and `mjctl play` print.
+
+`tests/test_event_registry.py` checks that every payload of the envelope is declared here with its
+message, and that each consumer handles exactly the events declared for it: adding an event type is
+a proto message, its envelope case, one declaration here, and what the declaration says to do.
 
 The descriptions show what the events hold: full information (walls, hands, picks) for ops and
 finance, who see every event unredacted; a player's redacted events read as "draws a tile", "picks
-three tiles" (ARCHITECTURE.md "Identity and hidden information"; `mjctl play` shows them).
+three tiles" (ARCHITECTURE.md "Identity and hidden information").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
+from google.protobuf.message import Message
 from mahjong.v1 import (
     common_pb2,
     envelope_pb2,
@@ -59,6 +74,74 @@ class Story:
 
 
 Describer = Callable[[Any, Story], str]
+_Described = TypeVar("_Described", bound=Describer)
+
+SICHUAN: Final = "sichuan_bloody"
+FORMULA: Final = "formula"
+"""The table families, by `RoomRules.variant` (the domain's names)."""
+SICHUAN_ONLY: Final = frozenset({SICHUAN})
+FORMULA_ONLY: Final = frozenset({FORMULA})
+BOTH: Final = SICHUAN_ONLY | FORMULA_ONLY
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """One event type: its `Envelope` payload, its message, its words and its consumers' duties."""
+
+    payload: str
+    """The `Envelope` oneof field name ("tile_drawn")."""
+    message: type[Message]
+    describe: Describer
+    families: frozenset[str] = frozenset()
+    redacted: bool = False
+    opens_claim_window: bool = False
+    scored_by: frozenset[str] = frozenset()
+    releases_seat: bool = False
+
+
+EVENTS: dict[str, EventType] = {}
+"""Payload field name of `Envelope` → its event type, in the order declared."""
+
+
+def event(
+    payload: str,
+    message: type[Message],
+    *,
+    families: frozenset[str] = frozenset(),
+    redacted: bool = False,
+    opens_claim_window: bool = False,
+    scored_by: frozenset[str] = frozenset(),
+    releases_seat: bool = False,
+) -> Callable[[_Described], _Described]:
+    """Declare the event type of `payload`, described in words by the decorated function."""
+
+    def declare(describe: _Described) -> _Described:
+        assert payload not in EVENTS, f"{payload} declared twice"
+        EVENTS[payload] = EventType(
+            payload, message, describe, families, redacted, opens_claim_window, scored_by, releases_seat
+        )
+        return describe
+
+    return declare
+
+
+def payloads(**duty: object) -> frozenset[str]:
+    """The payloads whose declaration has every `duty` given, e.g. `payloads(releases_seat=True)`."""
+    return frozenset(
+        name
+        for name, kind in EVENTS.items()
+        if all(getattr(kind, key) == value for key, value in duty.items())
+    )
+
+
+def table_payloads(family: str) -> frozenset[str]:
+    """The payloads a table of `family` emits."""
+    return frozenset(name for name, kind in EVENTS.items() if family in kind.families)
+
+
+def scored_payloads(family: str) -> frozenset[str]:
+    """The payloads the settlement fold of `family` must handle."""
+    return frozenset(name for name, kind in EVENTS.items() if family in kind.scored_by)
 
 
 def tiles(codes: Iterable[str]) -> str:
@@ -107,16 +190,19 @@ def fan_sum(fans: Iterable[common_pb2.Fan]) -> int:
 # --- matchmaking (mahjong.match.v1) ------------------------------------------------------------
 
 
+@event("ticket_queued", match_events_pb2.TicketQueued)
 def _ticket_queued(event: match_events_pb2.TicketQueued, _story: Story) -> str:
     return f"player {event.player_id} queues for room {event.room_id} (ticket {event.ticket_id})"
 
 
+@event("ticket_cancelled", match_events_pb2.TicketCancelled)
 def _ticket_cancelled(event: match_events_pb2.TicketCancelled, _story: Story) -> str:
     return (
         f"player {event.player_id} leaves the queue (ticket {event.ticket_id}, {event.reason or 'no reason'})"
     )
 
 
+@event("table_assigned", match_events_pb2.TableAssigned)
 def _table_assigned(event: match_events_pb2.TableAssigned, _story: Story) -> str:
     seats = ", ".join(f"seat {seat.seat} {seat.player_id}" for seat in event.seats)
     return f"table {event.table_id} formed in room {event.room_id}: {seats}; shuffle seed {event.seed}"
@@ -125,6 +211,7 @@ def _table_assigned(event: match_events_pb2.TableAssigned, _story: Story) -> str
 # --- the table (mahjong.table.v1), both families -----------------------------------------------
 
 
+@event("table_opened", table_events_pb2.TableOpened, families=BOTH, redacted=True, scored_by=BOTH)
 def _table_opened(opened: table_events_pb2.TableOpened, story: Story) -> str:
     story.players = {seat.seat: seat.player_id for seat in opened.seats}
     story.variant = opened.rules.variant
@@ -145,17 +232,26 @@ def _table_opened(opened: table_events_pb2.TableOpened, story: Story) -> str:
     )
 
 
+@event("hands_dealt", table_events_pb2.HandsDealt, families=BOTH, redacted=True, scored_by=SICHUAN_ONLY)
 def _hands_dealt(dealt: table_events_pb2.HandsDealt, story: Story) -> str:
     hands = "; ".join(f"{story.name(hand.seat)} {_hidden(hand.tiles, 'tiles')}" for hand in dealt.hands)
     return f"hands dealt: {hands}; wall {dealt.wall_remaining} left"
 
 
+@event("exchange_picked", table_events_pb2.ExchangePicked, families=SICHUAN_ONLY, redacted=True)
 def _exchange_picked(picked: table_events_pb2.ExchangePicked, story: Story) -> str:
     return f"{story.name(picked.seat)} picks {_hidden(picked.tiles, 'three tiles')} to exchange" + _flag(
         picked.automatic, "auto"
     )
 
 
+@event(
+    "tiles_exchanged",
+    table_events_pb2.TilesExchanged,
+    families=SICHUAN_ONLY,
+    redacted=True,
+    scored_by=SICHUAN_ONLY,
+)
 def _tiles_exchanged(exchanged: table_events_pb2.TilesExchanged, _story: Story) -> str:
     transfers = "; ".join(
         f"seat {transfer.from_seat} → seat {transfer.to_seat}: {tiles(transfer.tiles)}"
@@ -164,17 +260,25 @@ def _tiles_exchanged(exchanged: table_events_pb2.TilesExchanged, _story: Story) 
     return f"tiles exchanged {exchanged.direction}: {transfers}"
 
 
+@event("missing_suit_chosen", table_events_pb2.MissingSuitChosen, families=SICHUAN_ONLY, redacted=True)
 def _missing_suit_chosen(chosen: table_events_pb2.MissingSuitChosen, story: Story) -> str:
     suit = f"missing suit {chosen.suit}" if chosen.suit else "a missing suit"
     return f"{story.name(chosen.seat)} chooses {suit}{_flag(chosen.automatic, 'auto')}"
 
 
+@event(
+    "missing_suits_declared",
+    table_events_pb2.MissingSuitsDeclared,
+    families=SICHUAN_ONLY,
+    scored_by=SICHUAN_ONLY,
+)
 def _missing_suits_declared(declared: table_events_pb2.MissingSuitsDeclared, _story: Story) -> str:
     return "missing suits declared: " + ", ".join(
         f"seat {seat} {suit}" for seat, suit in enumerate(declared.suits)
     )
 
 
+@event("tile_drawn", table_events_pb2.TileDrawn, families=BOTH, redacted=True, scored_by=SICHUAN_ONLY)
 def _tile_drawn(drawn: table_events_pb2.TileDrawn, story: Story) -> str:
     return (
         f"{story.name(drawn.seat)} draws {drawn.tile or 'a tile'}{_flag(drawn.from_tail, 'from the tail')}"
@@ -182,19 +286,29 @@ def _tile_drawn(drawn: table_events_pb2.TileDrawn, story: Story) -> str:
     )
 
 
+@event(
+    "tile_discarded",
+    table_events_pb2.TileDiscarded,
+    families=BOTH,
+    opens_claim_window=True,
+    scored_by=SICHUAN_ONLY,
+)
 def _tile_discarded(discarded: table_events_pb2.TileDiscarded, story: Story) -> str:
     return f"{story.name(discarded.seat)} discards {discarded.tile}{_flag(discarded.automatic, 'auto')}"
 
 
+@event("claim_passed", table_events_pb2.ClaimPassed, families=BOTH, redacted=True)
 def _claim_passed(passed: table_events_pb2.ClaimPassed, story: Story) -> str:
     win = _flag(passed.passed_win, f"passed a win ×{passed.passed_win_multiplier}")
     return f"{story.name(passed.seat)} passes on {passed.tile}{win}{_flag(passed.automatic, 'auto')}"
 
 
+@event("pong_claimed", table_events_pb2.PongClaimed, families=BOTH, scored_by=SICHUAN_ONLY)
 def _pong_claimed(pong: table_events_pb2.PongClaimed, story: Story) -> str:
     return f"{story.name(pong.seat)} pongs {pong.tile} from {story.name(pong.from_seat)}"
 
 
+@event("chow_claimed", table_events_pb2.ChowClaimed, families=FORMULA_ONLY)
 def _chow_claimed(chow: table_events_pb2.ChowClaimed, story: Story) -> str:
     return (
         f"{story.name(chow.seat)} chows {chow.claimed_tile} from {story.name(chow.from_seat)}"
@@ -202,16 +316,26 @@ def _chow_claimed(chow: table_events_pb2.ChowClaimed, story: Story) -> str:
     )
 
 
+@event("flower_replaced", table_events_pb2.FlowerReplaced, families=FORMULA_ONLY, scored_by=FORMULA_ONLY)
 def _flower_replaced(flower: table_events_pb2.FlowerReplaced, story: Story) -> str:
     return (
         f"{story.name(flower.seat)} sets aside flower {flower.flower} (a replacement from the tail follows)"
     )
 
 
+@event("bird_revealed", table_events_pb2.BirdRevealed, families=FORMULA_ONLY, scored_by=FORMULA_ONLY)
 def _bird_revealed(bird: table_events_pb2.BirdRevealed, story: Story) -> str:
     return f"bird {bird.tile} lands on {story.name(bird.seat)}"
 
 
+@event(
+    "kong_declared",
+    table_events_pb2.KongDeclared,
+    families=BOTH,
+    redacted=True,
+    opens_claim_window=True,
+    scored_by=SICHUAN_ONLY,
+)
 def _kong_declared(kong: table_events_pb2.KongDeclared, story: Story) -> str:
     source = (
         f" from {story.name(kong.from_seat)}"
@@ -222,11 +346,13 @@ def _kong_declared(kong: table_events_pb2.KongDeclared, story: Story) -> str:
     return f"{story.name(kong.seat)} declares {EXPOSURE.get(kong.exposure, '?')} kong of {tile}{source}"
 
 
+@event("kong_robbed", table_events_pb2.KongRobbed, families=BOTH, scored_by=SICHUAN_ONLY)
 def _kong_robbed(robbed: table_events_pb2.KongRobbed, story: Story) -> str:
     winners = ", ".join(story.name(seat) for seat in robbed.winner_seats)
     return f"kong of {robbed.tile} by {story.name(robbed.kong_seat)} robbed by {winners}"
 
 
+@event("player_won", table_events_pb2.PlayerWon, families=BOTH, scored_by=BOTH)
 def _player_won(won: table_events_pb2.PlayerWon, story: Story) -> str:
     source = f" from {story.name(won.from_seat)}" if won.from_seat >= 0 else ""
     # Formula wins add fans (RULES.md 2.2): their total is fan_total, multiplier stays 0.
@@ -247,18 +373,22 @@ def _player_won(won: table_events_pb2.PlayerWon, story: Story) -> str:
     )
 
 
+@event("player_left", table_events_pb2.PlayerLeft, families=BOTH, scored_by=BOTH, releases_seat=True)
 def _player_left(left: table_events_pb2.PlayerLeft, story: Story) -> str:
     return f"{story.name(left.seat)} leaves ({left.reason or 'no reason'}){_flag(left.had_won, 'had won')}"
 
 
+@event("turn_timed_out", table_events_pb2.TurnTimedOut, families=BOTH, redacted=True)
 def _turn_timed_out(timed_out: table_events_pb2.TurnTimedOut, story: Story) -> str:
     return f"{story.name(timed_out.seat)} timed out ({timed_out.phase}); the server acts for them"
 
 
+@event("wall_exhausted", table_events_pb2.WallExhausted, families=BOTH, scored_by=SICHUAN_ONLY)
 def _wall_exhausted(_event: table_events_pb2.WallExhausted, _story: Story) -> str:
     return "wall exhausted"
 
 
+@event("game_ended", table_events_pb2.GameEnded, families=BOTH, scored_by=BOTH, releases_seat=True)
 def _game_ended(ended: table_events_pb2.GameEnded, story: Story) -> str:
     hands = "; ".join(
         f"{story.name(hand.seat)} {tiles(hand.concealed)}"
@@ -273,6 +403,7 @@ def _game_ended(ended: table_events_pb2.GameEnded, story: Story) -> str:
 # --- settlement (mahjong.settlement.v1) and the ledger (mahjong.ledger.v1) ---------------------
 
 
+@event("settlement_instructed", settlement_events_pb2.SettlementInstructed)
 def _settlement_instructed(instructed: settlement_events_pb2.SettlementInstructed, story: Story) -> str:
     payees = ", ".join(
         f"{payee.account} {payee.beans} beans ({payee.points} points"
@@ -299,6 +430,7 @@ def _settlement_instructed(instructed: settlement_events_pb2.SettlementInstructe
     )
 
 
+@event("game_settled", settlement_events_pb2.GameSettled)
 def _game_settled(settled: settlement_events_pb2.GameSettled, _story: Story) -> str:
     lines = [f"settled: {settled.instruction_count} lines"]
     for player in sorted(settled.players, key=lambda player: player.seat):
@@ -309,6 +441,7 @@ def _game_settled(settled: settlement_events_pb2.GameSettled, _story: Story) -> 
     return "\n".join(lines)
 
 
+@event("transfer_posted", ledger_events_pb2.TransferPosted)
 def _transfer_posted(posted: ledger_events_pb2.TransferPosted, _story: Story) -> str:
     legs = ", ".join(f"{posting.account} {posting.beans:+d}" for posting in posted.postings)
     short = "" if posted.posted_beans == posted.requested_beans else f" of {posted.requested_beans} asked"
@@ -318,34 +451,7 @@ def _transfer_posted(posted: ledger_events_pb2.TransferPosted, _story: Story) ->
     return f"ledger moved {posted.posted_beans} beans{short} for {posted.reason}{memo}: {legs or '-'}"
 
 
-DESCRIPTIONS: Final[Mapping[str, Describer]] = {
-    "ticket_queued": _ticket_queued,
-    "ticket_cancelled": _ticket_cancelled,
-    "table_assigned": _table_assigned,
-    "table_opened": _table_opened,
-    "hands_dealt": _hands_dealt,
-    "exchange_picked": _exchange_picked,
-    "tiles_exchanged": _tiles_exchanged,
-    "missing_suit_chosen": _missing_suit_chosen,
-    "missing_suits_declared": _missing_suits_declared,
-    "tile_drawn": _tile_drawn,
-    "tile_discarded": _tile_discarded,
-    "claim_passed": _claim_passed,
-    "pong_claimed": _pong_claimed,
-    "chow_claimed": _chow_claimed,
-    "flower_replaced": _flower_replaced,
-    "bird_revealed": _bird_revealed,
-    "kong_declared": _kong_declared,
-    "kong_robbed": _kong_robbed,
-    "player_won": _player_won,
-    "player_left": _player_left,
-    "turn_timed_out": _turn_timed_out,
-    "wall_exhausted": _wall_exhausted,
-    "game_ended": _game_ended,
-    "settlement_instructed": _settlement_instructed,
-    "game_settled": _game_settled,
-    "transfer_posted": _transfer_posted,
-}
+DESCRIPTIONS: Final[Mapping[str, Describer]] = {name: kind.describe for name, kind in EVENTS.items()}
 """Payload field name of `Envelope` → its description in words."""
 
 
