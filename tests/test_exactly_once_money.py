@@ -36,10 +36,10 @@ from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxRelay, count_unsent_outbox_messages
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import MessagePosition, TrackedConsumer
+from mahjong_rules.room_rules import RoomRules
 from mahjong_scoring.projection import CONSUMER_GROUP as SCORING_GROUP
 from mahjong_scoring.projection import SettlementProjection as ScoringProjection
 from mahjong_table.core.events import TableEvent
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import random_legal_command
 from mahjong_table.sichuan.decide import open_table
 from mahjong_table.testing import Table

@@ -6,10 +6,10 @@ per payer X = fan_term × bird_factor × dealer_factor, beans = X × N, and the 
 from __future__ import annotations
 
 from mahjong_rules.formula.scoring import bird_seat
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tile
 from mahjong_table.core.commands import Discard, Kong, Pass, Pong, Win
 from mahjong_table.core.events import BirdRevealed, KongRobbed, PlayerWon, TableEvent
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.testing import FormulaTable, formula_table_with_hands
 
 from .money_pipeline import settle_and_post, starting

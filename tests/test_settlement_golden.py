@@ -18,9 +18,9 @@ import hashlib
 import random
 from collections.abc import Callable
 
+from mahjong_rules.room_rules import RoomRules
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
 from mahjong_table.core.commands import ExpireDeadline, Leave, TableCommand
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import formula_greedy_command, random_legal_command
 from mahjong_table.variants import AnyTableState, decide, evolve, fold, open_table
 

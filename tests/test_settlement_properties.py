@@ -30,7 +30,7 @@ from mahjong_ledger.domain import (
     evolve,
     is_player_account,
 )
-from mahjong_table.core.room_rules import RoomRules
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table.selfplay import random_legal_command
 from mahjong_table.sichuan.decide import open_table
 from mahjong_table.testing import Table

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tiles, tile_code
 from mahjong_table.core.commands import Discard, ExpireDeadline, Kong, Leave, Pass, Pong, Win
 from mahjong_table.core.events import GameEnded, KongRobbed, PlayerWon
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.testing import Table, table_with_hands
 
 from .money_pipeline import pass_claims, settle_and_post, starting

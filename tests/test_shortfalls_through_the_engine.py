@@ -10,9 +10,9 @@ arithmetic worked out by hand from RULES.md.
 from __future__ import annotations
 
 import pytest
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table.core.commands import Discard, ExpireDeadline, Kong, Leave, Win
 from mahjong_table.core.events import GameEnded, PlayerWon
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.testing import Table, table_with_hands
 
 from .money_pipeline import Money, pass_claims, settle_and_post, starting

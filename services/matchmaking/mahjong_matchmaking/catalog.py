@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from mahjong.v1 import common_pb2, rooms_pb2
+from mahjong_rules.room_rules import VARIANT_FORMULA, VARIANT_SICHUAN_BLOODY, RoomRules
 
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("rooms.toml")
 VARIANTS = {
-    "sichuan_bloody": common_pb2.VARIANT_SICHUAN_BLOODY,
-    "formula": common_pb2.VARIANT_FORMULA,
+    VARIANT_SICHUAN_BLOODY: common_pb2.VARIANT_SICHUAN_BLOODY,
+    VARIANT_FORMULA: common_pb2.VARIANT_FORMULA,
 }
+REQUIRED = ("variant", "coefficient", "rake_beans", "entry_floor_beans")
+"""Options every room states (RULES.md 3): the others take their RULES.md default."""
 CHOICES = {
     "dealer_rotation": ("dice", "first_winner"),
     "self_draw_bonus": ("double", "add_one"),
@@ -31,31 +34,11 @@ class CatalogError(ValueError):
 
 
 @dataclass(frozen=True)
-class RoomRules:
-    """All room options of RULES.md with the defaults stated there."""
+class CatalogRules(RoomRules):
+    """A room's options as the catalog states them: the rules of its games (`RoomRules`, the
+    RULES.md defaults in `mahjong_rules.room_rules`) and who may enter it."""
 
-    variant: str
-    coefficient: int
-    rake_beans: int
-    entry_floor_beans: int
-    turn_timeout_ms: int = 15_000
-    reconnect_grace_ms: int = 60_000  # RULES.md 1.10
     members_only: bool = False  # RULES.md 3; the catalog defaults it to true for Formula rooms
-    dealer_rotation: str = "dice"  # RULES.md 1.1
-    exchange_three: bool = True  # RULES.md 1.2
-    skip_win_lock: bool = True  # RULES.md 1.4
-    cap_points: int = 0  # RULES.md 1.9, 0 = no cap
-    self_draw_bonus: str = "double"  # RULES.md 1.7
-    flower_pig_points: int = 16  # RULES.md 1.8
-    escape_cap_points: int = 64  # RULES.md 1.10
-    escape_correction: int = 1
-    escape_penalty_floor: int = 16
-    escape_compensation_floor: int = 4
-    min_fan: int = 8  # RULES.md 2.1
-    no_wildcard_fan: int = 2  # RULES.md 2.2
-    fan_term: str = "fan"  # RULES.md 2.3
-    escape_penalty_points: int = 16
-    escape_compensation_points: int = 8
 
     def to_proto(self) -> rooms_pb2.RoomRules:
         """The rules as the public protobuf message."""
@@ -68,7 +51,7 @@ class RoomRules:
 class Room:
     room_id: str
     display_name: str
-    rules: RoomRules
+    rules: CatalogRules
 
     def to_proto(self, caller_may_enter: bool = False) -> rooms_pb2.Room:
         return rooms_pb2.Room(
@@ -105,7 +88,7 @@ def _parse_room(entry: dict[str, Any], where: str) -> Room:
     except KeyError as missing:
         raise CatalogError(f"{where}: missing {missing.args[0]}") from None
     where = f"room {room_id!r}"
-    known = {field.name: field for field in dataclasses.fields(RoomRules)}
+    known = {field.name: field for field in dataclasses.fields(CatalogRules)}
     for name, value in entry.items():
         if name not in known:
             raise CatalogError(f"{where}: unknown option {name!r}")
@@ -116,12 +99,15 @@ def _parse_room(entry: dict[str, Any], where: str) -> Room:
             raise CatalogError(f"{where}: {name} must be true or false, got {value!r}")
         if name in CHOICES and value not in CHOICES[name]:
             raise CatalogError(f"{where}: {name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
+    for name in REQUIRED:
+        if name not in entry:
+            raise CatalogError(f"{where}: missing {name}")
     if entry.get("variant") not in VARIANTS:
         raise CatalogError(f"{where}: variant must be one of {', '.join(VARIANTS)}")
     # RULES.md 3: the Formula series is open to Happy Points members only unless the room says not.
-    entry.setdefault("members_only", entry["variant"] == "formula")
+    entry.setdefault("members_only", entry["variant"] == VARIANT_FORMULA)
     try:
-        rules = RoomRules(**entry)
+        rules = CatalogRules(**entry)
     except TypeError as error:
         raise CatalogError(f"{where}: {error}") from None
     if rules.coefficient <= 0:

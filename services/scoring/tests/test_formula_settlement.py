@@ -13,12 +13,12 @@ from mahjong.v1 import envelope_pb2
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_rules.formula.fans import WinBy
 from mahjong_rules.formula.scoring import FanTerm, FormulaOptions, FormulaWinFact, formula_win_instructions
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tile
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
 from mahjong_table import codec
 from mahjong_table.core.commands import Leave, Pass, Pong, TableCommand, Win
 from mahjong_table.core.events import BirdRevealed, PlayerWon, TableEvent
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import execute, open_formula_table
 from mahjong_table.formula.evolve import fold
 from mahjong_table.formula.views import legal_actions

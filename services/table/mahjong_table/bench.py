@@ -17,7 +17,8 @@ import os
 import time
 from collections import Counter
 
-from mahjong_table.core.room_rules import RoomRules
+from mahjong_rules.room_rules import RoomRules
+
 from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.evolve import fold as formula_fold

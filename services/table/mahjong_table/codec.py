@@ -14,9 +14,9 @@ from typing import Any
 
 from google.protobuf.message import Message
 from mahjong.v1 import common_pb2, envelope_pb2, match_events_pb2, rooms_pb2, table_events_pb2
+from mahjong_rules.room_rules import RoomRules
 
 from mahjong_table.core import events as domain_events
-from mahjong_table.core.room_rules import RoomRules
 
 # field name → (proto enum prefix, enum descriptor)
 _ENUM_FIELDS = {

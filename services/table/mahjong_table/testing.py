@@ -15,11 +15,11 @@ from typing import Generic, TypeVar
 
 from mahjong.v1 import common_pb2, match_events_pb2, rooms_pb2
 from mahjong_rules.formula.wall import FORMULA_TILES
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tiles
 
 from mahjong_table.core.commands import DeclareMissingSuit, TableCommand
 from mahjong_table.core.events import TableEvent
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import SEAT_COUNT
 from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table_with_wall

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
+from mahjong_rules.room_rules import VARIANT_FORMULA, RoomRules
+
 from mahjong_table.core.commands import TableCommand
 from mahjong_table.core.events import SeatAssignment, TableEvent, TableOpened
-from mahjong_table.core.room_rules import VARIANT_FORMULA, RoomRules
 from mahjong_table.core.views import TableView
 from mahjong_table.formula import decide as formula_decide
 from mahjong_table.formula import evolve as formula_evolve

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
@@ -32,7 +33,6 @@ from mahjong_table.core.errors import (
     TileNotInHandError,
     WrongPhaseError,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.testing import FormulaTable, Table, formula_table_with_hands, table_with_hands
 
 TRIPLE_WAIT_HANDS = ("112345678p56789m", "123456789m4699p", "111222333789s5p", "123456789s99s55p")

@@ -4,6 +4,7 @@ with `table_with_hands` and plays the commands of the rule it names."""
 from __future__ import annotations
 
 import pytest
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table.core.commands import (
     DeclareMissingSuit,
     Discard,
@@ -31,7 +32,6 @@ from mahjong_table.core.events import (
     TurnTimedOut,
     WallExhausted,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import Phase
 from mahjong_table.servicer import table_view_message
 from mahjong_table.sichuan.evolve import fold

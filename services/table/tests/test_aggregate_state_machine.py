@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table.core.events import GameEnded, PlayerWon
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import random_legal_command
 from mahjong_table.sichuan.decide import decide, open_table, waited_on
 from mahjong_table.sichuan.evolve import fold

@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 
 import pytest
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tiles
 from mahjong_table.core.commands import (
     Chow,
@@ -31,7 +32,6 @@ from mahjong_table.core.events import (
     TileDrawn,
     WallExhausted,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import Phase
 from mahjong_table.core.views import redact
 from mahjong_table.formula.decide import open_formula_table

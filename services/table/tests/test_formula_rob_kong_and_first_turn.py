@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from mahjong_rules.formula.fans import FormulaWinContext, WinBy
 from mahjong_rules.formula.wildcards import evaluate_formula_win
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tile, parse_tiles
 from mahjong_table.core.commands import Chow, Discard, ExpireDeadline, Kong, Pass, Pong, Win
 from mahjong_table.core.errors import IllegalClaimError, IllegalWinError, NotYourTurnError
@@ -18,7 +19,6 @@ from mahjong_table.core.events import (
     PlayerWon,
     TileDrawn,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import Phase
 from mahjong_table.formula.views import legal_actions, view_for
 from mahjong_table.servicer import table_view_message

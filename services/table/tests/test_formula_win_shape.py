@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from mahjong_rules.formula.fans import WinBy
-from mahjong_table.core.room_rules import RoomRules
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table.formula import hands
 from mahjong_table.formula.decide import execute, open_formula_table
 from mahjong_table.formula.evolve import fold

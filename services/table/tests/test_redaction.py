@@ -8,6 +8,7 @@ import random
 
 import pytest
 from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table import codec
 from mahjong_table.core.commands import Discard, ExpireDeadline, Pass, TableCommand, Win
 from mahjong_table.core.events import (
@@ -23,7 +24,6 @@ from mahjong_table.core.events import (
     TilesExchanged,
     TurnTimedOut,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.views import redact
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.views import legal_actions as formula_legal_actions

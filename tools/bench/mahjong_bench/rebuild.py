@@ -67,8 +67,8 @@ class Result:
 
 def table_events(games: int) -> list[envelope_pb2.Envelope]:
     """`games` seeded greedy Sichuan games, four of the PLAYERS each, ten minutes apart."""
+    from mahjong_rules.room_rules import RoomRules
     from mahjong_table import codec
-    from mahjong_table.core.room_rules import RoomRules
     from mahjong_table.selfplay import greedy_command
     from mahjong_table.sichuan.decide import execute, open_table
     from mahjong_table.sichuan.evolve import fold

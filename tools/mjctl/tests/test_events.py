@@ -12,8 +12,8 @@ from google.protobuf.message import Message
 from mahjong.v1 import common_pb2, envelope_pb2, settlement_events_pb2, table_events_pb2
 from mahjong_platform.envelopes import new_envelope
 from mahjong_platform.events import DESCRIPTIONS, Story, describe_event
+from mahjong_rules.room_rules import RoomRules
 from mahjong_table import codec
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.evolve import fold as formula_fold

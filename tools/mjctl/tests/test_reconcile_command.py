@@ -36,13 +36,13 @@ from mahjong_platform.schema import stored_events
 from mahjong_platform.service_runtime import migrate
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_rules.room_rules import RoomRules
 from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_scoring.models import scoring_lines
 from mahjong_scoring.projection import SettlementProjection as ScoringProjection
 from mahjong_scoring.servicer import METHOD_ROLES as SCORING_ROLES
 from mahjong_scoring.servicer import registration as scoring_registration
 from mahjong_table import codec
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import greedy_command
 from mahjong_table.sichuan.decide import execute, open_table
 from mahjong_table.sichuan.evolve import fold

@@ -22,11 +22,11 @@ from mahjong_platform.schema import stored_events
 from mahjong_platform.service_runtime import ServiceDefinition, migrate, start_service
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import MessagePosition
+from mahjong_rules.room_rules import RoomRules
 from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_scoring.projection import SettlementProjection
 from mahjong_table import codec
 from mahjong_table.__main__ import definition as table_definition
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.selfplay import greedy_command
 from mahjong_table.sichuan.decide import execute, open_table
 from mahjong_table.sichuan.evolve import fold

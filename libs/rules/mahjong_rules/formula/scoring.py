@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mahjong_rules.errors import InvalidTileError
-from mahjong_rules.formula.fans import NO_WILDCARD, WinBy
+from mahjong_rules.formula.fans import WinBy
 from mahjong_rules.formula.wall import HONOR_TILE_LIMIT, RANKS_PER_SUIT, SUITED_TILE_LIMIT
+from mahjong_rules.room_rules import DEFAULT_ROOM_RULES as _DEFAULT
 from mahjong_rules.settlement.beans import rake_instructions
 from mahjong_rules.settlement.model import (
     HOUSE_ESCAPE,
@@ -45,6 +46,9 @@ class FanTerm(StrEnum):
     FLAT_10 = "flat_10"  # 无番场: 10
 
 
+_DEFAULT_FAN_TERM = FanTerm(_DEFAULT.fan_term)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FormulaOptions:
     """The room settings of a formula room, with the RULES.md 2 defaults.
@@ -55,11 +59,11 @@ class FormulaOptions:
 
     coefficient: int
     rake_beans: int
-    fan_term: FanTerm = FanTerm.FAN
-    min_fan: int = 8  # RULES.md 2.1; 0 in the no-fan room
-    no_wildcard_fan: int = NO_WILDCARD.fan  # 无财神, RULES.md 2.2
-    escape_penalty_points: int = 16  # RULES.md 2.3
-    escape_compensation_points: int = 8  # RULES.md 2.3
+    fan_term: FanTerm = _DEFAULT_FAN_TERM
+    min_fan: int = _DEFAULT.min_fan  # RULES.md 2.1; 0 in the no-fan room
+    no_wildcard_fan: int = _DEFAULT.no_wildcard_fan  # 无财神, RULES.md 2.2
+    escape_penalty_points: int = _DEFAULT.escape_penalty_points  # RULES.md 2.3
+    escape_compensation_points: int = _DEFAULT.escape_compensation_points  # RULES.md 2.3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fan_term", FanTerm(self.fan_term))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias
 
+from mahjong_rules.room_rules import DEFAULT_ROOM_RULES as _DEFAULT
 from mahjong_rules.seats import SEAT_COUNT as SEAT_COUNT  # the one definition; imported from here too
 
 MULTIPLIER_LIMIT = 1 << 24
@@ -89,6 +90,9 @@ def _check_party(party: Party) -> None:
         assert 0 <= party < SEAT_COUNT, f"seat out of range: {party!r}"
 
 
+_DEFAULT_SELF_DRAW_BONUS = SelfDrawBonus(_DEFAULT.self_draw_bonus)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SettlementOptions:
     """The room settings that settlement depends on, with the RULES.md defaults.
@@ -99,13 +103,13 @@ class SettlementOptions:
 
     coefficient: int  # N: beans per point (RULES.md 0)
     rake_beans: int  # A: paid by every seated player after the game (RULES.md 1.9)
-    cap_points: int = 0  # RULES.md 1.9; 0 = no cap
-    self_draw_bonus: SelfDrawBonus = SelfDrawBonus.DOUBLE  # RULES.md 1.7
-    flower_pig_points: int = 16  # RULES.md 1.8
-    escape_cap_points: int = 64  # RULES.md 1.10, used when the room has no cap
-    escape_correction: int = 1  # K of RULES.md 1.10
-    escape_penalty_floor: int = 16  # points, RULES.md 1.10
-    escape_compensation_floor: int = 4  # points, RULES.md 1.10
+    cap_points: int = _DEFAULT.cap_points  # RULES.md 1.9; 0 = no cap
+    self_draw_bonus: SelfDrawBonus = _DEFAULT_SELF_DRAW_BONUS  # RULES.md 1.7
+    flower_pig_points: int = _DEFAULT.flower_pig_points  # RULES.md 1.8
+    escape_cap_points: int = _DEFAULT.escape_cap_points  # RULES.md 1.10, used when the room has no cap
+    escape_correction: int = _DEFAULT.escape_correction  # K of RULES.md 1.10
+    escape_penalty_floor: int = _DEFAULT.escape_penalty_floor  # points, RULES.md 1.10
+    escape_compensation_floor: int = _DEFAULT.escape_compensation_floor  # points, RULES.md 1.10
 
     def __post_init__(self) -> None:
         # Accept the plain option string ("add_one") as a room catalog would hold it.

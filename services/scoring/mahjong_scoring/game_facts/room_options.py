@@ -2,7 +2,7 @@
 
 Every game settles by the rules recorded in its `TableOpened`, never by the room catalog as it
 is now. Proto3 cannot tell an unset number from 0, so every option is taken as recorded, except
-an empty enum-like string, which means its default (`self_draw_bonus` "double", `fan_term` "fan").
+an empty enum-like string, which means its default (`mahjong_rules.room_rules.DEFAULT_ROOM_RULES`).
 Options the rules library refuses raise `GameFactsError` (the stream cannot be settled).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mahjong.v1 import common_pb2, rooms_pb2
 from mahjong_rules.formula.scoring import FanTerm, FormulaOptions
+from mahjong_rules.room_rules import DEFAULT_ROOM_RULES
 from mahjong_rules.settlement import SelfDrawBonus, SettlementOptions
 
 from mahjong_scoring.game_facts.steps import GameFactsError
@@ -26,7 +27,7 @@ def settlement_options(room_rules: rooms_pb2.RoomRules) -> SettlementOptions:
             coefficient=room_rules.coefficient,
             rake_beans=room_rules.rake_beans,
             cap_points=room_rules.cap_points,
-            self_draw_bonus=SelfDrawBonus(room_rules.self_draw_bonus or SelfDrawBonus.DOUBLE),
+            self_draw_bonus=SelfDrawBonus(room_rules.self_draw_bonus or DEFAULT_ROOM_RULES.self_draw_bonus),
             flower_pig_points=room_rules.flower_pig_points,
             escape_cap_points=room_rules.escape_cap_points,
             escape_correction=room_rules.escape_correction,
@@ -45,7 +46,7 @@ def formula_options(room_rules: rooms_pb2.RoomRules) -> FormulaOptions | None:
         return FormulaOptions(
             coefficient=room_rules.coefficient,
             rake_beans=room_rules.rake_beans,
-            fan_term=FanTerm(room_rules.fan_term or FanTerm.FAN),
+            fan_term=FanTerm(room_rules.fan_term or DEFAULT_ROOM_RULES.fan_term),
             min_fan=room_rules.min_fan,
             no_wildcard_fan=room_rules.no_wildcard_fan,
             escape_penalty_points=room_rules.escape_penalty_points,

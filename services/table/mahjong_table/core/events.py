@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from mahjong_table.core.room_rules import RoomRules
+from mahjong_rules.room_rules import RoomRules
 
 NO_SEAT = -1
 

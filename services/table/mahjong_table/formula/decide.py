@@ -17,6 +17,7 @@ from mahjong_rules.formula.wall import (
     shuffled_formula_wall,
 )
 from mahjong_rules.formula.wildcards import FormulaEvaluation
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tile
 from mahjong_rules.wall import deal, dealer_from_dice
 
@@ -75,7 +76,6 @@ from mahjong_table.core.events import (
     TileDiscarded,
     TurnTimedOut,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import SEAT_COUNT, Phase
 from mahjong_table.core.tiles import code_of, command_tile
 from mahjong_table.formula import hands

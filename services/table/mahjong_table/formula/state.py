@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUNT, HONOR_TILE_LIMIT
+from mahjong_rules.room_rules import RoomRules
 
 from mahjong_table.core.events import NO_SEAT
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableFacts
 
 TILE_KIND_COUNT = FLOWER_TILE_LIMIT

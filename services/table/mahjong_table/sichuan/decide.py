@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.wall import WALL_TILE_COUNT
 
 from mahjong_table.core import decide as kernel
@@ -77,7 +78,6 @@ from mahjong_table.core.events import (
     TilesExchanged,
     TurnTimedOut,
 )
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import SEAT_COUNT, Phase
 from mahjong_table.core.tiles import codes_of_counts, command_tile
 from mahjong_table.sichuan import autoplay, hands, rules_adapter

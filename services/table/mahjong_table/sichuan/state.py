@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.wall import WALL_TILE_COUNT
 
 from mahjong_table.core.events import NO_SEAT
-from mahjong_table.core.room_rules import RoomRules
 from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableFacts
 
 TILE_KIND_COUNT = 27

@@ -1,8 +1,12 @@
-"""The room options a table is opened with (RULES.md 1 and 3), mirroring `mahjong.v1.RoomRules`.
+"""The room options (RULES.md 1, 2 and 3): the one place that names them and states their defaults.
 
-Field names are the proto field names, so the service maps them 1:1. Defaults are the RULES.md
-defaults. The table records the rules in `TableOpened`, so a catalog change never alters a game in
-progress or its replay.
+`RoomRules` mirrors `mahjong.v1.RoomRules` field for field (the field names are the proto's, so the
+services map them 1:1; `tests/test_room_rules.py` checks them against the proto descriptor), but
+for `members_only`, which decides who may enter a room, not how its games are played: matchmaking's
+catalog adds it (`mahjong_matchmaking.catalog.CatalogRules`). The table records these rules in
+`TableOpened`, so a catalog change never alters a game in progress or its replay; scoring settles by
+that record. The settlement options of the rules library (`SettlementOptions`, `FormulaOptions`)
+take their defaults from `DEFAULT_ROOM_RULES`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 
 VARIANT_SICHUAN_BLOODY = "sichuan_bloody"
 VARIANT_FORMULA = "formula"
+VARIANTS = (VARIANT_SICHUAN_BLOODY, VARIANT_FORMULA)
+"""The families a room may play (proto `Variant` without its prefix, lower case)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +44,7 @@ class RoomRules:
     fan_term: str = "fan"
     escape_penalty_points: int = 16
     escape_compensation_points: int = 8
+
+
+DEFAULT_ROOM_RULES = RoomRules()
+"""Every option at its RULES.md default."""
