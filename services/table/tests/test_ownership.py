@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import pathlib
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -630,3 +631,23 @@ def test_a_forwarded_call_reaches_the_owner_with_the_callers_token_and_remaining
             assert metadata[FORWARDED_BY_METADATA_KEY] == a.ownership.address
     finally:
         running.stop(0)
+
+
+def test_a_forwarded_stream_the_caller_cancels_ends_at_the_owner_too(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """RULES.md 1.10's reconnect grace counts from when a seat's last stream ends at the owner: a
+    stream cancelled by a client of the forwarding replica must end there too (else the seat stays
+    present and never escapes)."""
+    a, b = replicas
+    table = a_table_of_b(a, b)
+    # Its deadline far beyond the wait below: only the cancellation can end it at b in time.
+    feed = a.stub("east").WatchView(messages.WatchViewRequest(table_id=table), timeout=600)
+    next(feed)  # served by b through a: b counts east's stream
+    assert b.presence.away_seconds(table, 0) == 0.0
+    feed.cancel()
+    deadline = time.monotonic() + 60  # a bound on waiting for b to see the end, not a figure
+    while b.presence.away_seconds(table, 0) == 0.0:
+        assert time.monotonic() < deadline, "the owner never saw the forwarded stream end"
+        b.monotonic.now += 1  # away since the end: more than 0 once it ended
+        time.sleep(0.01)
