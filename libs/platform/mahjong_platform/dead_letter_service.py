@@ -22,6 +22,7 @@ from typing import Final
 import grpc
 import sqlalchemy
 from google.protobuf import timestamp_pb2
+from kafka.errors import KafkaError
 from mahjong.v1 import dead_letter_service_pb2, dead_letter_service_pb2_grpc, envelope_pb2
 from sqlalchemy.engine import Engine
 
@@ -34,7 +35,12 @@ from mahjong_platform.dead_letters import (
     read_dead_letters,
     redrive,
 )
-from mahjong_platform.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from mahjong_platform.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
 from mahjong_platform.grpc_server import ServiceRegistration, register_service
 from mahjong_platform.schema import dead_letter_redrives
 from mahjong_platform.tracked_consumer import BatchHandler, Delivery, Handler, MessagePosition
@@ -99,9 +105,15 @@ class DeadLetterRedriver:
             place = parse_entry_id(entry_id)
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
-        entries = read_dead_letters(
-            self._bootstrap_servers, self._topic, only=[place], timeout_seconds=self._read_timeout_seconds
-        )
+        try:
+            entries = read_dead_letters(
+                self._bootstrap_servers, self._topic, only=[place], timeout_seconds=self._read_timeout_seconds
+            )
+        except (TimeoutError, KafkaError) as error:
+            raise UnavailableError(
+                f"the dead letter topic {self._topic} cannot be read now ({type(error).__name__}); "
+                "nothing changed, try again"
+            ) from None
         if not entries:
             raise NotFoundError(f"no dead letter {entry_id} on {self._topic}")
         entry = entries[0]

@@ -376,7 +376,8 @@ def _report_serving_when(
         if stop_event.is_set():
             return
     try:
-        for service_name in ("", *server.service_names):
+        # The whole server last: a client that sees it SERVING finds every service SERVING.
+        for service_name in (*server.service_names, ""):
             server.set_serving(service_name, True)  # ignored once a graceful shutdown began
     except RuntimeError:  # the server's event loop is gone: it stopped
         pass

@@ -156,11 +156,15 @@ def _read(settings: Settings, only: Sequence[tuple[int, int]] | None = None) -> 
 
 def _status_text(redrive: dead_letter_service_pb2.Redrive) -> str:
     redriven_at = redrive.redriven_at.ToDatetime(tzinfo=datetime.UTC).isoformat(timespec="seconds")
-    return f"re-driven ({_OUTCOME_NAMES.get(redrive.outcome, '?')}) {redriven_at}"
+    return f"re-driven ({_outcome_name(redrive.outcome)}) {redriven_at}"
 
 
-_OUTCOME_NAMES: Final = {1: "applied", 2: "already_applied", 3: "not_wanted"}
-"""`RedriveOutcome` values by the words mjctl has always shown."""
+def _outcome_name(outcome: int) -> str:
+    """A `RedriveOutcome` in the words mjctl has always shown: "applied", "already_applied", ..."""
+    from mahjong.v1 import dead_letter_service_pb2
+
+    name: str = dead_letter_service_pb2.RedriveOutcome.Name(outcome)  # type: ignore[arg-type]
+    return name.removeprefix("REDRIVE_OUTCOME_").lower()
 
 
 def _summary(entry: DeadLetterEntry, status: str) -> dict[str, Any]:
@@ -281,7 +285,7 @@ def _redrive_one(services: _Services, entry: DeadLetterEntry) -> bool:
         print(f"{entry.entry_id}: not re-driven: {error}")
         return False
     redrive = answer.redrive
-    outcome = _OUTCOME_NAMES.get(redrive.outcome, "?")
+    outcome = _outcome_name(redrive.outcome)
     if answer.newly_redriven:
         print(f"{entry.entry_id}: {group} {answer.event_type} {redrive.event_id}: {_words(outcome)}")
     else:

@@ -66,7 +66,8 @@ class DeadLetterServiceServicer:
         it came from. Idempotent: a dead letter re-driven before is not applied again (the response
         says when it was). INVALID_ARGUMENT for a malformed id, NOT_FOUND when the dead letter topic has
         no such entry, FAILED_PRECONDITION when it belongs to another service's consumer group, holds
-        no decodable event, or the handler still fails (then nothing changed). Ops only.
+        no decodable event, or the handler still fails, UNAVAILABLE when the broker does not answer
+        (then nothing changed). Ops only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -46,7 +46,8 @@ class DeadLetterServiceStub:
     it came from. Idempotent: a dead letter re-driven before is not applied again (the response
     says when it was). INVALID_ARGUMENT for a malformed id, NOT_FOUND when the dead letter topic has
     no such entry, FAILED_PRECONDITION when it belongs to another service's consumer group, holds
-    no decodable event, or the handler still fails (then nothing changed). Ops only.
+    no decodable event, or the handler still fails, UNAVAILABLE when the broker does not answer
+    (then nothing changed). Ops only.
     """
     ListRedrives: _grpc.UnaryUnaryMultiCallable[_dead_letter_service_pb2.ListRedrivesRequest, _dead_letter_service_pb2.ListRedrivesResponse]
     """The consumer groups this service runs, and every dead letter re-driven into them. Ops only."""
@@ -67,7 +68,8 @@ class DeadLetterServiceAsyncStub(DeadLetterServiceStub):
     it came from. Idempotent: a dead letter re-driven before is not applied again (the response
     says when it was). INVALID_ARGUMENT for a malformed id, NOT_FOUND when the dead letter topic has
     no such entry, FAILED_PRECONDITION when it belongs to another service's consumer group, holds
-    no decodable event, or the handler still fails (then nothing changed). Ops only.
+    no decodable event, or the handler still fails, UNAVAILABLE when the broker does not answer
+    (then nothing changed). Ops only.
     """
     ListRedrives: _aio.UnaryUnaryMultiCallable[_dead_letter_service_pb2.ListRedrivesRequest, _dead_letter_service_pb2.ListRedrivesResponse]  # type: ignore[assignment]
     """The consumer groups this service runs, and every dead letter re-driven into them. Ops only."""
@@ -91,7 +93,8 @@ class DeadLetterServiceServicer(metaclass=_abc_1.ABCMeta):
         it came from. Idempotent: a dead letter re-driven before is not applied again (the response
         says when it was). INVALID_ARGUMENT for a malformed id, NOT_FOUND when the dead letter topic has
         no such entry, FAILED_PRECONDITION when it belongs to another service's consumer group, holds
-        no decodable event, or the handler still fails (then nothing changed). Ops only.
+        no decodable event, or the handler still fails, UNAVAILABLE when the broker does not answer
+        (then nothing changed). Ops only.
         """
 
     @_abc_1.abstractmethod
