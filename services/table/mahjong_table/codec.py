@@ -1,6 +1,6 @@
 """Domain events ↔ protobuf messages, field for field.
 
-The domain events mirror `table_events.proto` by name (see `domain/events.py`), so one generic
+The domain events mirror `table_events.proto` by name (see `core/events.py`), so one generic
 mapping serves every event: nested dataclasses become nested messages, tuples become repeated
 fields, and the three enums travel as lower-case names in the domain ("exposed", "self_draw",
 "sichuan_bloody") and as proto enum values on the wire.

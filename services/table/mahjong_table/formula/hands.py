@@ -17,8 +17,8 @@ from mahjong_rules.formula.wall import SUITED_TILE_LIMIT, is_flower
 from mahjong_rules.formula.wildcards import FormulaEvaluation, evaluate_formula_win, winning_substitutions
 from mahjong_rules.seats import seat_wind as rules_seat_wind
 
-from mahjong_table.core.events import EXPOSURE_CONCEALED, NO_SEAT
-from mahjong_table.core.state import SEAT_COUNT, Phase
+from mahjong_table.core.events import EXPOSURE_CONCEALED
+from mahjong_table.core.state import Phase
 from mahjong_table.formula.state import FormulaPlayer, FormulaTableState
 
 WAITING_TILE_COUNT = 13
@@ -270,8 +270,3 @@ def _winning_discards(
 def discardable(player: FormulaPlayer) -> tuple[int, ...]:
     """Every distinct concealed tile may be discarded (flowers are set aside before)."""
     return tuple(tile for tile in range(SUITED_TILE_LIMIT + 7) if player.concealed[tile])
-
-
-def first_in_turn_order(from_seat: int, seats: list[int]) -> int:
-    """The seat first in turn order after `from_seat` (截和, RULES.md 2.1); -1 for none."""
-    return min(seats, key=lambda seat: (seat - from_seat) % SEAT_COUNT, default=NO_SEAT)

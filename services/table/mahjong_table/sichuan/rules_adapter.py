@@ -16,8 +16,10 @@ from typing import cast
 
 import mahjong_rules as rules
 from mahjong_rules import InvalidTileError, deal, dealer_from_dice, parse_tile, shuffled_wall, tile_code
+from mahjong_rules.tiles import SUITED_TILE_KIND_COUNT
 
 from mahjong_table.core.events import Fan
+from mahjong_table.core.tiles import code_of
 
 __all__ = [
     "SUIT_CODES",
@@ -35,7 +37,7 @@ __all__ = [
     "waiting_tiles",
 ]
 
-TILE_KIND_COUNT = 27
+TILE_KIND_COUNT = SUITED_TILE_KIND_COUNT
 """Sichuan Bloody uses the 27 suited tile kinds (RULES.md 1.1)."""
 SUIT_CODES = ("m", "p", "s")
 SUIT_CODES_TYPED: tuple[rules.Suit, ...] = rules.SUITS
@@ -46,11 +48,6 @@ _TILE_BY_CODE: dict[str, int] = {code: tile for tile, code in enumerate(_CODES)}
 
 class TileParseError(ValueError):
     """A tile code that is not one of the 27 Sichuan tiles."""
-
-
-def code_of(tile: int) -> str:
-    """Compact code of a Sichuan tile ("5p")."""
-    return _CODES[tile]
 
 
 def parse_code(code: str) -> int:

@@ -13,12 +13,13 @@ from enum import StrEnum
 from typing import Any
 
 from mahjong_rules.room_rules import RoomRules
+from mahjong_rules.tiles import SUITED_TILE_KIND_COUNT
 from mahjong_rules.wall import WALL_TILE_COUNT
 
 from mahjong_table.core.events import NO_SEAT
 from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableFacts
 
-TILE_KIND_COUNT = 27
+TILE_KIND_COUNT = SUITED_TILE_KIND_COUNT
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
 
 
