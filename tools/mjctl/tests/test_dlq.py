@@ -246,9 +246,10 @@ def test_the_ledgers_dead_letter_service_is_ops_only_and_refuses_bad_ids_changin
             dead_letters.RedriveDeadLetter(request(entry_id=malformed), metadata=OPS)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, malformed
         assert "<partition>:<offset>" in (refused.value.details() or "")
-    with pytest.raises(grpc.RpcError) as absent:
-        dead_letters.RedriveDeadLetter(request(entry_id="0:999999"), metadata=OPS)
-    assert absent.value.code() == grpc.StatusCode.NOT_FOUND
+    for absent_id in ("0:999999", "1:99999999999999999999999", "77:0", "99999999999999999999:0"):
+        with pytest.raises(grpc.RpcError) as absent:
+            dead_letters.RedriveDeadLetter(request(entry_id=absent_id), metadata=OPS)
+        assert absent.value.code() == grpc.StatusCode.NOT_FOUND, absent_id
 
     # A dead letter of another service's consumer group, holding an instruction the ledger could
     # apply: the ledger does not apply it.
