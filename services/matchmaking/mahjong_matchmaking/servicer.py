@@ -108,6 +108,12 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         digest = request_digest(request)
         with read_transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key, digest)
+            if earlier is None:
+                # A player still seated (matchmaking frees the seat when it reads GameEnded, a
+                # moment after the game ended for the players, who retry meanwhile) is refused
+                # here, without the ledger call and the write transaction; `enqueue` checks again
+                # under the room's lock.
+                tickets.refuse_a_live_player(session, player_id)
         if earlier is not None:
             return messages.EnqueueResponse.FromString(earlier)
         # Asked before the write transaction, so no database lock is held across a network call.

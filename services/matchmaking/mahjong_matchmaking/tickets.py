@@ -100,6 +100,17 @@ def load_ticket(session: Session, ticket_id: str) -> Ticket | None:
     return Ticket(row.ticket_id, row.player_id, row.room_id, row.state, row.table_id, row.seat)
 
 
+def refuse_a_live_player(session: Session, player_id: str) -> None:
+    """FAILED_PRECONDITION when the player already has a live ticket or seat."""
+    live = session.execute(_LIVE_TICKET, {"live_player_id": player_id}).first()
+    if live is not None:
+        where = "queued for" if live.state == TICKET_QUEUED else "seated in"
+        raise FailedPreconditionError(
+            f"player {player_id!r} is already {where} room {live.room_id!r} (ticket {live.ticket_id}); "
+            "cancel it or finish the game first"
+        )
+
+
 def enqueue(
     session: Session,
     store: EventStore,
@@ -118,13 +129,7 @@ def enqueue(
     # Locks the room's queue until the transaction ends, and takes the next place in it (a
     # refused enqueue rolls back, and its place with it).
     order = _take_queue_place(session, room.room_id)
-    live = session.execute(_LIVE_TICKET, {"live_player_id": player_id}).first()
-    if live is not None:
-        where = "queued for" if live.state == TICKET_QUEUED else "seated in"
-        raise FailedPreconditionError(
-            f"player {player_id!r} is already {where} room {live.room_id!r} (ticket {live.ticket_id}); "
-            "cancel it or finish the game first"
-        )
+    refuse_a_live_player(session, player_id)
     if balance_beans is not None and balance_beans < room.rules.entry_floor_beans:
         raise FailedPreconditionError(
             f"balance {balance_beans} beans is below room {room.room_id!r}'s entry floor of "

@@ -25,10 +25,14 @@ Stub = matchmaking_service_pb2_grpc.MatchmakingServiceStub
 class Matchmaking:
     """The running server: a stub per player, the database, and the balances the floor check reads."""
 
-    def __init__(self, port: int, session_factory: SessionFactory, balances: dict[str, int]) -> None:
+    def __init__(
+        self, port: int, session_factory: SessionFactory, balances: dict[str, int], balance_lookups: list[str]
+    ) -> None:
         self.port = port
         self.session_factory = session_factory
         self.balances = balances
+        self.balance_lookups = balance_lookups
+        """The players whose balance the servicer asked for, in order."""
         self._channels: list[object] = []
 
     def stub_for(self, player_id: str | None, roles: tuple[str, ...] = (), *, member: bool = False) -> Stub:
@@ -44,12 +48,13 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
     migrate(DEFINITION, database_url)
     engine = create_engine_for(database_url)
     balances: dict[str, int] = {}
-    servicer = MatchmakingServicer(
-        create_session_factory(engine),
-        load_catalog(),
-        EventStore(),
-        balance_of=lambda player: balances.get(player, 1_000_000),
-    )
+    balance_lookups: list[str] = []
+
+    def balance_of(player: str) -> int:
+        balance_lookups.append(player)
+        return balances.get(player, 1_000_000)
+
+    servicer = MatchmakingServicer(create_session_factory(engine), load_catalog(), EventStore(), balance_of)
     settings = load_settings({"MAHJONG_JWT_SECRET": SECRET})
     registration = register_service(
         matchmaking_service_pb2.DESCRIPTOR.services_by_name["MatchmakingService"],
@@ -59,7 +64,7 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
     running = serve(
         [registration], "127.0.0.1:0", settings, interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)]
     )
-    yield Matchmaking(running.port, create_session_factory(engine), balances)
+    yield Matchmaking(running.port, create_session_factory(engine), balances, balance_lookups)
     running.stop(0)
     engine.dispose()
 

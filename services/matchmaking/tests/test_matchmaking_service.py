@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import table_events_pb2
+from mahjong_matchmaking.models import room_queues
 from mahjong_matchmaking.models import tickets as tickets_table
 from mahjong_matchmaking.projection import seat_release_handler
 from mahjong_platform.database import transaction
@@ -84,6 +85,28 @@ def test_a_seated_player_cannot_queue_until_the_game_ends(
     with transaction(matchmaking.session_factory) as session:
         seat_release_handler()(session, ended, MessagePosition("t", 0, 0))
     assert enqueue("p0", "sichuan-cap64")
+
+
+def test_a_seated_player_is_refused_without_asking_the_ledger_or_taking_a_queue_place(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    """Players retry Enqueue while matchmaking has not yet read their GameEnded: each refusal is
+    a read, not a ledger call and a write transaction that rolls back."""
+    for player in ("p0", "p1", "p2", "p3"):
+        enqueue(player)
+    assert matchmaking.balance_lookups == ["p0", "p1", "p2", "p3"]
+    before = event_types(matchmaking)
+    with transaction(matchmaking.session_factory) as session:
+        queues_before = session.execute(sqlalchemy.select(room_queues)).all()
+    for _ in range(3):
+        with pytest.raises(grpc.RpcError) as raised:
+            enqueue("p0", "sichuan-cap64")
+        assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "already seated in room 'sichuan-novice'" in raised.value.details()
+    assert matchmaking.balance_lookups == ["p0", "p1", "p2", "p3"]
+    assert event_types(matchmaking) == before
+    with transaction(matchmaking.session_factory) as session:
+        assert session.execute(sqlalchemy.select(room_queues)).all() == queues_before
 
 
 def test_a_retried_enqueue_returns_the_first_ticket_and_queues_nothing(matchmaking: Matchmaking) -> None:
