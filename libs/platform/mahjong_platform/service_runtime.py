@@ -87,6 +87,9 @@ class ConsumerDefinition:
     batch_handler: BatchHandler | None = None
     # Told each partition assignment of the group (`TrackedConsumer`'s `on_assignment`).
     on_assignment: AssignmentHook | None = None
+    # Milliseconds a poll that brought records waits for more before applying them, so that
+    # batches grow (`TrackedConsumer`'s `linger_ms`); adds at most that to the consumer's lag.
+    linger_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,6 +411,7 @@ def _consumer_factory(
             batch_handler=consumer.batch_handler,
             wants=consumer.wants,
             on_assignment=consumer.on_assignment,
+            linger_ms=consumer.linger_ms,
         )
 
     return create

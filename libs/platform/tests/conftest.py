@@ -189,6 +189,7 @@ class ConsumerFactory(Protocol):
         before_commit: BeforeCommitHook | None = None,
         wants: Relevance | None = None,
         on_assignment: AssignmentHook | None = None,
+        linger_ms: int = 0,
     ) -> TrackedConsumer: ...
 
 
@@ -207,6 +208,7 @@ def new_tracked_consumer(
         before_commit: BeforeCommitHook | None = None,
         wants: Relevance | None = None,
         on_assignment: AssignmentHook | None = None,
+        linger_ms: int = 0,
     ) -> TrackedConsumer:
         consumer = TrackedConsumer(
             engine,
@@ -223,6 +225,7 @@ def new_tracked_consumer(
             before_commit=before_commit,
             wants=wants,
             on_assignment=on_assignment,
+            linger_ms=linger_ms,
         )
         created.append(consumer)
         return consumer

@@ -298,3 +298,71 @@ def test_events_the_projection_does_not_want_are_skipped_and_the_wanted_applied_
     poll_consumer_until(second, lambda: len(read_projection_event_ids(sqlite_engine)) >= 3)
     second.poll_once(timeout_ms=300)
     assert read_projection_event_ids(sqlite_engine) == [event.event_id for event in events[1::2]]
+
+
+def test_a_lingering_consumer_applies_every_event_once_in_stream_order(
+    migrated_engine: Engine,
+    new_tracked_consumer: ConsumerFactory,
+    produce: Callable[[str, bytes], None],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """linger_ms gathers what arrives while a poll's records wait into one batch: the events of
+    two streams produced in bursts, a re-sent one among them, are each applied once, in order."""
+    first, second = discard_events("table-a", 12), discard_events("table-b", 12)
+    consumer = new_tracked_consumer(migrated_engine, group_id="lingering", linger_ms=50)
+    for start in range(0, 12, 4):
+        produce_events(produce, first[start : start + 4] + second[start : start + 4])
+        consumer.poll_once(timeout_ms=200)
+    produce_events(produce, first[5:6])
+    poll_consumer_until(consumer, lambda: finished_message_count(migrated_engine) == 25)
+    applied = read_projection_event_ids(migrated_engine)
+    assert sorted(applied) == sorted(event.event_id for event in first + second)
+    for stream in (first, second):
+        ids = [event.event_id for event in stream]
+        assert [event_id for event_id in applied if event_id in ids] == ids
+
+
+class _Record:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class _StandInPoll:
+    """What the second poll of `_gather_more` returns, and what it was asked for."""
+
+    def __init__(self, answer: dict[str, list[_Record]]) -> None:
+        self.answer = answer
+        self.asked: list[dict[str, int]] = []
+
+    def poll(self, *, timeout_ms: int, max_records: int) -> dict[str, list[_Record]]:
+        self.asked.append({"timeout_ms": timeout_ms, "max_records": max_records})
+        return self.answer
+
+
+def _gathering(
+    answer: dict[str, list[_Record]], max_poll_records: int
+) -> tuple[TrackedConsumer, _StandInPoll]:
+    consumer = TrackedConsumer.__new__(TrackedConsumer)  # only `_gather_more`'s own state
+    stand_in = _StandInPoll(answer)
+    consumer._consumer = stand_in
+    consumer._linger_seconds = 0.001
+    consumer._max_poll_records = max_poll_records
+    return consumer, stand_in
+
+
+def test_gathering_appends_later_records_of_a_partition_and_asks_only_for_the_remaining_room() -> None:
+    consumer, stand_in = _gathering({"p0": [_Record(3)], "p1": [_Record(7), _Record(8)]}, 5)
+    gathered = consumer._gather_more({"p0": [_Record(1), _Record(2)]})
+    assert {partition: [record.offset for record in records] for partition, records in gathered.items()} == {
+        "p0": [1, 2, 3],
+        "p1": [7, 8],
+    }
+    assert stand_in.asked == [{"timeout_ms": 0, "max_records": 3}]
+
+
+def test_a_full_poll_does_not_linger() -> None:
+    consumer, stand_in = _gathering({"p0": [_Record(9)]}, 2)
+    full = {"p0": [_Record(1), _Record(2)]}
+    assert consumer._gather_more(full) is full
+    assert stand_in.asked == []

@@ -17,6 +17,11 @@ from mahjong_matchmaking.ledger_client import LedgerBalances
 from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
 from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer
 
+CONSUMER_LINGER_MS = 25
+"""A poll that brought table events waits this long for more (`TrackedConsumer`'s `linger_ms`): the
+table topic's events arrive a few at a time and each poll costs a fetch; a seat is freed at most
+this much later (its players' Enqueue retries are refused by a read meanwhile)."""
+
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
     servicer = MatchmakingServicer(
@@ -37,7 +42,11 @@ def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[Se
 def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
     return [
         ConsumerDefinition(
-            "matchmaking-seats", lambda topics: [topics.table], seat_release_handler(), wants=releases_a_seat
+            "matchmaking-seats",
+            lambda topics: [topics.table],
+            seat_release_handler(),
+            wants=releases_a_seat,
+            linger_ms=CONSUMER_LINGER_MS,
         )
     ]
 
