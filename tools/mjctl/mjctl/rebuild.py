@@ -22,6 +22,7 @@ What is not compared (and why) is in each service's ``rebuild`` module.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import subprocess
 import sys
 import threading
@@ -52,6 +53,14 @@ def service_command(arguments: argparse.Namespace) -> list[str]:
 
 def run(arguments: argparse.Namespace) -> int:
     """The ``rebuild`` subcommand: the service's exit code (0 identical, 1 different, 2 could not run)."""
+    module = f"mahjong_{arguments.service}"
+    if importlib.util.find_spec(module) is None:  # locates the package without importing it
+        print(
+            f"mjctl rebuild: the {arguments.service} service is not installed here; run "
+            f"`python -m {module} rebuild` where it is (e.g. in its container)",
+            file=sys.stderr,
+        )
+        return 2
     process = subprocess.Popen(service_command(arguments), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     progress = threading.Thread(target=_copy, args=(process.stderr, sys.stderr), daemon=True)

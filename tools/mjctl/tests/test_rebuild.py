@@ -248,3 +248,18 @@ def test_mjctl_rebuild_runs_the_services_own_admin_command_with_the_same_options
         "g",
         "--keep",
     ]
+
+
+def test_mjctl_rebuild_of_a_service_not_installed_here_is_a_usage_error_not_a_difference(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "mahjong_ledger" else real_find_spec(name, *rest),
+    )
+    assert main(["rebuild", "ledger"]) == 2
+    assert "not installed here" in capsys.readouterr().err
