@@ -1,4 +1,4 @@
-"""The table aggregates by room family (`RoomRules.variant`): Sichuan Bloody (`domain`) and
+"""The table aggregates by room family (`RoomRules.variant`): Sichuan Bloody (`sichuan`) and
 Formula (`formula`). The service calls these functions and never needs to know which one plays.
 
 A table's family is fixed by its `TableOpened` (the rules snapshot), so folding picks the

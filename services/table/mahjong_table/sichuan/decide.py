@@ -530,11 +530,11 @@ def _expire(emitter: _Emitter) -> None:
     state = emitter.state
     require_not_over(state)
     if state.phase is Phase.EXCHANGE:
-        for seat in _waited_on(state):
+        for seat in waited_on(state):
             emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_EXCHANGE))
             _auto_pick(emitter, seat)
     elif state.phase is Phase.MISSING_SUIT:
-        for seat in _waited_on(state):
+        for seat in waited_on(state):
             emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_MISSING_SUIT))
             _auto_missing_suit(emitter, seat)
     elif state.phase is Phase.TURN:
@@ -542,15 +542,16 @@ def _expire(emitter: _Emitter) -> None:
         emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_TURN))
         _discard(emitter, seat, autoplay.automatic_discard(state, seat), automatic=True)
     elif state.phase is Phase.CLAIM:
-        for seat in _waited_on(state):
+        for seat in waited_on(state):
             emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_CLAIM))
             _emit_pass(emitter, seat, automatic=True)
     else:
         raise WrongPhaseError(f"no deadline runs in phase {state.phase.value!r}")
 
 
-def _waited_on(state: TableState) -> list[int]:
-    """Seats the table waits on now, in turn order (from the discarder in a claim window)."""
+def waited_on(state: TableState) -> list[int]:
+    """Seats whose answer (or deadline) the table waits on now, in turn order (from the discarder
+    in a claim window); empty once the game ended."""
     phase = state.phase
     if phase is Phase.TURN:
         return [state.turn_seat]
@@ -564,11 +565,6 @@ def _waited_on(state: TableState) -> list[int]:
     if phase is Phase.MISSING_SUIT:
         return [seat for seat, player in enumerate(state.players) if player.missing_suit is None]
     return []
-
-
-def waited_on(state: TableState) -> list[int]:
-    """Seats whose answer (or deadline) the table waits on now; empty once the game ended."""
-    return _waited_on(state)
 
 
 # -------------------------------------------------------------------------------------- flow
@@ -620,7 +616,7 @@ def _advance(emitter: _Emitter) -> None:
 
 def _advance_opening(emitter: _Emitter, state: TableState) -> bool:
     """The exchange and missing-suit steps of `_advance`; False when the table waits on a player."""
-    absent = [seat for seat in _waited_on(state) if state.players[seat].left]
+    absent = [seat for seat in waited_on(state) if state.players[seat].left]
     if absent and state.phase is Phase.EXCHANGE:
         _auto_pick(emitter, absent[0])  # RULES.md 1.10: escapees act no more; the server picks
     elif absent and state.phase is Phase.MISSING_SUIT:
