@@ -612,7 +612,9 @@ def test_a_forwarded_call_reaches_the_owner_with_the_callers_token_and_remaining
             )
         a.ownership.refresh_directory()
         table = table_in(1)
-        stub = a.stub("east")
+        # One token for every call, compared below (a token minted again later may carry another iat).
+        token = mint_token(SECRET, "east")
+        stub = table_service_pb2_grpc.TableServiceStub(open_channel(f"127.0.0.1:{a.server.port}", token))
         assert stub.GetView(messages.GetViewRequest(table_id=table), timeout=30).table_id == table
         watched = stub.WatchView(messages.WatchViewRequest(table_id=table), timeout=30)
         assert next(watched).view.table_id == table
@@ -622,7 +624,6 @@ def test_a_forwarded_call_reaches_the_owner_with_the_callers_token_and_remaining
         )
         assert next(play).update.view.table_id == table
         play.cancel()
-        token = mint_token(SECRET, "east")
         assert len(owner.seen) == 3
         for remaining, metadata in owner.seen:
             # The caller's 30 s, give or take gRPC's rounding up of the wire's timeout (grpc-timeout).
