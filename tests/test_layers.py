@@ -65,17 +65,27 @@ def test_the_import_graph_sees_the_packages_and_the_libraries_the_contracts_forb
         assert seen_chain, f"{importer} -> {imported} is not in the graph"
 
 
-ACYCLIC_PACKAGES = ("mjctl", "mahjong_platform", "mahjong_rules")
+ACYCLIC_PACKAGES = (
+    "mjctl",
+    "mahjong_platform",
+    "mahjong_rules",
+    "mahjong_table",
+    "mahjong_scoring",
+    "mahjong_ledger",
+    "mahjong_matchmaking",
+)
 
 
 @pytest.mark.parametrize("package", ACYCLIC_PACKAGES)
 def test_no_two_modules_of_an_entry_point_or_a_library_import_each_other(package: str) -> None:
-    """No import cycle inside `mjctl` and the libraries (deferred imports inside functions count):
-    e.g. the bots' library and the load runner that spreads them over processes (the command line
-    of `mjctl bots`, which dispatches to either, is a module of its own, `mjctl.bots_command`)."""
+    """No import cycle inside the entry points, the libraries and the services (deferred imports
+    inside functions count): e.g. the bots' library and the load runner that spreads them over
+    processes (the command line of `mjctl bots`, which dispatches to either, is a module of its
+    own, `mjctl.bots_command`), or a service's ``__main__`` and its rebuild command (the rebuild
+    migrates with the service's definition, which lives in a module of its own)."""
     graph = grimp.build_graph(package, cache_dir=None)
     modules = sorted(graph.find_descendants(package))
-    assert len(modules) > 10, modules  # the graph sees the package
+    assert len(modules) > 3, modules  # the graph sees the package
     cycles = [
         (first, second)
         for first, second in itertools.combinations(modules, 2)

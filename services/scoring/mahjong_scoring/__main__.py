@@ -1,8 +1,8 @@
 """`python -m mahjong_scoring`: the scoring service process.
 
-Migrates its database, then runs (under the platform's service runtime) the outbox relay to
-`mahjong.settlement.v1`, the tracked consumer of `mahjong.table.v1` that keeps the settlement
-projection, and the gRPC `ScoringService`, all configured from the MAHJONG_* settings.
+Migrates its database, then runs the service of `mahjong_scoring.app` (its definition: the outbox
+relay to `mahjong.settlement.v1`, the tracked consumer of `mahjong.table.v1` that keeps the
+settlement projection, and the gRPC `ScoringService`), configured from the MAHJONG_* settings.
 """
 
 from __future__ import annotations
@@ -10,50 +10,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from mahjong_platform.config import Settings, load_settings
-from mahjong_platform.database import create_session_factory
-from mahjong_platform.event_store import EventStore
-from mahjong_platform.grpc_server import ServiceRegistration
-from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition, run_service
+from mahjong_platform.config import load_settings
+from mahjong_platform.service_runtime import run_service
 from mahjong_platform.structured_logging import configure_logging
-from mahjong_platform.topics import Topics
-from sqlalchemy import Engine
 
-from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
-from mahjong_scoring.servicer import METHOD_ROLES, registration
+from mahjong_scoring.app import DEFINITION
 
-CONSUMER_LINGER_MS = 25
-"""A poll that brought table events waits this long for more: batches of a few Acts' events cost
-about as much as batches of one (see `TrackedConsumer`'s `linger_ms`); at most this is added to the
-settlement lag."""
-
-
-def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
-    """The gRPC services of the process: `ScoringService` over the scoring database."""
-    return [registration(create_session_factory(engine))]
-
-
-def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
-    """The settlement projection, consuming the table topic and appending to the scoring event store."""
-    projection = SettlementProjection(EventStore(topics))
-    return [
-        ConsumerDefinition(
-            CONSUMER_GROUP,
-            lambda topics: [topics.table],
-            None,
-            batch_handler=projection.apply_batch,
-            linger_ms=CONSUMER_LINGER_MS,
-        )
-    ]
-
-
-DEFINITION = ServiceDefinition(
-    name="scoring",
-    migrations="mahjong_scoring:alembic",
-    registrations=registrations,
-    method_roles=METHOD_ROLES,
-    consumers=consumers,
-)
+__all__ = ["DEFINITION", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

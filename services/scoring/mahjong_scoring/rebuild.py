@@ -24,7 +24,7 @@ from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
 def _migrate(url: str) -> None:
     from mahjong_platform.service_runtime import migrate
 
-    from mahjong_scoring.__main__ import DEFINITION
+    from mahjong_scoring.app import DEFINITION
 
     migrate(DEFINITION, url)
 

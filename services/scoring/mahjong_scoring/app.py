@@ -1,0 +1,54 @@
+"""The scoring service's definition: what `python -m mahjong_scoring` runs (`__main__`) and what its
+rebuild command (`mahjong_scoring.rebuild`) migrates with, in a module of its own so that neither
+imports the other.
+
+Under the platform's service runtime: the outbox relay to `mahjong.settlement.v1`, the tracked
+consumer of `mahjong.table.v1` that keeps the settlement projection, and the gRPC `ScoringService`,
+all configured from the MAHJONG_* settings.
+"""
+
+from __future__ import annotations
+
+from mahjong_platform.config import Settings
+from mahjong_platform.database import create_session_factory
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.grpc_server import ServiceRegistration
+from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefinition
+from mahjong_platform.topics import Topics
+from sqlalchemy import Engine
+
+from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
+from mahjong_scoring.servicer import METHOD_ROLES, registration
+
+CONSUMER_LINGER_MS = 25
+"""A poll that brought table events waits this long for more: batches of a few Acts' events cost
+about as much as batches of one (see `TrackedConsumer`'s `linger_ms`); at most this is added to the
+settlement lag."""
+
+
+def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
+    """The gRPC services of the process: `ScoringService` over the scoring database."""
+    return [registration(create_session_factory(engine))]
+
+
+def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
+    """The settlement projection, consuming the table topic and appending to the scoring event store."""
+    projection = SettlementProjection(EventStore(topics))
+    return [
+        ConsumerDefinition(
+            CONSUMER_GROUP,
+            lambda topics: [topics.table],
+            None,
+            batch_handler=projection.apply_batch,
+            linger_ms=CONSUMER_LINGER_MS,
+        )
+    ]
+
+
+DEFINITION = ServiceDefinition(
+    name="scoring",
+    migrations="mahjong_scoring:alembic",
+    registrations=registrations,
+    method_roles=METHOD_ROLES,
+    consumers=consumers,
+)
