@@ -46,6 +46,7 @@ from typing import Any, Final, TextIO
 
 import sqlalchemy
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
 from mahjong.v1 import envelope_pb2
 from sqlalchemy.engine import Engine
 
@@ -127,6 +128,11 @@ def command(target: RebuildTarget, argv: Sequence[str], *, prog: str) -> int:
         )
     except (RebuildError, TopicReadError) as error:
         print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except (KafkaError, sqlalchemy.exc.SQLAlchemyError) as error:
+        # A broker or a database that does not answer, a URL that is none: the rebuild could not
+        # run (Python's own exit code for the traceback, 1, would say "different").
+        print(f"{prog}: could not run: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
     finally:
         if temporary_directory is not None:

@@ -67,7 +67,11 @@ def run(arguments: argparse.Namespace) -> int:
     progress.start()
     _copy(process.stdout, sys.stdout)
     progress.join()
-    return process.wait()
+    returncode = process.wait()
+    if returncode < 0:  # killed by a signal: neither identical nor different
+        print(f"mjctl rebuild: the rebuild was killed by signal {-returncode}", file=sys.stderr)
+        return 2
+    return returncode
 
 
 def _copy(source: IO[bytes], target: IO[str]) -> None:

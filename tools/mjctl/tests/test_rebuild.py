@@ -263,3 +263,40 @@ def test_mjctl_rebuild_of_a_service_not_installed_here_is_a_usage_error_not_a_di
     )
     assert main(["rebuild", "ledger"]) == 2
     assert "not installed here" in capsys.readouterr().err
+
+
+def test_a_rebuild_that_cannot_reach_a_database_or_the_broker_exits_2_not_1_which_means_different(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README "Ops and finance": exit 1 is a difference found; a rebuild that could not run is 2,
+    with its reason on stderr (before: a traceback and Python's exit code 1)."""
+    assert main(["rebuild", "scoring", "--database", "not-a-url"]) == 2
+    error = capsys.readouterr().err
+    assert "could not run: ArgumentError" in error and "Traceback" not in error
+
+    import kafka.errors
+    import mahjong_platform.rebuild
+    from mahjong_scoring.rebuild import main as scoring_rebuild
+
+    def no_broker(*arguments: object) -> None:
+        raise kafka.errors.KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:1']")
+
+    monkeypatch.setattr(mahjong_platform.rebuild, "read_topics", no_broker)
+    assert scoring_rebuild([]) == 2
+    assert "could not run: KafkaTimeoutError" in capsys.readouterr().err
+
+
+def test_mjctl_rebuild_whose_command_is_killed_by_a_signal_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    import mjctl.rebuild
+
+    monkeypatch.setattr(
+        mjctl.rebuild,
+        "service_command",
+        lambda arguments: [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+    )
+    assert main(["rebuild", "ledger"]) == 2
+    assert "killed by signal 9" in capsys.readouterr().err
