@@ -15,7 +15,9 @@ database, through the group's own handler, in one transaction that also
   partition and offset), so re-driving the same entry again changes nothing and says when it
   was re-driven, even after retention has pruned the processed id.
 
-Two re-drives of one entry at once: one commits, the other fails on the primary key and rolls back.
+Two re-drives of one entry at once: one commits, the other fails on the primary key, rolls back
+and answers what the first recorded; the group's consumer applying the event meanwhile is the
+same (the re-drive answers already_applied).
 A handler that still raises rolls everything back and records nothing: fix it and re-drive again.
 Nothing goes through Kafka, so no other consumer group sees the event a second time.
 """
@@ -198,32 +200,33 @@ def redrive(
         )
     group = entry.dead_letter.consumer_group
     session_factory = create_session_factory(engine)
-    try:
-        with transaction(session_factory) as session:
-            recorded = _recorded(session, entry)
-            if recorded is not None:
-                return recorded
-            outcome = _apply_once(session, group, envelope, entry.source, handler, wants, clock)
-            redriven_at = clock()
-            session.execute(
-                dead_letter_redrives.insert().values(
-                    dlq_topic=entry.dlq_topic,
-                    dlq_partition=entry.dlq_partition,
-                    dlq_offset=entry.dlq_offset,
-                    consumer_group=group,
-                    event_id=envelope.event_id,
-                    outcome=outcome,
-                    redriven_at=redriven_at,
+    for attempt in range(2):
+        try:
+            with transaction(session_factory) as session:
+                recorded = _recorded(session, entry)
+                if recorded is not None:
+                    return recorded
+                outcome = _apply_once(session, group, envelope, entry.source, handler, wants, clock)
+                redriven_at = clock()
+                session.execute(
+                    dead_letter_redrives.insert().values(
+                        dlq_topic=entry.dlq_topic,
+                        dlq_partition=entry.dlq_partition,
+                        dlq_offset=entry.dlq_offset,
+                        consumer_group=group,
+                        event_id=envelope.event_id,
+                        outcome=outcome,
+                        redriven_at=redriven_at,
+                    )
                 )
-            )
-    except IntegrityError:
-        # Another re-drive of the same entry committed first (or applied the event meanwhile).
-        with transaction(session_factory) as session:
-            recorded = _recorded(session, entry)
-        if recorded is None:
-            raise
-        return recorded
-    return Redrive(outcome, redriven_at, newly=True)
+            return Redrive(outcome, redriven_at, newly=True)
+        except IntegrityError:
+            # Another re-drive of the same entry committed first, or the group's consumer applied
+            # the event meanwhile (its processed id): all was rolled back; the second attempt finds
+            # the re-drive recorded, or the event applied (already_applied, recorded).
+            if attempt > 0:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _recorded(session: Session, entry: DeadLetterEntry) -> Redrive | None:

@@ -11,12 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mahjong.v1 import dead_letter_service_pb2
+import sqlalchemy
+from mahjong.v1 import dead_letter_service_pb2, envelope_pb2
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
 from mahjong_platform.dead_letter_service import DeadLetterRedriver, RedriveTarget
+from mahjong_platform.dead_letters import DeadLetterEntry, redrive
+from mahjong_platform.envelopes import utc_now
 from mahjong_platform.errors import InvalidArgumentError, UnavailableError
-from mahjong_platform.schema import dead_letter_redrives, platform_metadata
+from mahjong_platform.schema import dead_letter_redrives, platform_metadata, processed_events
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 TOPIC = "mahjong.dlq.v1"
 
@@ -79,3 +83,49 @@ def test_list_redrives_names_the_groups_and_only_their_redrives_of_this_topic(en
         ("1:9", "group-b", "e2", dead_letter_service_pb2.REDRIVE_OUTCOME_ALREADY_APPLIED),
     ]
     assert answer.redrives[0].redriven_at.ToDatetime(tzinfo=datetime.UTC) == moment
+
+
+@pytest.mark.integration
+def test_an_event_the_group_applies_while_it_is_re_driven_is_already_applied_not_an_error(
+    postgres_database_url: str,
+) -> None:
+    """The group's live consumer records the event as processed between the re-drive's check and
+    its own insert (a re-delivery of the original, applied now that the fix is in): the re-drive
+    answers already_applied and records the entry, it does not fail on the primary key (before:
+    the IntegrityError escaped, INTERNAL)."""
+    engine = create_engine_for(postgres_database_url)
+    platform_metadata.create_all(engine)
+    envelope = envelope_pb2.Envelope(event_id="event-1", stream_id="table-1")
+    letter = envelope_pb2.DeadLetter(
+        topic="mahjong.table.v1",
+        partition=0,
+        offset=3,
+        consumer_group="group-a",
+        value=envelope.SerializeToString(),
+    )
+    entry = DeadLetterEntry(TOPIC, 0, 7, letter, envelope)
+    calls: list[str] = []
+
+    def applied_meanwhile_by_the_consumer(
+        session: Session, applied: envelope_pb2.Envelope, _: object
+    ) -> None:
+        calls.append(applied.event_id)
+        with engine.begin() as other:  # the live consumer's own transaction, committed first
+            other.execute(
+                processed_events.insert().values(
+                    consumer_group="group-a", event_id=applied.event_id, processed_at=utc_now()
+                )
+            )
+
+    try:
+        result = redrive(engine, entry, applied_meanwhile_by_the_consumer)
+        assert (result.outcome, result.newly, calls) == ("already_applied", True, ["event-1"])
+        again = redrive(engine, entry, applied_meanwhile_by_the_consumer)
+        assert (again.outcome, again.newly, calls) == ("already_applied", False, ["event-1"])
+        with transaction(create_session_factory(engine)) as session:
+            rows = session.execute(sqlalchemy.select(dead_letter_redrives)).all()
+        assert [(row.dlq_partition, row.dlq_offset, row.outcome) for row in rows] == [
+            (0, 7, "already_applied")
+        ]
+    finally:
+        engine.dispose()
