@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import os
 import random
-import resource
 import secrets
 import signal
 import subprocess
@@ -52,6 +51,21 @@ SETTLE_TIMEOUT_SECONDS = 240.0
 CHECK_TIMEOUT_SECONDS = 600.0
 FULL_DISK_MAX_SECONDS = 30.0
 FULL_DISK_MARKERS = ("disk i/o error", "database or disk is full", "file too large")
+LIMIT_FILE_SIZE = """
+import os, resource, signal, sys
+log_path, limit, *command = sys.argv[1:]
+log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+os.dup2(log, 1)
+os.dup2(log, 2)
+os.close(log)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), int(limit)))
+os.execvp(command[0], command)
+"""
+"""``python -c LIMIT_FILE_SIZE LOG LIMIT COMMAND...``: COMMAND logging to LOG (a fresh file: the
+usual log is already past the limit), its writes past LIMIT bytes of any file failing with EFBIG
+(SIGXFSZ ignored, as Python does anyway; both survive the exec), which SQLite reports as an I/O
+error."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,22 +296,20 @@ class FullDisk:
         with self._lock:
             self._limited.add(name)
 
-    def prepare(self, name: str) -> Callable[[], None] | None:
+    def prepare(self, name: str) -> Callable[[list[str]], list[str]] | None:
+        """The next start of a limited service runs its command through `LIMIT_FILE_SIZE` (a
+        fresh interpreter that sets the limit, then execs the command), not in a ``preexec_fn``:
+        that would fork the supervisor, whose other threads are in gRPC (its fork handlers
+        crashed the child before its exec now and then: "Fatal Python error: Aborted")."""
         with self._lock:
             if name not in self._limited:
                 return None
             self._limited.discard(name)
         log_path = self.log_path(name)
 
-        def limit_file_size() -> None:
-            """In the child, before exec: writes past FULL_DISK_FILE_BYTES of any file fail with
-            EFBIG (SIGXFSZ ignored, as Python does anyway), which SQLite reports as an I/O error."""
-            log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.close(log)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (FULL_DISK_FILE_BYTES, FULL_DISK_FILE_BYTES))
+        def limit_file_size(command: list[str]) -> list[str]:
+            limit = str(FULL_DISK_FILE_BYTES)
+            return [sys.executable, "-c", LIMIT_FILE_SIZE, str(log_path), limit, *command]
 
         return limit_file_size
 

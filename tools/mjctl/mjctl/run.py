@@ -262,8 +262,10 @@ class ServiceProcesses:
     has stayed up a minute), and each restart is printed. ``stop`` ends them all (SIGTERM, then
     SIGKILL after the grace) and restarts nothing afterwards.
 
-    ``prepare(name)`` (optional) returns what to run before the next start of that service in the
-    child (used by ``mjctl chaos`` to start one with a file size limit), or None. ``command(name)``
+    ``prepare(name)`` (optional) returns how to wrap the command line of the next start of that
+    service (used by ``mjctl chaos`` to start one with a file size limit), or None: never code to
+    run in a forked child (``preexec_fn``), which forks this process with its threads in gRPC, whose
+    fork handlers crashed the child before its exec now and then. ``command(name)``
     is the command line (default: ``python -m mahjong_<service>``, ``scoring-2`` being replica 2 of
     scoring); ``env`` their environment (default: this process's), updated with ``env_for(name)``
     (a replica's own ports, see `replica_environment`).
@@ -274,7 +276,7 @@ class ServiceProcesses:
         names: list[str],
         logs: Path,
         echo: Callable[[str], None] = print,
-        prepare: Callable[[str], Callable[[], None] | None] | None = None,
+        prepare: Callable[[str], Callable[[list[str]], list[str]] | None] | None = None,
         command: Callable[[str], list[str]] | None = None,
         env: dict[str, str] | None = None,
         env_for: Callable[[str], dict[str, str]] | None = None,
@@ -324,17 +326,17 @@ class ServiceProcesses:
                 process.wait()
 
     def _spawn(self, name: str) -> None:
-        preexec = None if self._prepare is None else self._prepare(name)
+        wrap = None if self._prepare is None else self._prepare(name)
+        command = self._command(name)
         env = os.environ.copy() if self._env is None else dict(self._env)
         if self._env_for is not None:
             env.update(self._env_for(name))
         with (self._logs / f"{name}.log").open("ab") as log_file:
             process = subprocess.Popen(
-                self._command(name),
+                command if wrap is None else wrap(command),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=preexec,
             )
         with self._lock:
             self._processes[name] = process
