@@ -19,6 +19,7 @@ from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tiles
 
 from mahjong_table.core.commands import DeclareMissingSuit, TableCommand
+from mahjong_table.core.decide import Dice
 from mahjong_table.core.events import TableEvent
 from mahjong_table.core.state import SEAT_COUNT
 from mahjong_table.formula.decide import execute as formula_execute
@@ -78,9 +79,9 @@ def _dealing_wall(
     return wall
 
 
-def dice_for_dealer(dealer_seat: int) -> dict[str, int]:
-    """Dice arguments that make `dealer_seat` the dealer: the roller is the dealer, sum 5."""
-    return {"dice_roller_seat": dealer_seat, "die_1": 1, "die_2": 4}
+def dice_for_dealer(dealer_seat: int) -> Dice:
+    """Dice that make `dealer_seat` the dealer: the roller is the dealer, sum 5."""
+    return Dice(dealer_seat, 1, 4)
 
 
 StateT = TypeVar("StateT")
@@ -139,7 +140,7 @@ def table_with_hands(
         ["p0", "p1", "p2", "p3"],
         wall,
         exchange_direction=exchange_direction,
-        **dice_for_dealer(dealer_seat),
+        dice=dice_for_dealer(dealer_seat),
     )
     table = Table(events)
     if missing_suits is not None:
@@ -191,7 +192,7 @@ def formula_table_with_hands(
     """A formula table dealt exactly `hands`, players p0..p3 (`wall`: indicator, head, tail)."""
     tiles = formula_wall_for(hands, dealer_seat=dealer_seat, **wall)
     events = open_formula_table_with_wall(
-        "table-f", "room-f", rules, ["p0", "p1", "p2", "p3"], tiles, **dice_for_dealer(dealer_seat)
+        "table-f", "room-f", rules, ["p0", "p1", "p2", "p3"], tiles, dice=dice_for_dealer(dealer_seat)
     )
     return FormulaTable(events)
 

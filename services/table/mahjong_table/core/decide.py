@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
+
+from mahjong_rules.room_rules import RoomRules
+from mahjong_rules.wall import dealer_from_dice
 
 from mahjong_table.core.commands import ExpireDeadline, Leave, TableCommand
 from mahjong_table.core.emitter import Emitter
 from mahjong_table.core.errors import (
     GameOverError,
+    IllegalKongError,
     InvalidCommandError,
     NotYourTurnError,
     PlayerNotInGameError,
+    TileNotInHandError,
     WrongPhaseError,
 )
 from mahjong_table.core.events import (
@@ -27,11 +32,13 @@ from mahjong_table.core.events import (
     LEAVE_REASONS,
     NO_SEAT,
     GameEnded,
+    KongDeclared,
     Meld,
     PlayerLeft,
     RevealedHand,
     SeatAssignment,
     TableEvent,
+    TableOpened,
     TileDrawn,
     WallExhausted,
 )
@@ -70,14 +77,61 @@ def execute(
 # ----------------------------------------------------------------------------------- opening
 
 
-def opening_dice(seed: int) -> tuple[random.Random, int, int, int]:
+class Dice(NamedTuple):
+    """Who rolled the opening dice and what they show (RULES.md 1.1, both families): the dealer is
+    counted from the roller by their sum."""
+
+    roller_seat: int = 0
+    die_1: int = 1
+    die_2: int = 1
+
+    @property
+    def dealer_seat(self) -> int:
+        return dealer_from_dice(self.roller_seat, self.die_1, self.die_2)
+
+
+DEFAULT_DICE = Dice()
+"""The dice of a table opened from an explicit wall when the caller names none (tests, scenarios)."""
+
+
+def opening_dice(seed: int) -> tuple[random.Random, Dice]:
     """The generator seeded with `seed` for a table's opening, after it chose who rolls and the two
     dice (RULES.md 1.1; both families); the caller may draw more from it (Sichuan: the exchange
     direction)."""
     generator = random.Random(f"table-opening:{seed}")
     roller = generator.randrange(SEAT_COUNT)
     die_1, die_2 = generator.randint(1, 6), generator.randint(1, 6)
-    return generator, roller, die_1, die_2
+    return generator, Dice(roller, die_1, die_2)
+
+
+def table_opened(
+    table_id: str,
+    room_id: str,
+    rules: RoomRules,
+    seats: tuple[SeatAssignment, ...],
+    wall: Sequence[int],
+    dice: Dice,
+    *,
+    exchange_direction: str = "",
+    wildcard_indicator: int | None = None,
+    wildcard: int | None = None,
+) -> TableOpened:
+    """A table's first event: its rules, seats, whole wall (head first) and dice, the dealer they
+    give; a family adds its own (Sichuan: the exchange direction; Formula: the wildcard)."""
+    return TableOpened(
+        table_id=table_id,
+        room_id=room_id,
+        rules=rules,
+        seats=seats,
+        wall=tuple(code_of(tile) for tile in wall),
+        dice_roller_seat=dice.roller_seat,
+        die_1=dice.die_1,
+        die_2=dice.die_2,
+        dealer_seat=dice.dealer_seat,
+        exchange_direction=exchange_direction,
+        wildcard_indicator="" if wildcard_indicator is None else code_of(wildcard_indicator),
+        wildcard="" if wildcard is None else code_of(wildcard),
+    )
 
 
 def seat_assignments(seats: Sequence[str | SeatAssignment]) -> tuple[SeatAssignment, ...]:
@@ -129,6 +183,22 @@ def require_turn(state: TableShape, seat: int, action: str) -> None:
         raise NotYourTurnError(f"it is seat {state.turn_seat}'s turn, not seat {seat}'s")
 
 
+def require_discard(state: TableShape, seat: int, tile: int) -> None:
+    """`seat` is on turn and holds `tile` (`TileNotInHandError`), the checks of every discard."""
+    require_turn(state, seat, "discard")
+    if not state.players[seat].concealed[tile]:
+        raise TileNotInHandError(f"seat {seat} does not hold {code_of(tile)}")
+
+
+def require_own_kong(state: TableShape, seat: int, tile: int | None) -> int:
+    """`seat` is on turn and names the tile of a kong on its own turn (concealed or added, RULES.md
+    1.5, 2.1): that tile; the family then checks the kong itself."""
+    require_turn(state, seat, "declare a kong")
+    if tile is None:
+        raise IllegalKongError("on your own turn name the kong tile (concealed or added kong)")
+    return tile
+
+
 # ------------------------------------------------------------------------------ leave, draw, end
 
 
@@ -156,6 +226,15 @@ def draw(emitter: Emitter[_State], seat: int, *, from_tail: bool) -> None:
         return
     tile = state.wall[state.wall_tail - 1] if from_tail else state.wall[state.wall_head]
     emitter.emit(TileDrawn(seat, code_of(tile), from_tail, state.wall_remaining - 1))
+
+
+def declare_own_kong(emitter: Emitter[_State], seat: int, tile: int, exposure: str) -> None:
+    """A kong on `seat`'s own turn, checked by its family: a concealed kong draws its replacement
+    from the tail now (RULES.md 1.5, 2.1); an added kong opens the rob window first (the family's
+    evolve), and the family's `advance` draws the replacement once it closes."""
+    emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
+    if exposure != EXPOSURE_ADDED:
+        draw(emitter, seat, from_tail=True)
 
 
 def end(emitter: Emitter[_State], reason: str) -> None:

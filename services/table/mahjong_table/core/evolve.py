@@ -65,7 +65,9 @@ def make_fold(
     """The family's `evolve(state, event) -> state` and `fold(events, state=None) -> state`:
     `opened` folds the first event (`TableOpened`), `handlers` every later one by its type, and
     the kernel the events every family folds alike (`TurnTimedOut`, `WallExhausted`,
-    `GameEnded`); each fold counts the version.
+    `GameEnded`); each fold counts the version. With `opened` and the kernel's, `handlers` fold
+    exactly the event registry's events of the family (`mahjong_platform.events`,
+    tests/test_event_registry.py).
 
     The fold is the engine's hot path: a handler returns a fresh value nobody holds yet, or the
     state itself when the event changes nothing, so the version is stamped in place on the fresh
@@ -135,6 +137,13 @@ def discarded(player: _P, tile: int) -> _P:
     return replaced(
         player, concealed=add_count(player.concealed, tile, -1), discards=(*player.discards, tile)
     )
+
+
+def tile_discarded(state: _State, seat: int, tile: int, **changes: object) -> _State:
+    """The state after `seat` discarded `tile`: out of its hand onto its pile, no drawn tile, the
+    claim phase (with the family's `changes`; the family opens the window on it)."""
+    players = with_player(tuple(state.players), seat, discarded(state.players[seat], tile))
+    return replaced(state, players=players, phase=Phase.CLAIM, drawn_tile=None, **changes)
 
 
 def ponged(players: tuple[_P, ...], event: PongClaimed, tile: int) -> tuple[_P, ...]:
@@ -218,6 +227,7 @@ __all__ = [
     "make_fold",
     "ponged",
     "seated",
+    "tile_discarded",
     "turn_timed_out",
     "wall_after_draw",
     "wall_exhausted",

@@ -19,7 +19,7 @@ from mahjong_rules.formula.wall import (
 from mahjong_rules.formula.wildcards import FormulaEvaluation
 from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tile
-from mahjong_rules.wall import deal, dealer_from_dice
+from mahjong_rules.wall import deal
 
 from mahjong_table.core import decide as kernel
 from mahjong_table.core.commands import (
@@ -31,14 +31,6 @@ from mahjong_table.core.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.core.decide import (
-    check_seat,
-    draw,
-    meld_event,
-    require_in_game,
-    require_not_over,
-    require_turn,
-)
 from mahjong_table.core.emitter import Emitter
 from mahjong_table.core.errors import (
     IllegalClaimError,
@@ -46,12 +38,10 @@ from mahjong_table.core.errors import (
     IllegalWinError,
     InvalidCommandError,
     NotYourTurnError,
-    TileNotInHandError,
     WrongPhaseError,
 )
 from mahjong_table.core.events import (
     END_REASON_ESCAPES,
-    EXPOSURE_ADDED,
     EXPOSURE_EXPOSED,
     NO_SEAT,
     TIMEOUT_PHASE_CLAIM,
@@ -72,7 +62,6 @@ from mahjong_table.core.events import (
     PongClaimed,
     SeatAssignment,
     TableEvent,
-    TableOpened,
     TileDiscarded,
     TurnTimedOut,
 )
@@ -102,16 +91,9 @@ def open_formula_table(
 ) -> list[TableEvent]:
     """Open a formula hand: the 144-tile wall from `seed`, dice and dealer from a generator seeded
     with `seed` (as Sichuan, RULES.md 1.1), then the deal and 补花 (`open_formula_table_with_wall`)"""
-    _generator, roller, die_1, die_2 = kernel.opening_dice(seed)
+    _generator, dice = kernel.opening_dice(seed)
     return open_formula_table_with_wall(
-        table_id,
-        room_id,
-        rules,
-        seats,
-        shuffled_formula_wall(seed),
-        dice_roller_seat=roller,
-        die_1=die_1,
-        die_2=die_2,
+        table_id, room_id, rules, seats, shuffled_formula_wall(seed), dice=dice
     )
 
 
@@ -122,9 +104,7 @@ def open_formula_table_with_wall(
     seats: Sequence[str | SeatAssignment],
     wall: Sequence[int | str],
     *,
-    dice_roller_seat: int = 0,
-    die_1: int = 1,
-    die_2: int = 1,
+    dice: kernel.Dice = kernel.DEFAULT_DICE,
 ) -> list[TableEvent]:
     """Open from an explicit 144-tile wall (head first): `TableOpened`, `HandsDealt` (the raw
     14/13 deal, flowers included), then the 补花 of the initial hands, dealer first, from the tail
@@ -134,23 +114,18 @@ def open_formula_table_with_wall(
     tiles = tuple(tile if isinstance(tile, int) else parse_tile(tile) for tile in wall)
     if sorted(tiles) != list(FORMULA_TILES):
         raise InvalidCommandError("a formula wall must hold the 144 tiles: 4 of each of 34, 8 flowers")
-    dealer = dealer_from_dice(dice_roller_seat, die_1, die_2)
-    dealt = deal(tiles, dealer)
-    opening = open_formula_hand(dealt, dealer)  # the indicator (RULES.md 2.1): flips past flowers
+    dealt = deal(tiles, dice.dealer_seat)
+    opening = open_formula_hand(dealt, dice.dealer_seat)  # the indicator (RULES.md 2.1): flips past flowers
     head = dealt.wall.head_drawn + len(opening.turned_flowers) + 1
-    opened = TableOpened(
-        table_id=table_id,
-        room_id=room_id,
-        rules=rules,
-        seats=assignments,
-        wall=tuple(code_of(tile) for tile in tiles),
-        dice_roller_seat=dice_roller_seat,
-        die_1=die_1,
-        die_2=die_2,
-        dealer_seat=dealer,
-        exchange_direction="",
-        wildcard_indicator=code_of(opening.indicator),
-        wildcard=code_of(opening.wildcard),
+    opened = kernel.table_opened(
+        table_id,
+        room_id,
+        rules,
+        assignments,
+        tiles,
+        dice,
+        wildcard_indicator=opening.indicator,
+        wildcard=opening.wildcard,
     )
     dealt_event = HandsDealt(
         hands=tuple(
@@ -180,13 +155,13 @@ def execute(state: FormulaTableState, command: TableCommand) -> tuple[list[Table
 
     Equal to `(events, fold(events, state))`; the service uses it on its hot path.
     """
-    require_not_over(state)
+    kernel.require_not_over(state)
     return kernel.execute(state, command, evolve=evolve, act=_act, expire=_expire, advance=_advance)
 
 
 def _act(emitter: _Emitter, command: TableCommand) -> None:
-    seat = check_seat(getattr(command, "seat", NO_SEAT))
-    require_in_game(emitter.state, seat)
+    seat = kernel.check_seat(getattr(command, "seat", NO_SEAT))
+    kernel.require_in_game(emitter.state, seat)
     if isinstance(command, Discard):
         _discard(emitter, seat, _parse(command.tile), automatic=False)
     elif isinstance(command, Win):
@@ -216,10 +191,7 @@ def _parse(code: object) -> int:
 
 
 def _discard(emitter: _Emitter, seat: int, tile: int, *, automatic: bool) -> None:
-    state = emitter.state
-    require_turn(state, seat, "discard")
-    if not state.players[seat].concealed[tile]:
-        raise TileNotInHandError(f"seat {seat} does not hold {code_of(tile)}")
+    kernel.require_discard(emitter.state, seat, tile)
     emitter.emit(TileDiscarded(seat, code_of(tile), automatic=automatic))
 
 
@@ -230,21 +202,16 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
         if tile not in (None, window.tile):
             raise IllegalKongError(f"only the open discard {code_of(window.tile)} can be konged now")
         emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
-        draw(emitter, seat, from_tail=True)
+        kernel.draw(emitter, seat, from_tail=True)
         return
-    require_turn(state, seat, "declare a kong")
-    if tile is None:
-        raise IllegalKongError("on your own turn name the kong tile (concealed or added kong)")
+    tile = kernel.require_own_kong(state, seat, tile)
     exposure = dict(hands.kong_options(state, seat)).get(tile)
     if exposure is None:
         raise IllegalKongError(
             f"no kong of {code_of(tile)}: hold four (or one with your pong), not the wildcard "
             "(RULES.md 2.1), with a tile left in the wall, and not right after a pong or chow"
         )
-    emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
-    if exposure != EXPOSURE_ADDED:
-        draw(emitter, seat, from_tail=True)
-    # An added kong opens the rob window (evolve); `_advance` draws the replacement once it closes.
+    kernel.declare_own_kong(emitter, seat, tile, exposure)
 
 
 def _win(emitter: _Emitter, seat: int) -> None:
@@ -264,7 +231,7 @@ def _win(emitter: _Emitter, seat: int) -> None:
             win_by = WIN_BY_DISCARD
         emitter.emit(_player_won(state, seat, window.tile, win_by, window.from_seat, concealed, evaluation))
         return
-    require_turn(state, seat, "win")
+    kernel.require_turn(state, seat, "win")
     found = hands.self_draw_win(state, seat)
     if found is None:
         raise IllegalWinError(
@@ -293,7 +260,7 @@ def _player_won(
         win_by=win_by,
         from_seat=from_seat,
         concealed=tuple(code_of(tile) for tile in concealed),
-        melds=tuple(meld_event(meld) for meld in state.players[seat].melds),
+        melds=tuple(kernel.meld_event(meld) for meld in state.players[seat].melds),
         fans=tuple(Fan(fan.id, fan.name, fan.fan, fan.count) for fan in evaluation.fans),
         multiplier=0,
         after_kong=win_by == WIN_BY_SELF_DRAW and state.turn_after_kong,
@@ -457,11 +424,11 @@ def _advance(emitter: _Emitter) -> None:
         elif flower_seat != NO_SEAT:
             flower = state.players[flower_seat].held_flowers()[0]
             emitter.emit(FlowerReplaced(flower_seat, code_of(flower)))
-            draw(emitter, flower_seat, from_tail=True)
+            kernel.draw(emitter, flower_seat, from_tail=True)
         elif state.phase is Phase.CLAIM and state.window is not None and not state.window.asks:
             if state.window.rob_kong:  # nobody robbed the added kong: it stands, replacement draw
-                draw(emitter, state.window.from_seat, from_tail=True)
+                kernel.draw(emitter, state.window.from_seat, from_tail=True)
             else:
-                draw(emitter, state.next_seat_in_game(state.window.from_seat), from_tail=False)
+                kernel.draw(emitter, state.next_seat_in_game(state.window.from_seat), from_tail=False)
         else:
             return

@@ -71,9 +71,6 @@ def _opened(event: TableOpened) -> FormulaTableState:
         players=kernel.seated(event, _new_player),
         wildcard_indicator=parse_tile(event.wildcard_indicator),
         wildcard=parse_tile(event.wildcard),
-        dice_roller_seat=event.dice_roller_seat,
-        die_1=event.die_1,
-        die_2=event.die_2,
     )
 
 
@@ -177,14 +174,7 @@ def open_rob_window(state: FormulaTableState, tile: int, from_seat: int) -> Form
 
 def _tile_discarded(state: FormulaTableState, event: TileDiscarded) -> FormulaTableState:
     tile = parse_tile(event.tile)
-    after = replaced(
-        state,
-        players=with_player(state.players, event.seat, kernel.discarded(state.players[event.seat], tile)),
-        phase=Phase.CLAIM,
-        drawn_tile=None,
-        turn_after_kong=False,
-        turn_after_meld=False,
-    )
+    after = kernel.tile_discarded(state, event.seat, tile, turn_after_kong=False, turn_after_meld=False)
     return replaced(after, window=open_window(after, tile, event.seat))
 
 
@@ -301,9 +291,7 @@ HANDLERS: dict[type[Any], Callable[[Any, Any], FormulaTableState]] = {
     BirdRevealed: _bird_revealed,
     PlayerLeft: _player_left,
 }
-"""The fold of each event type a table of this family emits, but `TableOpened` (`_opened`) and the
-kernel's own (`core.evolve.KERNEL_FOLDS`): with them, exactly the event registry's events of the
-family (`mahjong_platform.events`, tests/test_event_registry.py)."""
+"""The formula events' folds but `TableOpened`'s and the kernel's (`core.evolve.make_fold`)."""
 
 
 evolve, fold = kernel.make_fold("formula", _opened, HANDLERS)

@@ -112,9 +112,6 @@ class FormulaTableState(TableFacts):
     left between head and tail are counted in O(1), derived once from the wall at the opening."""
     turned_flowers: tuple[int, ...] = ()
     """Flowers turned up while looking for the indicator: set aside, nobody's (RULES.md 2.1)."""
-    dice_roller_seat: int = 0
-    die_1: int = 1
-    die_2: int = 1
     wall_head: int = 0
     wall_tail: int = FORMULA_WALL_TILE_COUNT
     phase: Phase = Phase.DEALING

@@ -24,14 +24,6 @@ from mahjong_table.core.commands import (
     TableCommand,
     Win,
 )
-from mahjong_table.core.decide import (
-    check_seat,
-    draw,
-    meld_event,
-    require_in_game,
-    require_not_over,
-    require_turn,
-)
 from mahjong_table.core.emitter import Emitter
 from mahjong_table.core.errors import (
     AlreadyDeclaredError,
@@ -50,7 +42,6 @@ from mahjong_table.core.events import (
     END_REASON_ESCAPES,
     END_REASON_THREE_WINS,
     EXCHANGE_DIRECTIONS,
-    EXPOSURE_CONCEALED,
     EXPOSURE_EXPOSED,
     NO_SEAT,
     TIMEOUT_PHASE_CLAIM,
@@ -73,7 +64,6 @@ from mahjong_table.core.events import (
     PongClaimed,
     SeatAssignment,
     TableEvent,
-    TableOpened,
     TileDiscarded,
     TilesExchanged,
     TurnTimedOut,
@@ -103,7 +93,7 @@ def open_table(
     """Open a game: the wall from `seed` via the rules library, dice, dealer and exchange
     direction from a generator seeded with `seed` (the randomness is an input), then the deal
     (RULES.md 1.1, 1.2). Returns `TableOpened` (recording the whole wall) and `HandsDealt`."""
-    generator, dice_roller_seat, die_1, die_2 = kernel.opening_dice(seed)
+    generator, dice = kernel.opening_dice(seed)
     direction = generator.choice(EXCHANGE_DIRECTIONS)  # uniform over the three (RULES.md 1.2)
     return open_table_with_wall(
         table_id,
@@ -111,9 +101,7 @@ def open_table(
         rules,
         seats,
         rules_adapter.initial_wall(seed),
-        dice_roller_seat=dice_roller_seat,
-        die_1=die_1,
-        die_2=die_2,
+        dice=dice,
         exchange_direction=direction,
     )
 
@@ -125,9 +113,7 @@ def open_table_with_wall(
     seats: Sequence[str | SeatAssignment],
     wall: Sequence[int | str],
     *,
-    dice_roller_seat: int = 0,
-    die_1: int = 1,
-    die_2: int = 1,
+    dice: kernel.Dice = kernel.DEFAULT_DICE,
     exchange_direction: str = "counter_clockwise",
 ) -> list[TableEvent]:
     """Open a game from an explicit wall (head first): the deterministic core of `open_table`,
@@ -138,19 +124,11 @@ def open_table_with_wall(
         raise InvalidCommandError(f"a wall must hold the {WALL_TILE_COUNT} Sichuan tiles, 4 of each")
     if exchange_direction not in EXCHANGE_DIRECTIONS:
         raise InvalidCommandError(f"exchange direction must be one of {EXCHANGE_DIRECTIONS}")
-    dealer_seat = rules_adapter.dealer_from_dice(dice_roller_seat, die_1, die_2)
-    opened = TableOpened(
-        table_id=table_id,
-        room_id=room_id,
-        rules=rules,
-        seats=assignments,
-        wall=tuple(code_of(tile) for tile in wall_tiles),
-        dice_roller_seat=dice_roller_seat,
-        die_1=die_1,
-        die_2=die_2,
-        dealer_seat=dealer_seat,
-        exchange_direction=exchange_direction if rules.exchange_three else "",
+    direction = exchange_direction if rules.exchange_three else ""
+    opened = kernel.table_opened(
+        table_id, room_id, rules, assignments, wall_tiles, dice, exchange_direction=direction
     )
+    dealer_seat = dice.dealer_seat
     dealt_tiles, head = rules_adapter.deal_hands(wall_tiles, dealer_seat)
     dealt = HandsDealt(
         hands=tuple(
@@ -182,32 +160,32 @@ def execute(state: TableState, command: TableCommand) -> tuple[list[TableEvent],
 
 
 def _act(emitter: _Emitter, command: TableCommand) -> None:
-    seat = check_seat(getattr(command, "seat", NO_SEAT))
+    seat = kernel.check_seat(getattr(command, "seat", NO_SEAT))
     if isinstance(command, Discard):  # the most frequent command first
         tile = _parse_tile(command.tile)
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _discard(emitter, seat, tile, automatic=False)
     elif isinstance(command, ExchangeThree):
         tiles = _parse_tiles(command.tiles)
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _exchange(emitter, seat, tiles)
     elif isinstance(command, DeclareMissingSuit):
         if command.suit not in SUIT_CODES:
             raise InvalidCommandError(f"missing suit must be 'm', 'p' or 's', got {command.suit!r}")
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _declare_missing_suit(emitter, seat, SUIT_CODES.index(command.suit))
     elif isinstance(command, Kong):
         kong_tile = None if command.tile is None else _parse_tile(command.tile)
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _kong(emitter, seat, kong_tile)
     elif isinstance(command, Pong):
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _pong(emitter, seat)
     elif isinstance(command, Win):
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _win(emitter, seat)
     elif isinstance(command, Pass):
-        require_in_game(emitter.state, seat)
+        kernel.require_in_game(emitter.state, seat)
         _pass(emitter, seat)
     else:
         raise InvalidCommandError(f"unknown command {type(command).__name__}")
@@ -294,10 +272,8 @@ def _reveal_missing_suits(emitter: _Emitter) -> None:
 
 def _discard(emitter: _Emitter, seat: int, tile: int, *, automatic: bool) -> None:
     state = emitter.state
-    require_turn(state, seat, "discard")
+    kernel.require_discard(state, seat, tile)
     player = state.players[seat]
-    if not player.concealed[tile]:
-        raise TileNotInHandError(f"seat {seat} does not hold {code_of(tile)}")
     if player.holds_missing_suit() and rules_adapter.suit_of(tile) != player.missing_suit:
         missing = SUIT_CODES[player.missing_suit or 0]
         raise MissingSuitObligationError(
@@ -312,9 +288,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     if state.phase is Phase.CLAIM:
         _exposed_kong(emitter, seat, tile)
         return
-    require_turn(state, seat, "declare a kong")
-    if tile is None:
-        raise IllegalKongError("on your own turn name the kong tile (concealed or added kong)")
+    tile = kernel.require_own_kong(state, seat, tile)
     player = state.players[seat]
     if state.turn_after_meld:
         raise IllegalKongError("after a pong you must discard; a kong needs a draw first")
@@ -328,10 +302,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
         raise IllegalKongError(
             f"no kong of {code_of(tile)}: hold four of it, or one of it with your pong of it (RULES.md 1.5)"
         )
-    emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
-    if exposure == EXPOSURE_CONCEALED:
-        draw(emitter, seat, from_tail=True)
-    # An added kong opens the rob window (evolve); `_advance` draws the replacement once it closes.
+    kernel.declare_own_kong(emitter, seat, tile, exposure)
 
 
 def _win(emitter: _Emitter, seat: int) -> None:
@@ -339,7 +310,7 @@ def _win(emitter: _Emitter, seat: int) -> None:
     if state.phase is Phase.CLAIM:
         _claim_win(emitter, seat)
         return
-    require_turn(state, seat, "win")
+    kernel.require_turn(state, seat, "win")
     player = state.players[seat]
     if state.turn_after_meld:
         raise IllegalWinError("after a pong you must discard: a self-draw win needs a draw")
@@ -387,7 +358,7 @@ def _player_won(
         win_by=win_by,
         from_seat=from_seat,
         concealed=codes_of_counts(concealed),
-        melds=tuple(meld_event(meld) for meld in state.players[seat].melds),
+        melds=tuple(kernel.meld_event(meld) for meld in state.players[seat].melds),
         fans=evaluation.fans,
         multiplier=evaluation.multiplier,
         after_kong=after_kong,
@@ -494,7 +465,7 @@ def _exposed_kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     if not window.can_kong:
         raise IllegalKongError(f"seat {seat} does not hold three {code_of(window.tile)} to kong")
     emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
-    draw(emitter, seat, from_tail=True)
+    kernel.draw(emitter, seat, from_tail=True)
 
 
 def _pass(emitter: _Emitter, seat: int) -> None:
@@ -528,7 +499,7 @@ def _auto_missing_suit(emitter: _Emitter, seat: int) -> None:
 
 def _expire(emitter: _Emitter) -> None:
     state = emitter.state
-    require_not_over(state)
+    kernel.require_not_over(state)
     if state.phase is Phase.EXCHANGE:
         for seat in waited_on(state):
             emitter.emit(TurnTimedOut(seat, TIMEOUT_PHASE_EXCHANGE))
@@ -604,7 +575,7 @@ def _advance(emitter: _Emitter) -> None:
         if phase is Phase.TURN:
             if state.players[state.turn_seat].in_game:
                 return
-            draw(emitter, state.next_seat_in_game(state.turn_seat), from_tail=False)
+            kernel.draw(emitter, state.next_seat_in_game(state.turn_seat), from_tail=False)
         elif phase is Phase.CLAIM:
             window = _window(state)
             if window.pending:
@@ -638,8 +609,8 @@ def _resolve_window(emitter: _Emitter, window: ClaimWindow) -> None:
             emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
         # After a (multi-)win play goes on after the winner farthest from the discarder.
         last_winner = hands.farthest_from(window.from_seat, window.winners)
-        draw(emitter, emitter.state.next_seat_in_game(last_winner), from_tail=False)
+        kernel.draw(emitter, emitter.state.next_seat_in_game(last_winner), from_tail=False)
     elif window.kind is WindowKind.ROB_KONG and state.players[window.from_seat].in_game:
-        draw(emitter, window.from_seat, from_tail=True)  # the added kong stands: replacement draw
+        kernel.draw(emitter, window.from_seat, from_tail=True)  # the added kong stands: replacement draw
     else:
-        draw(emitter, state.next_seat_in_game(window.from_seat), from_tail=False)
+        kernel.draw(emitter, state.next_seat_in_game(window.from_seat), from_tail=False)

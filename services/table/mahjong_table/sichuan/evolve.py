@@ -67,9 +67,6 @@ def _opened(event: TableOpened) -> TableState:
         exchange_direction=event.exchange_direction,
         wall=tuple(parse_code(code) for code in event.wall),
         players=kernel.seated(event, _new_player),
-        dice_roller_seat=event.dice_roller_seat,
-        die_1=event.die_1,
-        die_2=event.die_2,
     )
 
 
@@ -147,13 +144,7 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
 
 def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
     tile = parse_code(event.tile)
-    after = replaced(
-        state,
-        players=with_player(state.players, event.seat, kernel.discarded(state.players[event.seat], tile)),
-        phase=Phase.CLAIM,
-        drawn_tile=None,
-        discard_count=state.discard_count + 1,
-    )
+    after = kernel.tile_discarded(state, event.seat, tile, discard_count=state.discard_count + 1)
     window = hands.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
     return stamped(after, window=window, turn_after_kong=False, turn_after_meld=False)
 
@@ -264,9 +255,7 @@ HANDLERS: dict[type[Any], Callable[[Any, Any], TableState]] = {
     PlayerWon: _player_won,
     PlayerLeft: _player_left,
 }
-"""The fold of each event type a table of this family emits, but `TableOpened` (`_opened`) and the
-kernel's own (`core.evolve.KERNEL_FOLDS`): with them, exactly the event registry's events of the
-family (`mahjong_platform.events`, tests/test_event_registry.py)."""
+"""The Sichuan events' folds but `TableOpened`'s and the kernel's (`core.evolve.make_fold`)."""
 
 
 evolve, fold = kernel.make_fold("Sichuan", _opened, HANDLERS)

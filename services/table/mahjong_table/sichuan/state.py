@@ -98,9 +98,6 @@ class TableState(TableFacts):
     exchange_direction: str
     wall: tuple[int, ...]
     players: tuple[PlayerState, ...]
-    dice_roller_seat: int = 0
-    die_1: int = 1
-    die_2: int = 1
     wall_head: int = 0
     """Index of the next head draw."""
     wall_tail: int = WALL_TILE_COUNT
