@@ -9,53 +9,19 @@ import time
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from mahjong.v1 import envelope_pb2
-from mahjong_platform.database import create_session_factory, sqlite_url, transaction
+from mahjong_platform.database import sqlite_url
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
-from mahjong_platform.outbox import OutboxRelay, count_unsent_outbox_messages, create_idempotent_producer
+from mahjong_platform.testing import poll_until_handled, produce_envelopes, relay_until_drained
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import TrackedConsumer
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
 from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
-from sqlalchemy.engine import Engine
 
 from .conftest import migrated_engine
 from .test_projection import whole_game
 
 DEADLINE_SECONDS = 120.0
-# The first consumer group on a fresh broker makes it create `__consumer_offsets` (50 partitions),
-# which on a loaded machine takes minutes; the group's first assignment gets this long.
-FIRST_ASSIGNMENT_DEADLINE_SECONDS = 300.0
-
-
-def produce(bootstrap_servers: str, topic: str, events: list[envelope_pb2.Envelope]) -> None:
-    producer = create_idempotent_producer(
-        bootstrap_servers, client_id="scoring-test", delivery_timeout_ms=30_000
-    )
-    try:
-        for envelope in events:
-            producer.send(topic, key=envelope.stream_id.encode(), value=serialize_envelope(envelope))
-        producer.flush(timeout=30)
-    finally:
-        producer.close()
-
-
-def consume_until(consumer: TrackedConsumer, handled_count: int) -> None:
-    deadline = time.monotonic() + FIRST_ASSIGNMENT_DEADLINE_SECONDS
-    handled = 0
-    while handled < handled_count:
-        assert time.monotonic() < deadline, f"handled {handled} of {handled_count} table events in time"
-        handled += consumer.poll_once(timeout_ms=200)
-
-
-def relay_all(engine: Engine, bootstrap_servers: str) -> None:
-    session_factory = create_session_factory(engine)
-    with OutboxRelay(engine, bootstrap_servers) as relay:
-        while True:
-            relay.run_once()
-            with transaction(session_factory) as session:
-                if count_unsent_outbox_messages(session) == 0:
-                    return
 
 
 def read_topic(bootstrap_servers: str, topic: str, count: int) -> list[envelope_pb2.Envelope]:
@@ -88,7 +54,7 @@ def test_table_events_become_settlement_events_and_a_restart_mid_game_changes_no
     engine = migrated_engine(sqlite_url(tmp_path / "data", "scoring"))
     middle = len(events) // 2
     try:
-        produce(kafka_bootstrap_servers, topics.table, events[:middle])
+        produce_envelopes(kafka_bootstrap_servers, topics.table, events[:middle], client_id="scoring-test")
         with TrackedConsumer(
             engine,
             kafka_bootstrap_servers,
@@ -97,9 +63,14 @@ def test_table_events_become_settlement_events_and_a_restart_mid_game_changes_no
             SettlementProjection(EventStore(topics)),
             topics.dead_letter,
         ) as first:
-            consume_until(first, middle)
+            poll_until_handled(first, middle)
         # A fresh process: nothing in memory. The last event before the restart is re-sent.
-        produce(kafka_bootstrap_servers, topics.table, [events[middle - 1], *events[middle:]])
+        produce_envelopes(
+            kafka_bootstrap_servers,
+            topics.table,
+            [events[middle - 1], *events[middle:]],
+            client_id="scoring-test",
+        )
         with TrackedConsumer(
             engine,
             kafka_bootstrap_servers,
@@ -108,8 +79,8 @@ def test_table_events_become_settlement_events_and_a_restart_mid_game_changes_no
             SettlementProjection(EventStore(topics)),
             topics.dead_letter,
         ) as second:
-            consume_until(second, len(events) - middle + 1)
-        relay_all(engine, kafka_bootstrap_servers)
+            poll_until_handled(second, len(events) - middle + 1)
+        relay_until_drained(engine, kafka_bootstrap_servers)
         published = read_topic(kafka_bootstrap_servers, topics.settlement, len(expected.envelopes))
     finally:
         engine.dispose()

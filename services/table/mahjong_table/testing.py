@@ -8,16 +8,20 @@ Not used by production code.
 
 from __future__ import annotations
 
+import datetime
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from mahjong.v1 import common_pb2, match_events_pb2, rooms_pb2
+from mahjong.v1 import common_pb2, envelope_pb2, match_events_pb2, rooms_pb2
+from mahjong_platform.envelopes import new_envelope
 from mahjong_rules.formula.wall import FORMULA_TILES
 from mahjong_rules.room_rules import RoomRules
 from mahjong_rules.tiles import parse_tiles
 
+from mahjong_table import codec
 from mahjong_table.core.commands import DeclareMissingSuit, TableCommand
 from mahjong_table.core.decide import Dice
 from mahjong_table.core.events import TableEvent
@@ -26,7 +30,8 @@ from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table_with_wall
 from mahjong_table.formula.evolve import fold as formula_fold
 from mahjong_table.formula.state import FormulaTableState
-from mahjong_table.sichuan.decide import execute, open_table_with_wall
+from mahjong_table.selfplay import greedy_command
+from mahjong_table.sichuan.decide import execute, open_table, open_table_with_wall
 from mahjong_table.sichuan.evolve import fold
 from mahjong_table.sichuan.state import TILE_KIND_COUNT, TableState
 
@@ -238,3 +243,47 @@ def table_assigned(
             ),
         ),
     )
+
+
+# ----------------------------------------------------------------------------------- envelopes
+
+
+def greedy_game_envelopes(
+    count: int,
+    *,
+    players: Sequence[str],
+    rules: RoomRules,
+    start: datetime.datetime,
+    room_id: str = "sichuan-test",
+) -> list[list[envelope_pb2.Envelope]]:
+    """`count` Sichuan games of `players`, every seat playing `selfplay.greedy_command`, one an hour
+    after the other from `start` (an event a second), as the table service would put them on
+    the table topic: game `i` is table `table-i`, dealt from seed `i`; event ids derive from the
+    table and the sequence, so the same call gives the same envelopes."""
+    games = []
+    for index in range(count):
+        table_id = f"table-{index}"
+        events = open_table(table_id, room_id, rules, players, index)
+        state = fold(events)
+        while not state.is_over:
+            new, state = execute(state, greedy_command(state))
+            events.extend(new)
+        begun = start + datetime.timedelta(hours=index)
+        games.append(
+            [
+                new_envelope(
+                    codec.to_message(event),
+                    clock=_fixed_clock(begun + datetime.timedelta(seconds=sequence)),
+                    stream_id=table_id,
+                    sequence=sequence,
+                    event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table_id}/{sequence}")),
+                    correlation_id=table_id,
+                )
+                for sequence, event in enumerate(events, start=1)
+            ]
+        )
+    return games
+
+
+def _fixed_clock(moment: datetime.datetime) -> Callable[[], datetime.datetime]:
+    return lambda: moment

@@ -5,34 +5,27 @@ topic); the rebuilt projections equal the live ones, and a tampered live row is 
 from __future__ import annotations
 
 import datetime
-import time
-import uuid
 from collections.abc import Callable
 
 import pytest
 import sqlalchemy
-from mahjong.v1 import envelope_pb2
 from mahjong_ledger.app import CONSUMER_GROUP as LEDGER_GROUP
 from mahjong_ledger.app import migrate as migrate_ledger
 from mahjong_ledger.domain import DepositOrder
 from mahjong_ledger.projection import SettlementProjection as LedgerProjection
 from mahjong_ledger.repository import LedgerRepository
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
-from mahjong_platform.envelopes import new_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
-from mahjong_platform.outbox import OutboxRelay, count_unsent_outbox_messages, create_idempotent_producer
 from mahjong_platform.schema import stored_events
 from mahjong_platform.service_runtime import migrate
+from mahjong_platform.testing import poll_until_handled, produce_envelopes, relay_until_drained
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import TrackedConsumer
 from mahjong_rules.room_rules import RoomRules
 from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_scoring.projection import CONSUMER_GROUP as SCORING_GROUP
 from mahjong_scoring.projection import SettlementProjection as ScoringProjection
-from mahjong_table import codec
-from mahjong_table.selfplay import greedy_command
-from mahjong_table.sichuan.decide import execute, open_table
-from mahjong_table.sichuan.evolve import fold
+from mahjong_table.testing import greedy_game_envelopes
 from mjctl.__main__ import main
 from sqlalchemy.engine import Engine
 
@@ -41,67 +34,7 @@ GRANT_TIME = datetime.datetime(2026, 2, 1, tzinfo=datetime.UTC)
 PLAYERS = ("ann", "bo", "cy", "di")
 GRANT_BEANS = 3_000
 GAME_COUNT = 4
-# The first consumer group on a fresh broker waits for `__consumer_offsets`; a loaded machine is slow.
-CONSUME_DEADLINE_SECONDS = 300.0
-
-
-def played_games(count: int) -> list[list[envelope_pb2.Envelope]]:
-    """`count` greedy games of the same four players, one after the other (an hour apart)."""
-    games = []
-    for index in range(count):
-        table_id = f"table-{index}"
-        events = open_table(
-            table_id, "sichuan-test", RoomRules(coefficient=100, rake_beans=50), PLAYERS, index
-        )
-        state = fold(events)
-        while not state.is_over:
-            new, state = execute(state, greedy_command(state))
-            events.extend(new)
-        start = GAMES_START + datetime.timedelta(hours=index)
-        games.append(
-            [
-                new_envelope(
-                    codec.to_message(event),
-                    clock=lambda sequence=sequence, start=start: start + datetime.timedelta(seconds=sequence),
-                    stream_id=table_id,
-                    sequence=sequence,
-                    event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table_id}/{sequence}")),
-                    correlation_id=table_id,
-                )
-                for sequence, event in enumerate(events, start=1)
-            ]
-        )
-    return games
-
-
-def produce(bootstrap_servers: str, topic: str, events: list[envelope_pb2.Envelope]) -> None:
-    producer = create_idempotent_producer(
-        bootstrap_servers, client_id="rebuild-test", delivery_timeout_ms=30_000
-    )
-    try:
-        for envelope in events:
-            producer.send(topic, key=envelope.stream_id.encode(), value=serialize_envelope(envelope))
-        producer.flush(timeout=30)
-    finally:
-        producer.close()
-
-
-def consume(consumer: TrackedConsumer, count: int) -> None:
-    deadline = time.monotonic() + CONSUME_DEADLINE_SECONDS
-    handled = 0
-    while handled < count:
-        assert time.monotonic() < deadline, f"handled {handled} of {count} events in time"
-        handled += consumer.poll_once(timeout_ms=200)
-
-
-def relay_all(engine: Engine, bootstrap_servers: str) -> None:
-    session_factory = create_session_factory(engine)
-    with OutboxRelay(engine, bootstrap_servers) as relay:
-        while True:
-            relay.run_once()
-            with transaction(session_factory) as session:
-                if count_unsent_outbox_messages(session) == 0:
-                    return
+RULES = RoomRules(coefficient=100, rake_beans=50)
 
 
 def stored_event_count(engine: Engine) -> int:
@@ -137,7 +70,7 @@ def live_system(
             # A finance top-up with its own note: the note travels in TransferPosted and is compared.
             top_up = DepositOrder(f"player:{PLAYERS[0]}", 500, "top-up-1", memo="finance top-up, ticket 42")
             repository.deposit(session, top_up)
-        relay_all(ledger_engine, kafka_bootstrap_servers)
+        relay_until_drained(ledger_engine, kafka_bootstrap_servers)
         with (
             TrackedConsumer(
                 scoring_engine,
@@ -156,13 +89,15 @@ def live_system(
                 topics.dead_letter,
             ) as ledger,
         ):
-            for game in played_games(GAME_COUNT):  # One game after the other, as they would be played.
+            for game in greedy_game_envelopes(
+                GAME_COUNT, players=PLAYERS, rules=RULES, start=GAMES_START
+            ):  # One game after the other, as they would be played.
                 settled_before = stored_event_count(scoring_engine)
-                produce(kafka_bootstrap_servers, topics.table, game)
-                consume(scoring, len(game))
-                relay_all(scoring_engine, kafka_bootstrap_servers)
-                consume(ledger, stored_event_count(scoring_engine) - settled_before)
-                relay_all(ledger_engine, kafka_bootstrap_servers)
+                produce_envelopes(kafka_bootstrap_servers, topics.table, game, client_id="rebuild-test")
+                poll_until_handled(scoring, len(game))
+                relay_until_drained(scoring_engine, kafka_bootstrap_servers)
+                poll_until_handled(ledger, stored_event_count(scoring_engine) - settled_before)
+                relay_until_drained(ledger_engine, kafka_bootstrap_servers)
     finally:
         scoring_engine.dispose()
         ledger_engine.dispose()

@@ -12,7 +12,6 @@ import datetime
 import json
 import pathlib
 import shutil
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -29,7 +28,7 @@ from mahjong_ledger.settings import LedgerSettings
 from mahjong_platform.auth import AuthInterceptor, mint_token
 from mahjong_platform.config import load_settings
 from mahjong_platform.database import create_engine_for, create_session_factory, sqlite_url, transaction
-from mahjong_platform.envelopes import new_envelope, parse_envelope
+from mahjong_platform.envelopes import parse_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_server import RunningServer, serve
 from mahjong_platform.schema import stored_events
@@ -42,48 +41,17 @@ from mahjong_scoring.models import scoring_lines
 from mahjong_scoring.projection import SettlementProjection as ScoringProjection
 from mahjong_scoring.servicer import METHOD_ROLES as SCORING_ROLES
 from mahjong_scoring.servicer import registration as scoring_registration
-from mahjong_table import codec
-from mahjong_table.selfplay import greedy_command
-from mahjong_table.sichuan.decide import execute, open_table
-from mahjong_table.sichuan.evolve import fold
+from mahjong_table.testing import greedy_game_envelopes
 from mjctl.__main__ import main
 
 GAMES_START = datetime.datetime(2026, 3, 1, 12, tzinfo=datetime.UTC)
 GRANT_TIME = datetime.datetime(2026, 2, 1, tzinfo=datetime.UTC)
 PLAYERS = ("ann", "bo", "cy", "di")
+RULES = RoomRules(coefficient=100, rake_beans=50)
 GRANT_BEANS = 3_000
 POSITION = MessagePosition("mahjong.table.v1", 0, 0)
 SECRET = "reconcile-command-test-secret-0123456789abcdef"
 FINANCE_TOKEN = mint_token(SECRET, "auditor", ["finance"], ttl_seconds=3_600)
-
-
-def played_games(count: int) -> list[list[envelope_pb2.Envelope]]:
-    """`count` greedy games of the same four players, one after the other (an hour apart)."""
-    games = []
-    for index in range(count):
-        table_id = f"table-{index}"
-        events = open_table(
-            table_id, "sichuan-test", RoomRules(coefficient=100, rake_beans=50), PLAYERS, index
-        )
-        state = fold(events)
-        while not state.is_over:
-            new, state = execute(state, greedy_command(state))
-            events.extend(new)
-        start = GAMES_START + datetime.timedelta(hours=index)
-        games.append(
-            [
-                new_envelope(
-                    codec.to_message(event),
-                    clock=lambda sequence=sequence, start=start: start + datetime.timedelta(seconds=sequence),
-                    stream_id=table_id,
-                    sequence=sequence,
-                    event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table_id}/{sequence}")),
-                    correlation_id=table_id,
-                )
-                for sequence, event in enumerate(events, start=1)
-            ]
-        )
-    return games
 
 
 def settle_and_post(scoring_url: str, ledger_url: str, games: list[list[envelope_pb2.Envelope]]) -> None:
@@ -122,7 +90,11 @@ def settle_and_post(scoring_url: str, ledger_url: str, games: list[list[envelope
 def settled_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Three settled games, once per module; each test gets a copy (some tamper with it)."""
     directory = tmp_path_factory.mktemp("settled")
-    settle_and_post(sqlite_url(directory, "scoring"), sqlite_url(directory, "ledger"), played_games(3))
+    settle_and_post(
+        sqlite_url(directory, "scoring"),
+        sqlite_url(directory, "ledger"),
+        greedy_game_envelopes(3, players=PLAYERS, rules=RULES, start=GAMES_START),
+    )
     return directory
 
 
