@@ -170,6 +170,11 @@ def test_bots_spread_over_processes_with_think_time_report_their_figures(
     assert figures["games"] == 1 and figures["processes"] == 2 and figures["unsettled"] == 0
     assert figures["act_calls"] > 0 and figures["delivery_p99_ms"] > 0 and figures["lag_p99_ms"] > 0
     assert figures["client_cpu_seconds"] > 0
+    kinds = figures["act_by_kind"]  # every answered command counted once, under its kind
+    assert kinds["all"]["count"] == figures["act_calls"]
+    assert sum(row["count"] for kind, row in kinds.items() if kind != "all") == figures["act_calls"]
+    assert kinds["exchange_three"]["count"] >= 4 and kinds["declare_missing_suit"]["count"] >= 4
+    assert kinds["discard"]["count"] > 0
 
 
 def test_bots_on_one_event_loop_play_a_game_on_play_streams_and_it_settles(
@@ -202,6 +207,9 @@ def test_bots_on_one_event_loop_play_a_game_on_play_streams_and_it_settles(
     assert len(report.table_ids) == 1 and len(report.games) == 1
     assert "ended" in report.games[0]
     assert len(report.act_latencies_seconds) > 20  # one per answered command
+    assert len(report.act_samples) == len(report.act_latencies_seconds)
+    assert {"exchange_three", "declare_missing_suit", "discard"} <= {s.kind for s in report.act_samples}
+    assert all(0 < s.arrived_seconds <= s.read_seconds for s in report.act_samples)
     ledger = ledger_service_pb2_grpc.LedgerServiceStub(
         open_channel(f"127.0.0.1:{services['ledger']}", mint_token(SECRET, "finance-desk", ["finance"]))
     )

@@ -222,6 +222,10 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
     print(f"\n| {figures['tables']} tables, {title}, {database} | |\n|---|---:|")
     for name, value in rows:
         print(f"| {name} | {value} |")
+    if figures.get("act_by_kind"):
+        from mjctl.load import act_kind_lines
+
+        print("\n" + "\n".join(act_kind_lines(figures["act_by_kind"])))
     sys.stdout.flush()
 
 

@@ -23,8 +23,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
-from typing import Final
+from collections.abc import AsyncIterator, Callable
+from typing import Final, TypeVar
 
 import grpc
 import grpc.aio
@@ -272,6 +272,18 @@ def describe_game(view: table_messages.TableView) -> str:
 # ------------------------------------------------------------------------------------ command
 
 
+@dataclasses.dataclass(frozen=True)
+class ActSample:
+    """One answered command of a ``Play`` stream: its kind (the ``ActRequest`` command, with
+    " refused" when the answer refused it), the seconds from sending it to its answer arriving at
+    the bot's process, and to the bot reading that answer (later when the bot was thinking over an
+    update that came before it: its own think time, not the server's)."""
+
+    kind: str
+    arrived_seconds: float
+    read_seconds: float
+
+
 @dataclasses.dataclass
 class BotRunReport:
     games: list[str]
@@ -280,6 +292,7 @@ class BotRunReport:
     act_latencies_seconds: list[float]
     delivery_latencies_seconds: list[float] = dataclasses.field(default_factory=list)
     retries: int = 0
+    act_samples: list[ActSample] = dataclasses.field(default_factory=list)
 
     def summary_lines(self) -> list[str]:
         latencies = sorted(self.act_latencies_seconds) or [0.0]
@@ -408,6 +421,7 @@ class AsyncBotPlayer:
         self.think_seconds = think_seconds
         self.delivery_latencies_seconds: list[float] = []
         self.act_latencies_seconds: list[float] = []
+        self.act_samples: list[ActSample] = []
         self.retries = 0
         self.game_ended_at: datetime.datetime | None = None
         self._matchmaking = matchmaking_service_pb2_grpc.MatchmakingServiceStub(matchmaking)
@@ -488,14 +502,22 @@ class AsyncBotPlayer:
             self._table, table_id, self._backoff, timeout_seconds=GAME_MAX_SECONDS, metadata=self._metadata
         )
         decisions = client.Decisions()
-        sent: dict[str, float] = {}
+        sent: dict[str, tuple[float, str]] = {}
         final: table_messages.TableView | None = None
-        async for response in session.responses():
+        async for arrived, response in _stamped(session.responses()):
             if response.WhichOneof("response") == "answer":
                 answer = response.answer
-                started = sent.pop(answer.idempotency_key, None)
-                if started is not None:
+                command = sent.pop(answer.idempotency_key, None)
+                if command is not None:
+                    started, kind = command
                     self.act_latencies_seconds.append(time.perf_counter() - started)
+                    self.act_samples.append(
+                        ActSample(
+                            kind + " refused" if answer.code else kind,
+                            arrived - started,
+                            self.act_latencies_seconds[-1],
+                        )
+                    )
                 if answer.code and answer.code not in REFUSED_CODES:
                     raise RuntimeError(f"{self.player_id}: command refused ({answer.code}): {answer.message}")
                 continue
@@ -515,11 +537,39 @@ class AsyncBotPlayer:
             if self.think_seconds:
                 await asyncio.sleep(self.think_seconds)  # a human-paced player (--think-ms)
             request.expected_sequence = view.sequence
-            sent[request.idempotency_key] = time.perf_counter()
+            sent[request.idempotency_key] = (time.perf_counter(), request.WhichOneof("command") or "")
             session.send(request)
         if final is None:
             raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
         return final
+
+
+_Item = TypeVar("_Item")
+
+
+async def _stamped(items: AsyncIterator[_Item]) -> AsyncIterator[tuple[float, _Item]]:
+    """Each item with the moment (``perf_counter``) it arrived: a task of its own reads them, so
+    the caller sleeping over one item (a bot's think time) does not delay the reading of those
+    behind it."""
+    arrivals: asyncio.Queue[tuple[float, _Item] | BaseException | None] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                arrivals.put_nowait((time.perf_counter(), item))
+        except Exception as error:  # raised to the caller, in order
+            arrivals.put_nowait(error)
+        else:
+            arrivals.put_nowait(None)
+
+    reader = asyncio.create_task(pump())
+    try:
+        while (arrival := await arrivals.get()) is not None:
+            if isinstance(arrival, BaseException):
+                raise arrival
+            yield arrival
+    finally:
+        reader.cancel()
 
 
 async def run_bots_async(
@@ -599,6 +649,7 @@ async def run_bots_async(
         [latency for bot in bots for latency in bot.act_latencies_seconds],
         [latency for bot in bots for latency in bot.delivery_latencies_seconds],
         sum(bot.retries for bot in bots),
+        [sample for bot in bots for sample in bot.act_samples],
     )
 
 

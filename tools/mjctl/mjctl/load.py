@@ -44,6 +44,41 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
+def act_by_kind(samples: Sequence[Sequence[Any]]) -> dict[str, dict[str, float]]:
+    """Per command kind (`bots.ActSample` tuples: kind, arrived, read seconds): how many, the p50
+    and p99 from sending to the answer arriving, and the p99 to the bot reading it; "all" last."""
+    kinds: dict[str, list[tuple[float, float]]] = {}
+    for kind, arrived, read in samples:
+        kinds.setdefault(kind, []).append((arrived, read))
+    kinds = dict(sorted(kinds.items(), key=lambda item: -len(item[1])))
+    kinds["all"] = [(arrived, read) for _kind, arrived, read in samples]
+    table: dict[str, dict[str, float]] = {}
+    for kind, pairs in kinds.items():
+        arrived_values = [arrived for arrived, _read in pairs]
+        table[kind] = {
+            "count": len(pairs),
+            "p50_ms": statistics.median(arrived_values) * 1000 if pairs else 0.0,
+            "p99_ms": percentile(arrived_values, 0.99) * 1000,
+            "read_p50_ms": statistics.median(read for _arrived, read in pairs) * 1000 if pairs else 0.0,
+            "read_p99_ms": percentile([read for _arrived, read in pairs], 0.99) * 1000,
+        }
+    return table
+
+
+def act_kind_lines(table: dict[str, dict[str, float]]) -> list[str]:
+    """`act_by_kind` as a Markdown table."""
+    lines = [
+        "| Act by kind | count | p50 ms | p99 ms | read by the bot: p50 / p99 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind, row in table.items():
+        lines.append(
+            f"| {kind} | {row['count']:.0f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} "
+            f"| {row['read_p50_ms']:.1f} / {row['read_p99_ms']:.1f} |"
+        )
+    return lines
+
+
 def _worker(job: _WorkerJob, messages: Any) -> None:
     """One process's bots, on one event loop (`bots.run_bots_async`: grpc.aio, one channel per
     service, a Play stream per seat); everything it learns goes to the parent through `messages`."""
@@ -102,6 +137,7 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
                 "games": len(report.games),
                 "act_latencies_seconds": report.act_latencies_seconds,
                 "delivery_latencies_seconds": report.delivery_latencies_seconds,
+                "act_samples": [dataclasses.astuple(sample) for sample in report.act_samples],
             },
         )
     )
@@ -158,6 +194,7 @@ def run_load(arguments: argparse.Namespace) -> int:
     act = [value for report in reports for value in report["act_latencies_seconds"]]
     delivery = [value for report in reports for value in report["delivery_latencies_seconds"]]
     games = sum(report["games"] for report in reports)
+    kinds = act_by_kind([sample for report in reports for sample in report["act_samples"]])
     figures: dict[str, Any] = {
         "games": games,
         "tables": players // 4,
@@ -169,11 +206,13 @@ def run_load(arguments: argparse.Namespace) -> int:
         "act_calls": len(act),
         "delivery_p50_ms": statistics.median(delivery) * 1000 if delivery else 0.0,
         "delivery_p99_ms": percentile(delivery, 0.99) * 1000,
+        "act_by_kind": kinds,
     }
     print(f"{games} games in {seconds:.1f} s = {games / seconds:.2f} games/s ({processes} bot processes)")
     act_p50, act_p99 = figures["act_p50_ms"], figures["act_p99_ms"]
     print(f"Act latency over {len(act)} calls: p50 {act_p50:.1f} ms, p99 {act_p99:.1f} ms")
     print(f"WatchView delivery (event occurred -> bot read it): p99 {figures['delivery_p99_ms']:.1f} ms")
+    print("\n".join(act_kind_lines(kinds)))
     if probe is not None:
         print(probe.summary_line())
         lags, unsettled = probe.lags_seconds()

@@ -1,0 +1,65 @@
+"""`mjctl.load`'s per-kind Act figures (what `make bench-system` prints under each run's table)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from mjctl.bots import _stamped
+from mjctl.load import act_by_kind, act_kind_lines
+
+
+def test_act_by_kind_counts_each_kind_with_its_percentiles_and_all_last() -> None:
+    samples = [("discard", 0.010 * n, 0.010 * n + 0.1) for n in range(1, 101)]
+    samples += [("exchange_three refused", 0.2, 0.3), ("exchange_three refused", 0.4, 0.5)]
+    table = act_by_kind(samples)
+    assert list(table) == ["discard", "exchange_three refused", "all"]  # most frequent first
+    assert table["discard"]["count"] == 100
+    assert table["discard"]["p50_ms"] == pytest.approx(505.0)  # median of 10..1000 ms
+    assert table["discard"]["p99_ms"] == pytest.approx(1000.0)
+    assert table["discard"]["read_p99_ms"] == pytest.approx(1100.0)
+    assert table["exchange_three refused"]["p50_ms"] == pytest.approx(300.0)
+    assert table["all"]["count"] == 102
+    lines = act_kind_lines(table)
+    assert lines[2] == "| discard | 100 | 505.0 | 1000.0 | 605.0 / 1100.0 |"
+    assert lines[-1].startswith("| all | 102 |")
+
+
+def test_act_by_kind_of_no_samples_is_an_empty_all_row() -> None:
+    assert act_by_kind([]) == {
+        "all": {"count": 0, "p50_ms": 0.0, "p99_ms": 0.0, "read_p50_ms": 0.0, "read_p99_ms": 0.0}
+    }
+
+
+def test_stamped_times_each_item_when_it_arrives_not_when_the_caller_reads_it() -> None:
+    async def items() -> object:
+        for item in ("first", "second"):
+            yield item
+
+    async def run() -> list[tuple[float, str, float]]:
+        seen = []
+        async for arrived, item in _stamped(items()):
+            seen.append((arrived, item, time.perf_counter()))
+            await asyncio.sleep(0.01)  # the caller "thinks" over the first; the second arrives
+        return seen
+
+    (first_at, first, first_read_at), (second_at, second, _) = asyncio.run(run())
+    assert (first, second) == ("first", "second")
+    # The reader stamped both before the caller read the first (no threshold: only an order).
+    assert first_at <= second_at < first_read_at
+
+
+def test_stamped_raises_the_source_error_after_the_items_before_it() -> None:
+    async def items() -> object:
+        yield 1
+        raise RuntimeError("stream broke")
+
+    async def run() -> list[int]:
+        seen = []
+        async for _arrived, item in _stamped(items()):
+            seen.append(item)
+        return seen
+
+    with pytest.raises(RuntimeError, match="stream broke"):
+        asyncio.run(run())
