@@ -23,12 +23,11 @@ from mahjong_ledger.repository import LedgerRepository
 from mahjong_ledger.testing import game_settled_envelope, instruction_envelope, payee
 from mahjong_platform.database import create_engine_for, create_session_factory, transaction
 from mahjong_platform.event_store import EventStore
+from mahjong_platform.testing import produce_envelopes, relay_until_drained
 from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import MessagePosition, TrackedConsumer
 from mjctl.__main__ import main
 from sqlalchemy.engine import Engine
-
-from .test_rebuild import produce, relay_all
 
 pytestmark = pytest.mark.integration
 
@@ -104,9 +103,11 @@ def test_a_ledger_that_crashed_mid_batch_rebuilds_identical_house_accounts_inclu
             for table in range(TABLES):
                 for seat in "ab":
                     repository.ensure_starting_grant(session, f"player:t{table}{seat}", 5_000)
-        relay_all(engine, kafka_bootstrap_servers)
+        relay_until_drained(engine, kafka_bootstrap_servers)
         for table in range(TABLES):
-            produce(kafka_bootstrap_servers, topics.settlement, settlement_stream(table))
+            produce_envelopes(
+                kafka_bootstrap_servers, topics.settlement, settlement_stream(table), client_id="rebuild-test"
+            )
         expected_transfers = TABLES * 2 + TABLES * 4
 
         def caught_up() -> bool:
@@ -140,7 +141,7 @@ def test_a_ledger_that_crashed_mid_batch_rebuilds_identical_house_accounts_inclu
             poll_until(doomed, caught_up)
         with new_consumer() as restarted:
             poll_until(restarted, caught_up)
-        relay_all(engine, kafka_bootstrap_servers)
+        relay_until_drained(engine, kafka_bootstrap_servers)
         with engine.connect() as connection:
             opened_at = connection.execute(
                 sqlalchemy.select(ledger_accounts.c.opened_at).where(
