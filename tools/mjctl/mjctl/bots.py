@@ -504,6 +504,12 @@ class AsyncBotPlayer:
         decisions = client.Decisions()
         sent: dict[str, tuple[float, str]] = {}
         final: table_messages.TableView | None = None
+        # One command at a time: a view that arrives while a command waits for its answer was
+        # built before that command counted (another seat's pick, say), so deciding on it would
+        # send a second, refused command; it is kept and decided on once the answer is in,
+        # unless the accepted command took the table past it.
+        waiting: table_messages.TableView | None = None
+        acted_through = 0
         async for arrived, response in _stamped(session.responses()):
             if response.WhichOneof("response") == "answer":
                 answer = response.answer
@@ -520,15 +526,27 @@ class AsyncBotPlayer:
                     )
                 if answer.code and answer.code not in REFUSED_CODES:
                     raise RuntimeError(f"{self.player_id}: command refused ({answer.code}): {answer.message}")
-                continue
-            received = time.time()
-            for envelope in response.update.events:
-                self.delivery_latencies_seconds.append(received - envelope.occurred_at.ToNanoseconds() / 1e9)
-                if envelope.WhichOneof("payload") == "game_ended":
-                    self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
-            view = response.update.view
-            if view.phase == "ended":
-                final = view  # the stream ends after the answers still owed
+                if not answer.code:
+                    acted_through = max(acted_through, answer.result.sequence)
+                if sent or waiting is None:
+                    continue
+                view, waiting = waiting, None
+            else:
+                received = time.time()
+                for envelope in response.update.events:
+                    self.delivery_latencies_seconds.append(
+                        received - envelope.occurred_at.ToNanoseconds() / 1e9
+                    )
+                    if envelope.WhichOneof("payload") == "game_ended":
+                        self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
+                view = response.update.view
+                if view.phase == "ended":
+                    final = view  # the stream ends after the answers still owed
+                    continue
+                if sent:
+                    waiting = view
+                    continue
+            if view.sequence < acted_through:
                 continue
             # The view seen again after a reconnect gets the same request (the same key).
             request = decisions.for_view(view.sequence, functools.partial(choose_command, view))
