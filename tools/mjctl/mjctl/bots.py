@@ -116,6 +116,20 @@ def choose_command(view: table_messages.TableView) -> table_messages.ActRequest 
     return request
 
 
+SIMULTANEOUS_COMMANDS: Final = frozenset({"exchange_three", "declare_missing_suit"})
+"""The picks all four seats make at once (RULES.md 1.2, 1.3): another seat's pick changes nothing
+of this one's, so they go without the optimistic `expected_sequence` check. With it, every pick
+but the first of a round was refused (the others' picks had moved the table on) and decided
+again: six refused picks per game for each of the two phases, a fifth of a game's commands."""
+
+
+def with_expected_sequence(request: table_messages.ActRequest, view: table_messages.TableView) -> None:
+    """Ask the table to refuse `request` (ABORTED) if the table moved on from `view`, the view it
+    was decided on; not for the simultaneous picks."""
+    if request.WhichOneof("command") not in SIMULTANEOUS_COMMANDS:
+        request.expected_sequence = view.sequence
+
+
 # ------------------------------------------------------------------------------------ player
 
 
@@ -240,7 +254,7 @@ class BotPlayer:
                 if self.think_seconds:
                     time.sleep(self.think_seconds)  # a human-paced player (--think-ms)
                 # A view already overtaken by a queued update is refused (ABORTED) and skipped.
-                request.expected_sequence = view.sequence
+                with_expected_sequence(request, view)
                 self._act(request)
         raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
 
@@ -554,7 +568,7 @@ class AsyncBotPlayer:
                 continue
             if self.think_seconds:
                 await asyncio.sleep(self.think_seconds)  # a human-paced player (--think-ms)
-            request.expected_sequence = view.sequence
+            with_expected_sequence(request, view)
             sent[request.idempotency_key] = (time.perf_counter(), request.WhichOneof("command") or "")
             session.send(request)
         if final is None:

@@ -111,3 +111,29 @@ def test_after_a_refusal_the_view_that_came_meanwhile_is_decided_on(monkeypatch:
     assert [request.expected_sequence for request in session.sent] == [1, 2]
     assert session.log == ["send 1", "answer 1", "send 2", "answer 2"]
     assert len({request.idempotency_key for request in session.sent}) == 2
+
+
+def test_the_simultaneous_picks_go_without_the_optimistic_check_and_the_turn_commands_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def picking(sequence: int, kind: str) -> messages.PlayResponse:
+        view = messages.TableView(table_id="t", sequence=sequence, phase="exchange", hand="1234567m123456p")
+        view.legal_actions.add(kind=kind)
+        return messages.PlayResponse(update=messages.TableUpdate(view=view))
+
+    async def script(session: ScriptedSession) -> AsyncIterator[messages.PlayResponse]:
+        yield picking(1, "exchange_three")
+        yield answer(await session.next_command(1), sequence=3)  # RULES.md 1.2
+        yield picking(5, "declare_missing_suit")
+        yield answer(await session.next_command(2), sequence=6)  # RULES.md 1.3
+        yield discard_view(9)
+        yield answer(await session.next_command(3), sequence=10)
+        yield discard_view(10, asked=False, phase="ended")
+
+    session = play(monkeypatch, script)
+    assert [request.WhichOneof("command") for request in session.sent] == [
+        "exchange_three",
+        "declare_missing_suit",
+        "discard",
+    ]
+    assert [request.expected_sequence for request in session.sent] == [0, 0, 9]
