@@ -114,9 +114,7 @@ class KeyError_(ValueError):
 def _request(view: table_service_pb2.TableView) -> table_service_pb2.ActRequest:
     from mahjong.v1 import table_service_pb2
 
-    return table_service_pb2.ActRequest(
-        table_id=view.table_id, idempotency_key=str(uuid.uuid4()), expected_sequence=view.sequence
-    )
+    return table_service_pb2.ActRequest(table_id=view.table_id, idempotency_key=str(uuid.uuid4()))
 
 
 def _option(key: str, options: Sequence[str], what: str) -> str:
@@ -128,8 +126,10 @@ def _option(key: str, options: Sequence[str], what: str) -> str:
 
 
 def command_for_key(line: str, view: table_service_pb2.TableView) -> table_service_pb2.ActRequest:
-    """The command a key line means for this view; KeyError_ when it means nothing now."""
-    from mjctl.bots import choose_command, choose_exchange
+    """The command a key line means for this view; KeyError_ when it means nothing now. It asks the
+    table to refuse it if the table moved on from this view, but for the simultaneous picks
+    (exchange, missing suit), which another seat's pick does not change (`bots.with_expected_sequence`)."""
+    from mjctl.bots import choose_command, choose_exchange, with_expected_sequence
 
     key = line.strip().lower()
     actions = {action.kind: action for action in view.legal_actions}
@@ -140,7 +140,7 @@ def command_for_key(line: str, view: table_service_pb2.TableView) -> table_servi
         suggested = choose_command(view)
         if suggested is None:
             raise KeyError_("nothing to suggest now")
-        suggested.expected_sequence = view.sequence
+        with_expected_sequence(suggested, view)
         return suggested
     if "declare_missing_suit" in actions and key in ("m", "p", "s"):
         if key not in actions["declare_missing_suit"].suits:
@@ -175,6 +175,7 @@ def command_for_key(line: str, view: table_service_pb2.TableView) -> table_servi
         request.leave.SetInParent()
     else:
         raise KeyError_(f"{line.strip()!r} is not a key for now; {legal_keys(view)}")
+    with_expected_sequence(request, view)
     return request
 
 

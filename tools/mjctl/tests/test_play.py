@@ -115,3 +115,19 @@ def test_waits_read_as_multipliers_in_sichuan_and_fans_in_formula() -> None:
     answer.waits.add(tile="6p", multiplier=4, fan=5, meets_min=False)
     assert waits_text(answer, formula=False) == "3p ×2 · 6p ×4"
     assert waits_text(answer, formula=True) == "3p 9 fan"
+
+
+def test_the_simultaneous_picks_are_sent_without_the_optimistic_check() -> None:
+    """RULES.md 1.2, 1.3: another seat's exchange or missing-suit pick changes nothing of this one,
+    so it must not make the table refuse it (a turn command keeps the check, above)."""
+    exchanging = view(
+        phase="exchange", hand="1234567m123456p", legal_actions=[messages.LegalAction(kind="exchange_three")]
+    )
+    assert command_for_key("x 1 2 3", exchanging).expected_sequence == 0
+    assert command_for_key("", exchanging).expected_sequence == 0
+    declaring = view(
+        phase="missing_suit",
+        legal_actions=[messages.LegalAction(kind="declare_missing_suit", suits=["m", "s"])],
+    )
+    request = command_for_key("m", declaring)
+    assert request.declare_missing_suit.suit == "m" and request.expected_sequence == 0
