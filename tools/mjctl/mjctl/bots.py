@@ -564,7 +564,7 @@ class AsyncBotPlayer:
                 continue
             # The view seen again after a reconnect gets the same request (the same key).
             request = decisions.for_view(view.sequence, functools.partial(choose_command, view))
-            if request is None or request.idempotency_key in sent:
+            if request is None:  # nothing is in flight here: `sent` is empty
                 continue
             if self.think_seconds:
                 await asyncio.sleep(self.think_seconds)  # a human-paced player (--think-ms)
