@@ -434,7 +434,6 @@ class AsyncBotPlayer:
         self.player_id = player_id
         self.think_seconds = think_seconds
         self.delivery_latencies_seconds: list[float] = []
-        self.act_latencies_seconds: list[float] = []
         self.act_samples: list[ActSample] = []
         self.retries = 0
         self.game_ended_at: datetime.datetime | None = None
@@ -445,6 +444,11 @@ class AsyncBotPlayer:
         self._backoff = client.Backoff(on_retry=self._count_retry)
         self._ticket_id: str | None = None
         self._stopped = False
+
+    @property
+    def act_latencies_seconds(self) -> list[float]:
+        """Each answered command's seconds from sending it to the bot reading its answer."""
+        return [sample.read_seconds for sample in self.act_samples]
 
     def _count_retry(self, _line: str) -> None:
         self.retries += 1
@@ -530,12 +534,11 @@ class AsyncBotPlayer:
                 command = sent.pop(answer.idempotency_key, None)
                 if command is not None:
                     started, kind = command
-                    self.act_latencies_seconds.append(time.perf_counter() - started)
                     self.act_samples.append(
                         ActSample(
                             kind + " refused" if answer.code else kind,
                             arrived - started,
-                            self.act_latencies_seconds[-1],
+                            time.perf_counter() - started,
                         )
                     )
                 if answer.code and answer.code not in REFUSED_CODES:

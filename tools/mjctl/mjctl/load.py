@@ -135,7 +135,6 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
             "report",
             {
                 "games": len(report.games),
-                "act_latencies_seconds": report.act_latencies_seconds,
                 "delivery_latencies_seconds": report.delivery_latencies_seconds,
                 "act_samples": [dataclasses.astuple(sample) for sample in report.act_samples],
             },
@@ -191,10 +190,11 @@ def run_load(arguments: argparse.Namespace) -> int:
     seconds = time.monotonic() - started
     for worker in workers:
         worker.join()
-    act = [value for report in reports for value in report["act_latencies_seconds"]]
+    samples = [sample for report in reports for sample in report["act_samples"]]
+    act = [read for _kind, _arrived, read in samples]
     delivery = [value for report in reports for value in report["delivery_latencies_seconds"]]
     games = sum(report["games"] for report in reports)
-    kinds = act_by_kind([sample for report in reports for sample in report["act_samples"]])
+    kinds = act_by_kind(samples)
     figures: dict[str, Any] = {
         "games": games,
         "tables": players // 4,
