@@ -155,8 +155,11 @@ def _read(settings: Settings, only: Sequence[tuple[int, int]] | None = None) -> 
 
 
 def _status_text(redrive: dead_letter_service_pb2.Redrive) -> str:
-    redriven_at = redrive.redriven_at.ToDatetime(tzinfo=datetime.UTC).isoformat(timespec="seconds")
-    return f"re-driven ({_outcome_name(redrive.outcome)}) {redriven_at}"
+    return f"re-driven ({_outcome_name(redrive.outcome)}) {_redriven_at(redrive)}"
+
+
+def _redriven_at(redrive: dead_letter_service_pb2.Redrive) -> str:
+    return redrive.redriven_at.ToDatetime(tzinfo=datetime.UTC).isoformat(timespec="seconds")
 
 
 def _outcome_name(outcome: int) -> str:
@@ -289,8 +292,7 @@ def _redrive_one(services: _Services, entry: DeadLetterEntry) -> bool:
     if answer.newly_redriven:
         print(f"{entry.entry_id}: {group} {answer.event_type} {redrive.event_id}: {_words(outcome)}")
     else:
-        when = redrive.redriven_at.ToDatetime(tzinfo=datetime.UTC).isoformat(timespec="seconds")
-        print(f"{entry.entry_id}: already re-driven at {when} ({outcome}); nothing changed")
+        print(f"{entry.entry_id}: already re-driven at {_redriven_at(redrive)} ({outcome}); nothing changed")
     return True
 
 
