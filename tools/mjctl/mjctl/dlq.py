@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -141,9 +140,10 @@ class _CallError(Exception):
 
 
 def _service_names() -> list[str]:
-    """``MAHJONG_RUN_SERVICES`` (comma separated, as `mjctl run` reads it) or all four services."""
-    chosen = [name.strip() for name in os.environ.get("MAHJONG_RUN_SERVICES", "").split(",") if name.strip()]
-    return [name for name in chosen if name in SERVICES] or list(SERVICES)
+    """``MAHJONG_RUN_SERVICES`` (as `mjctl run` reads it) or all four services."""
+    from mjctl.run import requested_services
+
+    return [name for name in requested_services() if name in SERVICES] or list(SERVICES)
 
 
 def _read(settings: Settings, only: Sequence[tuple[int, int]] | None = None) -> list[DeadLetterEntry]:

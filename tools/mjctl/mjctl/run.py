@@ -103,10 +103,15 @@ def service_name(name: str) -> ServiceName:
     return cast("ServiceName", name)
 
 
+def requested_services() -> list[str]:
+    """The names ``MAHJONG_RUN_SERVICES`` lists (comma separated), as given; [] when unset."""
+    chosen = os.environ.get("MAHJONG_RUN_SERVICES", "")
+    return [name.strip() for name in chosen.split(",") if name.strip()]
+
+
 def installed_services() -> list[str]:
     """The services to start: ``MAHJONG_RUN_SERVICES`` (comma separated) or every installed one."""
-    chosen = os.environ.get("MAHJONG_RUN_SERVICES", "")
-    names = [name.strip() for name in chosen.split(",") if name.strip()] or list(SERVICES)
+    names = requested_services() or list(SERVICES)
     return [name for name in names if importlib.util.find_spec(f"mahjong_{name}.__main__") is not None]
 
 
