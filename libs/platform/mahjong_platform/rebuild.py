@@ -331,7 +331,7 @@ def read_topics(
         per_partition: dict[TopicPartition, list[tuple[int, TopicRecord]]] = {
             partition: [] for partition in partitions
         }
-        for record in read_partitions_to_end(consumer, partitions, RECORDS_MAX):
+        for record in read_partitions_to_end(consumer, partitions, RECORDS_MAX, end_offsets=end_offsets):
             partition = TopicPartition(record.topic, record.partition)
             items = per_partition[partition]
             try:

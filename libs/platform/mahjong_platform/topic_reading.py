@@ -41,12 +41,16 @@ def read_partitions_to_end(
     partitions: Sequence[TopicPartition],
     records_max: int,
     window: Window = (None, None),
+    *,
+    end_offsets: dict[TopicPartition, int] | None = None,
 ) -> Iterator[Any]:
     """Every record of the partitions, from the beginning to the end offsets of now (a snapshot),
-    or between the offsets Kafka's time index gives for the window's times."""
+    or between the offsets Kafka's time index gives for the window's times. ``end_offsets``: the
+    snapshot's ends, when the caller read them (and needs the same ones); None: read here."""
     consumer.assign(list(partitions))
     since, until = window
-    end_offsets: dict[TopicPartition, int] = consumer.end_offsets(list(partitions))
+    if end_offsets is None:
+        end_offsets = consumer.end_offsets(list(partitions))
     if since is None:
         consumer.seek_to_beginning(*partitions)
     else:
