@@ -96,6 +96,9 @@ class RebuildTarget:
     input_topics: Callable[[Topics], list[str]]
     handler: Callable[[Topics], BatchHandler]
     tables: tuple[ComparedTable, ...]
+    # The input topics the live consumer group reads (its stored positions are compared with the
+    # ends read, for the lag warning); None: all of them.
+    consumed_topics: Callable[[Topics], list[str]] | None = None
 
 
 # --- command line: `python -m mahjong_<service> rebuild` -------------------------------------------
@@ -250,7 +253,8 @@ def rebuild(
         statistics = replay(
             rebuilt_engine, target.handler(topics), records, consumer_group, progress=progress
         )
-        warnings = _lag_warnings(live_engine, consumer_group, end_offsets, topics.table, topics.settlement)
+        consumed = (target.consumed_topics or target.input_topics)(topics)
+        warnings = _lag_warnings(live_engine, consumer_group, end_offsets, *consumed)
         digests, difference = compare(live_engine, rebuilt_engine, target.tables)
     finally:
         rebuilt_engine.dispose()

@@ -54,6 +54,7 @@ def rebuild_target() -> RebuildTarget:
         consumer_group=CONSUMER_GROUP,
         migrate=migrate,
         input_topics=lambda topics: [topics.settlement, topics.ledger],
+        consumed_topics=lambda topics: [topics.settlement],  # the deposits come over gRPC
         handler=_handler,
         tables=(
             ComparedTable(ledger_accounts, ("account",)),
