@@ -14,18 +14,16 @@ from collections.abc import Sequence
 
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.rebuild import ComparedTable, RebuildTarget, command
+from mahjong_platform.service_runtime import migrate
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import BatchHandler
 
+from mahjong_scoring.app import DEFINITION
 from mahjong_scoring.models import PROJECTION_TABLES
 from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
 
 
 def _migrate(url: str) -> None:
-    from mahjong_platform.service_runtime import migrate
-
-    from mahjong_scoring.app import DEFINITION
-
     migrate(DEFINITION, url)
 
 
