@@ -24,7 +24,7 @@ from .conftest import TableServer
 from .test_table_service import PLAYERS
 
 
-def _window_asking_several(table_server: TableServer) -> tuple[str, AnyTableState]:
+def window_asking_several(table_server: TableServer) -> tuple[str, AnyTableState]:
     """A seeded table played greedily up to a discard that asks at least two seats."""
     session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731
     engine = table_server.engine
@@ -49,7 +49,7 @@ def _stored_deadline(table_server: TableServer, table_id: str) -> object:
 def test_another_asked_seats_pass_does_not_move_the_window_deadline_rules_1_4(
     table_server: TableServer, path: str
 ) -> None:
-    table_id, state = _window_asking_several(table_server)
+    table_id, state = window_asking_several(table_server)
     assert state.window is not None
     watcher, passer, *_rest = sorted(state.window.pending)
     before = table_server.view(PLAYERS[watcher], table_id)
@@ -74,7 +74,7 @@ def test_another_asked_seats_pass_does_not_move_the_window_deadline_rules_1_4(
 
 
 def test_the_deadline_moves_again_once_the_window_has_closed_rules_1_4(table_server: TableServer) -> None:
-    table_id, state = _window_asking_several(table_server)
+    table_id, state = window_asking_several(table_server)
     assert state.window is not None
     session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731
     opened_with = _stored_deadline(table_server, table_id)

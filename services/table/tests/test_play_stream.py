@@ -20,6 +20,7 @@ from mahjong.v1 import table_service_pb2_grpc
 from mjctl.bots import choose_command
 
 from .conftest import TableServer
+from .test_claim_window_deadline import window_asking_several
 from .test_claim_window_privacy import SeatRecord, check_non_claimants_see_the_same, choose, full_events
 from .test_formula_table_service import open_formula_table
 from .test_table_service import PLAYERS, exchange
@@ -341,17 +342,10 @@ def test_a_seat_asked_in_a_window_is_not_told_that_another_asked_seat_passed_rul
     deadline moved, which would tell it that someone else could claim the tile."""
     from mahjong_platform.database import transaction
     from mahjong_table.core.commands import Pass
-    from mahjong_table.selfplay import greedy_command
 
     session_scope = lambda: transaction(table_server.session_factory)  # type: ignore[arg-type]  # noqa: E731
     engine = table_server.engine
-    for seed in (58, *range(1, 200)):
-        table_id = table_server.open_table(PLAYERS, seed=seed)
-        state = engine.read_state(session_scope, table_id)
-        while not state.is_over and (state.window is None or len(state.window.pending) < 2):
-            state, _envelopes, _answer = engine.act(session_scope, table_id, greedy_command)  # type: ignore[arg-type]
-        if not state.is_over:
-            break
+    table_id, state = window_asking_several(table_server)
     assert state.window is not None and len(state.window.pending) >= 2, "no window asked two seats"
     watcher, *others = sorted(state.window.pending)
     stub = table_server.stub_for(PLAYERS[watcher])
