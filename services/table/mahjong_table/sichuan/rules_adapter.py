@@ -1,7 +1,8 @@
 """The one place where the table aggregate calls the rules library (`mahjong_rules`).
 
 The aggregate keeps hands as 27 tile counts (tiles are the library's ints, 0..26 = 1m..9s); this
-module converts to whatever the library takes. Tiles, wall, dice and deal come from the library.
+module converts to whatever the library takes. Tiles, wall and deal come from the library (the dice
+of both families: `core.decide.Dice`).
 
 The win check and the multipliers are the library's `evaluate_win` (RULES.md 1.6, 1.7); the
 aggregate never scores a hand itself.
@@ -15,7 +16,7 @@ from functools import lru_cache
 from typing import cast
 
 import mahjong_rules as rules
-from mahjong_rules import InvalidTileError, deal, dealer_from_dice, parse_tile, shuffled_wall, tile_code
+from mahjong_rules import InvalidTileError, deal, parse_tile, shuffled_wall, tile_code
 from mahjong_rules.tiles import SUITED_TILE_KIND_COUNT
 
 from mahjong_table.core.events import Fan
@@ -29,7 +30,6 @@ __all__ = [
     "WinSituation",
     "code_of",
     "deal_hands",
-    "dealer_from_dice",
     "evaluate_win",
     "initial_wall",
     "parse_code",
