@@ -9,6 +9,7 @@ happened, and the other seats' missing suits only once all four are declared (RU
 from __future__ import annotations
 
 from mahjong_table.core.state import SEAT_COUNT, Phase
+from mahjong_table.core.tiles import codes_of_counts
 from mahjong_table.core.views import (
     ACTION_DECLARE_MISSING_SUIT,
     ACTION_DISCARD,
@@ -112,7 +113,7 @@ def _hand(player: PlayerState) -> tuple[str, ...]:
     """The player's concealed tiles as sorted codes, memoised on the player."""
     hand: tuple[str, ...] | None = player.derived.get("hand")
     if hand is None:
-        hand = tuple(code_of(tile) for tile in range(TILE_KIND_COUNT) for _ in range(player.concealed[tile]))
+        hand = codes_of_counts(player.concealed)
         player.derived["hand"] = hand
     return hand
 
