@@ -228,11 +228,14 @@ def draw(emitter: Emitter[_State], seat: int, *, from_tail: bool) -> None:
     emitter.emit(TileDrawn(seat, code_of(tile), from_tail, state.wall_remaining - 1))
 
 
-def declare_own_kong(emitter: Emitter[_State], seat: int, tile: int, exposure: str) -> None:
-    """A kong on `seat`'s own turn, checked by its family: a concealed kong draws its replacement
-    from the tail now (RULES.md 1.5, 2.1); an added kong opens the rob window first (the family's
-    evolve), and the family's `advance` draws the replacement once it closes."""
-    emitter.emit(KongDeclared(seat, code_of(tile), exposure, NO_SEAT))
+def declare_kong(
+    emitter: Emitter[_State], seat: int, tile: int, exposure: str, from_seat: int = NO_SEAT
+) -> None:
+    """A kong checked by its family: an exposed kong (of `from_seat`'s discard) or a concealed
+    kong draws its replacement from the tail now (RULES.md 1.5, 2.1); an added kong opens the rob
+    window first (the family's evolve), and the family's `advance` draws the replacement once it
+    closes."""
+    emitter.emit(KongDeclared(seat, code_of(tile), exposure, from_seat))
     if exposure != EXPOSURE_ADDED:
         draw(emitter, seat, from_tail=True)
 

@@ -56,7 +56,6 @@ from mahjong_table.core.events import (
     Fan,
     FlowerReplaced,
     HandsDealt,
-    KongDeclared,
     KongRobbed,
     PlayerWon,
     PongClaimed,
@@ -201,8 +200,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
         window, _ask = _require_asked(state, seat, ASK_KONG, IllegalKongError)
         if tile not in (None, window.tile):
             raise IllegalKongError(f"only the open discard {code_of(window.tile)} can be konged now")
-        emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
-        kernel.draw(emitter, seat, from_tail=True)
+        kernel.declare_kong(emitter, seat, window.tile, EXPOSURE_EXPOSED, window.from_seat)
         return
     tile = kernel.require_own_kong(state, seat, tile)
     exposure = dict(hands.kong_options(state, seat)).get(tile)
@@ -211,7 +209,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
             f"no kong of {code_of(tile)}: hold four (or one with your pong), not the wildcard "
             "(RULES.md 2.1), with a tile left in the wall, and not right after a pong or chow"
         )
-    kernel.declare_own_kong(emitter, seat, tile, exposure)
+    kernel.declare_kong(emitter, seat, tile, exposure)
 
 
 def _win(emitter: _Emitter, seat: int) -> None:

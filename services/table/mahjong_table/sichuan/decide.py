@@ -56,7 +56,6 @@ from mahjong_table.core.events import (
     ExchangePicked,
     ExchangeTransfer,
     HandsDealt,
-    KongDeclared,
     KongRobbed,
     MissingSuitChosen,
     MissingSuitsDeclared,
@@ -302,7 +301,7 @@ def _kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
         raise IllegalKongError(
             f"no kong of {code_of(tile)}: hold four of it, or one of it with your pong of it (RULES.md 1.5)"
         )
-    kernel.declare_own_kong(emitter, seat, tile, exposure)
+    kernel.declare_kong(emitter, seat, tile, exposure)
 
 
 def _win(emitter: _Emitter, seat: int) -> None:
@@ -464,8 +463,7 @@ def _exposed_kong(emitter: _Emitter, seat: int, tile: int | None) -> None:
     window = _require_meld_claimant(state, seat, "kong", IllegalKongError)
     if not window.can_kong:
         raise IllegalKongError(f"seat {seat} does not hold three {code_of(window.tile)} to kong")
-    emitter.emit(KongDeclared(seat, code_of(window.tile), EXPOSURE_EXPOSED, window.from_seat))
-    kernel.draw(emitter, seat, from_tail=True)
+    kernel.declare_kong(emitter, seat, window.tile, EXPOSURE_EXPOSED, window.from_seat)
 
 
 def _pass(emitter: _Emitter, seat: int) -> None:
