@@ -33,11 +33,11 @@ from mahjong_table.core.errors import (
     TileNotInHandError,
     WrongPhaseError,
 )
-from mahjong_table.testing import FormulaTable, Table, formula_table_with_hands, table_with_hands
+from mahjong_table.testing import FormulaTable, Table, table_with_hands
+
+from .test_formula_aggregate import CHOW_HANDS, formula_table
 
 TRIPLE_WAIT_HANDS = ("112345678p56789m", "123456789m4699p", "111222333789s5p", "123456789s99s55p")
-CHOW_HANDS = ("3m124578p124578s1z", "45m99m236p236s234z", "458m699p369s5566z", "112m7m18p89s12344z")
-"""A Formula deal (dealer seat 0 on turn, no flower held), as in test_formula_aggregate.py."""
 EXCHANGE_HANDS = ("123456789m12345p", "123456789p1234s", "123456789s1234m", "56789s56789m678p")
 
 
@@ -206,7 +206,8 @@ def test_every_typed_error_is_a_table_rule_error() -> None:
 
 
 def formula_dealer_turn() -> FormulaTable:
-    return formula_table_with_hands(CHOW_HANDS, RoomRules(variant="formula", exchange_three=False, min_fan=0))
+    """A Formula deal with dealer seat 0 on turn, no flower held, no fan minimum."""
+    return formula_table(CHOW_HANDS)
 
 
 @pytest.mark.parametrize("make_table", [dealer_turn, formula_dealer_turn], ids=["sichuan", "formula"])
