@@ -38,7 +38,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final
@@ -162,12 +162,25 @@ def is_streaming(handler: grpc.RpcMethodHandler) -> bool:
     return handler.unary_stream is not None or handler.stream_stream is not None
 
 
+def passing_bytes(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """`serialize`, except that a response a handler already serialized (bytes) goes out as it
+    is: a stream that sends the same parts to many callers composes its messages from parts
+    serialized once (the table's feeds, `mahjong_table.wire`)."""
+    if serialize is None:
+        return None
+
+    def serialized(response: Any) -> bytes:
+        return response if response.__class__ is bytes else serialize(response)
+
+    return serialized
+
+
 def flat_method_handler(handler: grpc.RpcMethodHandler, layers: Sequence[CallLayer]) -> grpc.RpcMethodHandler:
     """A copy of an asyncio ``handler`` whose behavior runs inside ``layers`` (outermost first):
     the same order and outcomes as one interceptor per layer, nested, in one wrapper."""
     serializers = {
         "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
+        "response_serializer": passing_bytes(handler.response_serializer),
     }
     if not is_streaming(handler):
         behavior = handler.unary_unary or handler.stream_unary

@@ -146,7 +146,7 @@ class OwnerRoutingInterceptor(AioWrappingInterceptor):
                 _table, route = self._route(request, context)
             if route is LOCAL:
                 async for item in behavior(request, context):
-                    yield serialize(item)
+                    yield item if item.__class__ is bytes else serialize(item)
                 return
             if route is None:
                 reject(context, grpc.StatusCode.UNAVAILABLE, NO_OWNER_MESSAGE, method)

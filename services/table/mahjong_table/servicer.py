@@ -18,7 +18,6 @@ import functools
 import logging
 import threading
 import time
-import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,6 @@ from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import grpc
-from google.protobuf import timestamp_pb2
 from mahjong.v1 import envelope_pb2, table_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.aio_grpc_server import REJECTIONS, reject
@@ -41,13 +39,12 @@ from mahjong_platform.errors import (
     bounded_text,
     status_code_for,
 )
-from mahjong_platform.events import payloads
 from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import check_idempotency_key, request_digest
 from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
 
-from mahjong_table import codec
+from mahjong_table import codec, wire
 from mahjong_table.commits import Accepted, Deferral, Deferred, GroupCommitter, Rejection
 from mahjong_table.core import commands
 from mahjong_table.core.errors import InvalidCommandError, TableRuleError
@@ -55,8 +52,10 @@ from mahjong_table.core.events import NO_SEAT
 from mahjong_table.core.views import redact
 from mahjong_table.tables import TableChanges, TableEngine
 from mahjong_table.variants import AnyTableState as TableState
-from mahjong_table.variants import view_for
 from mahjong_table.visibility import CLAIM_WAIT_CAP_SECONDS, answer_envelopes, window_hidden_from
+from mahjong_table.wire import REDACTED_PAYLOADS, seat_sequence
+
+__all__ = ["REDACTED_PAYLOADS", "TableServicer", "seat_sequence", "table_view_message"]
 
 METHOD_ROLES = role_table(
     messages.DESCRIPTOR.services_by_name["TableService"],
@@ -173,11 +172,6 @@ def command_from_request(request: messages.ActRequest, seat: int) -> commands.Ta
     )
 
 
-REDACTED_PAYLOADS = payloads(redacted=True)
-"""The payloads `redact` may change or drop (the event registry's `redacted`); every other event
-is public as it is."""
-
-
 def redacted_envelope(
     envelope: envelope_pb2.Envelope, viewer_seat: int | None
 ) -> envelope_pb2.Envelope | None:
@@ -225,11 +219,6 @@ def seat_envelopes(
         numbered.append(visible)
     numbered.reverse()
     return numbered
-
-
-def seat_sequence(state: TableState, seat: int) -> int:
-    """The table's version in `seat`'s own numbering (what its views and answers carry)."""
-    return state.version - state.hidden_counts[seat]
 
 
 class TableWakeups:
@@ -328,34 +317,33 @@ def _status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
 
 
 class _PlayStream:
-    """One Play stream's commands in flight and the answers not sent yet; an answer wakes the
-    stream's feed (`wake_on`, the future its wait is on)."""
+    """One Play stream's commands in flight and the answers not sent yet (serialized
+    `PlayResponse`s, `wire.play_answer_bytes`); an answer wakes the stream's feed (`wake_on`, the
+    future its wait is on)."""
 
     def __init__(self) -> None:
-        self.answers: collections.deque[messages.PlayAnswer] = collections.deque()
+        self.answers: collections.deque[bytes] = collections.deque()
         self.in_flight = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.wake_on: asyncio.Future[None] | None = None
         self.room_for_answers = asyncio.Event()
         self.room_for_answers.set()
 
-    def next_answer(self) -> messages.PlayAnswer:
+    def next_answer(self) -> bytes:
         answer = self.answers.popleft()
         if len(self.answers) < PLAY_ANSWERS_UNSENT_MAX:
             self.room_for_answers.set()
         return answer
 
-    def answered(self, answer: messages.PlayAnswer) -> None:
+    def answered(self, answer: bytes) -> None:
         self.in_flight -= 1
         self._send(answer)
 
     def refuse(self, idempotency_key: str, status_code: grpc.StatusCode, message: str) -> None:
         REJECTIONS.count(PLAY_METHOD, status_code)
-        self._send(
-            messages.PlayAnswer(idempotency_key=idempotency_key, code=status_code.value[0], message=message)
-        )
+        self._send(wire.play_answer_bytes(idempotency_key, status_code.value[0], message))
 
-    def _send(self, answer: messages.PlayAnswer) -> None:
+    def _send(self, answer: bytes) -> None:
         self.answers.append(answer)
         if len(self.answers) >= PLAY_ANSWERS_UNSENT_MAX:
             self.room_for_answers.clear()
@@ -583,9 +571,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 envelopes.append(envelope)
         return envelopes if read_up_to == version else None
 
-    async def WatchView(
+    async def WatchView(  # type: ignore[override]  # yields the serialized updates (`wire`)
         self, request: messages.WatchViewRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[messages.TableUpdate]:
+    ) -> AsyncIterator[bytes]:
         if request.after_sequence < 0:
             raise InvalidArgumentError("after_sequence must not be negative")
         _state, seat = await self._caller_seat(request.table_id)
@@ -601,16 +589,21 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
 
     async def _view_updates(
         self, table_id: str, seat: int, after_seat_sequence: int, play: _PlayStream | None = None
-    ) -> AsyncIterator[messages.TableUpdate | None]:
+    ) -> AsyncIterator[bytes | None]:
         """A seat's feed (WatchView's, and Play's): the view now, then after every change the new
-        events with the view after them, until the game ends. With `play`, None is yielded when
-        the stream has answers to send, and no update is built while one of its commands is in
-        flight, so a command's answer always comes before any update after it, whether or not a
-        claim window delayed the command (`visibility`)."""
+        events with the view after them, until the game ends, each update a serialized
+        `TableUpdate` (`wire`: its parts serialized once, not once per seat and update). With
+        `play`, None is yielded when the stream has answers to send, and no update is built while
+        one of its commands is in flight, so a command's answer always comes before any update
+        after it, whether or not a claim window delayed the command (`visibility`).
+
+        An update carries every event since the previous one: a stream that was not pulled while
+        the table moved on (its client reads slowly, the loop was busy) sends the events of several
+        changes in one update, with the view after the last."""
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
-        last_view: messages.TableView | None = None
+        last_view: bytes | None = None
         while time.monotonic() - started < WATCH_MAX_SECONDS:
             if play is not None and play.answers:
                 yield None
@@ -633,20 +626,16 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 await self._wait(table_id, state.version, play)
                 continue
             stored_after = state.version
-            update = messages.TableUpdate()
-            for envelope in seat_envelopes(envelopes, seat, state.hidden_counts[seat]):
-                if envelope.sequence > after_seat_sequence:
-                    update.events.append(envelope)
+            events = wire.seat_event_bytes(envelopes, seat, state.hidden_counts[seat], after_seat_sequence)
             after_seat_sequence = seat_sequence(state, seat)
-            view = table_view_message(state, seat, await self._deadline_of(state))
-            if not update.events and last_view is not None and _same_but_the_deadline(view, last_view):
+            view = wire.view_bytes(state, seat)
+            if not events and last_view is not None and _same_view(view, last_view):
                 # Only events hidden from this seat happened (another seat asked in the same claim
                 # window passed): an update now would tell it that someone else could claim.
                 continue
-            update.view.CopyFrom(view)
             last_view = view
             first = False
-            yield update
+            yield wire.update_bytes(events, view + wire.deadline_bytes(await self._deadline_of(state)))
             if state.is_over:
                 return
 
@@ -665,9 +654,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         finally:
             play.wake_on = None
 
-    async def Play(
+    async def Play(  # type: ignore[override]  # yields the serialized responses (`wire`)
         self, requests: AsyncIterator[messages.PlayRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[messages.PlayResponse]:
+    ) -> AsyncIterator[bytes]:
         iterator = requests.__aiter__()
         try:
             first = await iterator.__anext__()
@@ -691,14 +680,14 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         try:
             async for update in self._view_updates(table_id, seat, after_sequence, play):
                 while play.answers:
-                    yield messages.PlayResponse(answer=play.next_answer())
+                    yield play.next_answer()
                 if update is not None:
-                    yield messages.PlayResponse(update=update)
+                    yield wire.play_update_bytes(update)
             # The game is over: the commands still in flight are answered (refused) first.
             if play.tasks:
                 await asyncio.wait(set(play.tasks), timeout=PLAY_FINAL_ANSWERS_SECONDS)
             while play.answers:
-                yield messages.PlayResponse(answer=play.next_answer())
+                yield play.next_answer()
         finally:
             reader.cancel()
             for task in list(play.tasks):
@@ -734,7 +723,6 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         self, request: messages.ActRequest, table_id: str, seat: int, play: _PlayStream
     ) -> None:
         """One command of a Play stream, answered as Act would answer it."""
-        answer = messages.PlayAnswer(idempotency_key=request.idempotency_key)
         try:
             if request.table_id and request.table_id != table_id:
                 raise InvalidArgumentError(
@@ -745,10 +733,10 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             outcome = await self._decided(request, seat, time.monotonic() + CLAIM_WAIT_CAP_SECONDS)
             if isinstance(outcome, Rejection):
                 raise _Refused(outcome.status_code, outcome.message)
-            answer.result.ParseFromString(outcome.answer)
+            answer = wire.play_answer_bytes(request.idempotency_key, result=outcome.answer)
         except Exception as error:
             code, message = _status_of(error)
-            answer.code, answer.message = code.value[0], message
+            answer = wire.play_answer_bytes(request.idempotency_key, code.value[0], message)
             if code != grpc.StatusCode.INTERNAL:
                 REJECTIONS.count(PLAY_METHOD, code)
         play.answered(answer)
@@ -764,105 +752,14 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         return table_view_message(state, seat, await self._deadline_of(state))
 
 
-@functools.lru_cache(maxsize=65_536)
-def _compact(tiles: str) -> str:
-    """Tile codes ("1m2m2m") in compact notation ("122m"); a hand recurs in many views."""
-    return tiles and format_tiles(parse_tiles(tiles))
-
-
-def _same_but_the_deadline(view: messages.TableView, other: messages.TableView) -> bool:
-    """True when the two views differ at most in their deadline (which every event moves)."""
-    if view.sequence != other.sequence:
-        return False
-    bare, other_bare = messages.TableView(), messages.TableView()
-    bare.CopyFrom(view)
-    other_bare.CopyFrom(other)
-    bare.ClearField("deadline")
-    other_bare.ClearField("deadline")
-    return bare == other_bare
-
-
-class _ByIdentity(typing.Generic[_T]):
-    """Messages built from immutable domain values, kept per value object (at most `capacity`,
-    the oldest out): the domain keeps a seat's public view as one object while the seat does not
-    change (and shares it between viewers who may see the same), and a table's deadline as one
-    datetime per version, so most of a view's parts are built once, not once per update."""
-
-    def __init__(self, build: Callable[[object], _T], capacity: int) -> None:
-        self._build = build
-        self._capacity = capacity
-        self._built: dict[int, tuple[object, _T]] = {}
-
-    def __call__(self, value: object) -> _T:
-        known = self._built.get(id(value))
-        if known is not None and known[0] is value:
-            return known[1]
-        built = self._build(value)
-        if len(self._built) >= self._capacity:
-            del self._built[next(iter(self._built))]
-        self._built[id(value)] = (value, built)  # the value is kept, so its id is not reused
-        return built
-
-
-def _build_seat_message(seat_view: object) -> messages.SeatView:
-    view = typing.cast(typing.Any, seat_view)
-    return messages.SeatView(
-        seat=view.seat,
-        player_id=view.player_id,
-        concealed_count=view.concealed_tile_count,
-        melds=[codec.to_message(meld) for meld in view.melds],  # type: ignore[misc]
-        discards=view.discards,
-        missing_suit=view.missing_suit,
-        won=view.won,
-        left=view.left,
-        exchange_picked=view.exchange_picked,
-        missing_suit_chosen=view.missing_suit_chosen,
-        flowers="".join(view.flowers),
-    )
-
-
-def _build_timestamp(moment: object) -> timestamp_pb2.Timestamp:
-    timestamp = timestamp_pb2.Timestamp()
-    timestamp.FromDatetime(typing.cast(datetime.datetime, moment))
-    return timestamp
-
-
-_seat_message = _ByIdentity(_build_seat_message, capacity=16_384)
-_timestamp = _ByIdentity(_build_timestamp, capacity=4_096)
+def _same_view(view: bytes, other: bytes) -> bool:
+    """True when two serialized views (`wire.view_bytes`, without their deadline) show the same:
+    the same bytes, or (never seen, but equal messages need not serialize alike) equal messages."""
+    return view == other or messages.TableView.FromString(view) == messages.TableView.FromString(other)
 
 
 def table_view_message(
     state: TableState, seat: int, deadline: datetime.datetime | None
 ) -> messages.TableView:
-    """The public TableView message of the domain view of `seat`."""
-    view = view_for(state, seat)
-    message = messages.TableView(
-        table_id=view.table_id,
-        room_id=state.room_id,
-        sequence=seat_sequence(state, seat),
-        your_seat=seat,
-        hand=_compact("".join(view.hand)),
-        dealer_seat=view.dealer_seat,
-        phase=view.phase,
-        turn_seat=view.turn_seat,
-        wall_remaining=view.wall_remaining,
-        claimable_tile=view.claimable_tile,
-        claim_from_seat=view.claim_from_seat,
-        drawn_tile=view.drawn_tile,
-        exchange_pick="".join(view.exchange_pick),
-        exchange_direction=view.exchange_direction,
-        end_reason=view.end_reason,
-        wildcard_indicator=view.wildcard_indicator,
-        wildcard=view.wildcard,
-        bird_tile=view.bird_tile,
-        bird_seat=view.bird_seat,
-        waits=_compact("".join(view.waits)),
-    )
-    message.seats.extend([_seat_message(seat_view) for seat_view in view.seats])
-    for action in view.legal_actions:
-        message.legal_actions.append(
-            messages.LegalAction(kind=action.kind, tiles=action.tiles, suits=action.suits)
-        )
-    if deadline is not None:
-        message.deadline.CopyFrom(_timestamp(deadline))
-    return message
+    """The public TableView message of the domain view of `seat` (what its streams send, parsed)."""
+    return messages.TableView.FromString(wire.view_bytes(state, seat) + wire.deadline_bytes(deadline))

@@ -40,8 +40,12 @@ def test_a_client_that_sends_without_reading_holds_at_most_the_bound(table_serve
             yield messages.PlayRequest(open=messages.WatchViewRequest(table_id=table_id))  # refused
 
     async def flood() -> tuple[int, int]:
-        stream = cast(AsyncGenerator[messages.PlayResponse], servicer.Play(requests(), None))
-        responses = [await stream.__anext__()]
+        serialized = cast(AsyncGenerator[bytes], servicer.Play(requests(), None))
+
+        async def next_response() -> messages.PlayResponse:
+            return messages.PlayResponse.FromString(await serialized.__anext__())
+
+        responses = [await next_response()]
         for _ in range(10 * FLOOD):  # the loop runs the stream's reader as far as it will go
             await asyncio.sleep(0)
         pulled_unread = pulled
@@ -49,11 +53,11 @@ def test_a_client_that_sends_without_reading_holds_at_most_the_bound(table_serve
         async def read_every_answer() -> None:
             answers = sum(1 for response in responses if response.WhichOneof("response") == "answer")
             while answers < FLOOD:
-                response = await stream.__anext__()
+                response = await next_response()
                 answers += response.WhichOneof("response") == "answer"
 
         await asyncio.wait_for(read_every_answer(), ANSWERS_SECONDS)
-        await stream.aclose()
+        await serialized.aclose()
         return pulled_unread, pulled
 
     with identity_scope(Identity("east", frozenset())):
