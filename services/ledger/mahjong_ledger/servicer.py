@@ -148,7 +148,7 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
             raise InvalidArgumentError(f"page_size must be 0 (default) or positive, got {request.page_size}")
         page_size = min(request.page_size or ENTRIES_PAGE_SIZE_DEFAULT, ENTRIES_PAGE_SIZE_MAX)
         before_posting_id = decode_page_token(request.page_token, account)
-        with transaction(self._session_factory) as session:
+        with read_transaction(self._session_factory) as session:
             # One more than asked, to know whether another page follows.
             entries = self._repository.list_entries(session, account, page_size + 1, before_posting_id)
         response = ledger_service_pb2.ListEntriesResponse(
@@ -197,7 +197,12 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
         table_id = request.table_id
         if not 0 < len(table_id) <= TABLE_ID_MAX_LENGTH:
             raise InvalidArgumentError(f"table_id must be 1..{TABLE_ID_MAX_LENGTH} characters")
-        with transaction(self._session_factory) as session:
+        # Read-only, so no write transaction: on SQLite that queued every statement read (a client
+        # polling for its game's settlement, the bench's lag probe) behind the settlement
+        # consumer's writer and the consumer behind them. Transfers and their postings are
+        # written together and never change, so the two reads agree under PostgreSQL's READ
+        # COMMITTED too.
+        with read_transaction(self._session_factory) as session:
             records = self._repository.transfers_of_table(session, table_id)
         if not records:
             raise NotFoundError(f"the ledger has no transfers for table {table_id!r}")

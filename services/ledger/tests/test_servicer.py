@@ -267,6 +267,24 @@ def test_a_game_statement_shows_transfers_and_net_to_its_players_and_ops_only(
     assert status_of(lambda: stub.GetGameStatement(unknown, metadata=OPS))[0] == grpc.StatusCode.NOT_FOUND
 
 
+def test_statements_and_entries_are_read_while_a_writer_holds_the_ledger(
+    stub: Stub, sqlite_engine: Engine, repository: LedgerRepository
+) -> None:
+    """A client polling its game's statement (and the bench's settlement-lag probe) must neither
+    wait for the settlement consumer's write transaction nor hold one up: both reads take no write
+    lock. The test holds the ledger's writer (the in-process lock and SQLite's) while it reads."""
+    deposit(stub, "player:bob", 10_000, "fund-bob")
+    play_one_game(sqlite_engine, repository)
+    request = ledger_service_pb2.GetGameStatementRequest(table_id="table-1")
+    entries = ledger_service_pb2.ListEntriesRequest(account="player:bob")
+    with transaction(create_session_factory(sqlite_engine)) as writing:
+        writing.connection()  # BEGIN IMMEDIATE: the write lock is held until the block ends
+        statement = stub.GetGameStatement(request, metadata=FINANCE, timeout=WRITER_WAIT_SECONDS)
+        listed = stub.ListEntries(entries, metadata=FINANCE, timeout=WRITER_WAIT_SECONDS)
+    assert [transfer.instruction_id for transfer in statement.transfers] == ["w-b", "r-a"]
+    assert [entry.beans for entry in listed.entries] == [-3_600, 10_000]
+
+
 def test_reconcile_needs_the_role_and_reports_a_clean_ledger(
     stub: Stub, sqlite_engine: Engine, repository: LedgerRepository
 ) -> None:
@@ -319,7 +337,7 @@ class DepositsWhileAsked:
             done.set()
 
         threading.Thread(target=write, daemon=True).start()
-        self.deposited_while_asked = done.wait(WRITER_WAIT_SECONDS)
+        self.deposited_while_asked = done.wait(5)
         return {}
 
 
