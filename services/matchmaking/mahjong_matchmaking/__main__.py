@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
 from mahjong_platform.config import Settings, load_settings
 from mahjong_platform.database import create_session_factory
@@ -15,12 +17,21 @@ from sqlalchemy import Engine
 from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.ledger_client import LedgerBalances
 from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
-from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer
+from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer, TicketChanges
 
 CONSUMER_LINGER_MS = 25
 """A poll that brought table events waits this long for more (`TrackedConsumer`'s `linger_ms`): the
 table topic's events arrive a few at a time and each poll costs a fetch; a seat is freed at most
 this much later (its players' Enqueue retries are refused by a read meanwhile)."""
+
+
+_SEAT_RELEASES: weakref.WeakKeyDictionary[Engine, TicketChanges] = weakref.WeakKeyDictionary()
+
+
+def seat_releases(engine: Engine) -> TicketChanges:
+    """What the process's seat-release consumer notifies and its Enqueue calls wait on (one per
+    database: the runtime gives the servicer and the consumer the same engine)."""
+    return _SEAT_RELEASES.setdefault(engine, TicketChanges())
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
@@ -29,6 +40,7 @@ def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[Se
         load_catalog(),
         EventStore(topics),
         balance_of=LedgerBalances(settings),
+        seat_releases=seat_releases(engine),
     )
     return [
         register_service(
@@ -44,7 +56,7 @@ def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[Consum
         ConsumerDefinition(
             "matchmaking-seats",
             lambda topics: [topics.table],
-            seat_release_handler(),
+            seat_release_handler(on_released=seat_releases(engine).notify),
             wants=releases_a_seat,
             linger_ms=CONSUMER_LINGER_MS,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+import sqlalchemy
 from mahjong.v1 import envelope_pb2
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.tracked_consumer import Handler, MessagePosition
@@ -13,15 +14,25 @@ from sqlalchemy.orm import Session
 from mahjong_matchmaking import tickets
 
 
-def seat_release_handler(clock: Clock = utc_now) -> Handler:
-    """Tracked-consumer handler: GameEnded frees every seat of the table, PlayerLeft frees one."""
+def seat_release_handler(clock: Clock = utc_now, on_released: Callable[[], None] | None = None) -> Handler:
+    """Tracked-consumer handler: GameEnded frees every seat of the table, PlayerLeft frees one.
+
+    `on_released` is called once the transaction that freed a seat has committed (the Enqueue
+    calls of this process waiting for their player's seat re-read it then)."""
 
     def handle(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
         release = SEAT_RELEASES.get(envelope.WhichOneof("payload") or "")
-        if release is not None:
-            tickets.release_seat(session, envelope.stream_id, release(envelope), clock)
+        if release is None:
+            return
+        released = tickets.release_seat(session, envelope.stream_id, release(envelope), clock)
+        if released and on_released is not None and not session.info.get(_NOTIFIES_KEY):
+            session.info[_NOTIFIES_KEY] = True
+            sqlalchemy.event.listen(session, "after_commit", lambda _session: on_released(), once=True)
 
     return handle
+
+
+_NOTIFIES_KEY = "mahjong_matchmaking_notifies_seat_release"
 
 
 SEAT_RELEASES: Final[dict[str, Callable[[envelope_pb2.Envelope], int | None]]] = {

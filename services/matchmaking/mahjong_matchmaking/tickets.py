@@ -100,15 +100,35 @@ def load_ticket(session: Session, ticket_id: str) -> Ticket | None:
     return Ticket(row.ticket_id, row.player_id, row.room_id, row.state, row.table_id, row.seat)
 
 
+@dataclasses.dataclass(frozen=True)
+class LiveTicket:
+    """A player's queued or seated ticket (a player has at most one)."""
+
+    ticket_id: str
+    state: str
+    room_id: str
+
+
+def live_ticket(session: Session, player_id: str) -> LiveTicket | None:
+    """The player's live ticket or seat, if any."""
+    live = session.execute(_LIVE_TICKET, {"live_player_id": player_id}).first()
+    return None if live is None else LiveTicket(live.ticket_id, live.state, live.room_id)
+
+
 def refuse_a_live_player(session: Session, player_id: str) -> None:
     """FAILED_PRECONDITION when the player already has a live ticket or seat."""
-    live = session.execute(_LIVE_TICKET, {"live_player_id": player_id}).first()
+    live = live_ticket(session, player_id)
     if live is not None:
-        where = "queued for" if live.state == TICKET_QUEUED else "seated in"
-        raise FailedPreconditionError(
-            f"player {player_id!r} is already {where} room {live.room_id!r} (ticket {live.ticket_id}); "
-            "cancel it or finish the game first"
-        )
+        raise live_player_refused(player_id, live)
+
+
+def live_player_refused(player_id: str, live: LiveTicket) -> FailedPreconditionError:
+    """The refusal of an Enqueue by a player who already has a live ticket or seat."""
+    where = "queued for" if live.state == TICKET_QUEUED else "seated in"
+    return FailedPreconditionError(
+        f"player {player_id!r} is already {where} room {live.room_id!r} (ticket {live.ticket_id}); "
+        "cancel it or finish the game first"
+    )
 
 
 def enqueue(

@@ -26,9 +26,15 @@ class Matchmaking:
     """The running server: a stub per player, the database, and the balances the floor check reads."""
 
     def __init__(
-        self, port: int, session_factory: SessionFactory, balances: dict[str, int], balance_lookups: list[str]
+        self,
+        port: int,
+        session_factory: SessionFactory,
+        balances: dict[str, int],
+        balance_lookups: list[str],
+        servicer: MatchmakingServicer,
     ) -> None:
         self.port = port
+        self.servicer = servicer
         self.session_factory = session_factory
         self.balances = balances
         self.balance_lookups = balance_lookups
@@ -64,7 +70,7 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
     running = serve(
         [registration], "127.0.0.1:0", settings, interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)]
     )
-    yield Matchmaking(running.port, create_session_factory(engine), balances, balance_lookups)
+    yield Matchmaking(running.port, create_session_factory(engine), balances, balance_lookups, servicer)
     running.stop(0)
     engine.dispose()
 

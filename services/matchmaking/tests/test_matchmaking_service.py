@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import grpc
@@ -12,6 +13,7 @@ from mahjong.v1 import table_events_pb2
 from mahjong_matchmaking.models import room_queues
 from mahjong_matchmaking.models import tickets as tickets_table
 from mahjong_matchmaking.projection import seat_release_handler
+from mahjong_matchmaking.servicer import TicketChanges
 from mahjong_platform.database import transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.schema import stored_events
@@ -85,6 +87,77 @@ def test_a_seated_player_cannot_queue_until_the_game_ends(
     with transaction(matchmaking.session_factory) as session:
         seat_release_handler()(session, ended, MessagePosition("t", 0, 0))
     assert enqueue("p0", "sichuan-cap64")
+
+
+class WatchedReleases(TicketChanges):
+    """The servicer's seat releases, telling the test when an Enqueue waits on them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, seen_generation: int, timeout_seconds: float) -> int:
+        self.waiting.set()
+        return super().wait(seen_generation, timeout_seconds)
+
+
+HANG_SECONDS = 60.0
+"""A bound on a hang, not a timing check: the waits below end within milliseconds when they work."""
+
+
+def seat_a_table(matchmaking: Matchmaking, enqueue: Callable[..., str]) -> str:
+    """Seat p0..p3 at a table; its id."""
+    ticket = enqueue("p0")
+    for player in ("p1", "p2", "p3"):
+        enqueue(player)
+    update = next(iter(matchmaking.stub_for("p0").WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))))
+    assert update.state == "seated"
+    return str(update.table_id)
+
+
+@pytest.mark.parametrize("notified", [True, False], ids=["this-process-consumer", "another-replica"])
+def test_an_enqueue_of_a_player_whose_seat_is_being_freed_is_answered_once_it_is(
+    matchmaking: Matchmaking, enqueue: Callable[..., str], notified: bool
+) -> None:
+    """The players of a game that just ended enqueue again before matchmaking has read its
+    GameEnded: the call waits for the seat release (woken by this process's consumer, or finding
+    it at a re-read when another replica's consumer applied it) instead of being refused."""
+    table_id = seat_a_table(matchmaking, enqueue)
+    releases = WatchedReleases()
+    matchmaking.servicer.seat_releases = releases
+    matchmaking.servicer.seat_release_wait_seconds = HANG_SECONDS
+    answer: list[str] = []
+    call = threading.Thread(target=lambda: answer.append(enqueue("p0", "sichuan-cap64")), daemon=True)
+    call.start()
+    assert releases.waiting.wait(HANG_SECONDS), "the Enqueue of a seated player did not wait"
+    ended = new_envelope(table_events_pb2.GameEnded(reason="three_wins"), clock=utc_now, stream_id=table_id)
+    on_released = releases.notify if notified else None
+    with transaction(matchmaking.session_factory) as session:
+        seat_release_handler(on_released=on_released)(session, ended, MessagePosition("t", 0, 0))
+    call.join(HANG_SECONDS)
+    assert len(answer) == 1 and answer[0], "the Enqueue was not answered with a ticket"
+
+
+def test_a_seat_release_notifies_once_after_its_commit_and_never_after_a_rollback(
+    matchmaking: Matchmaking, enqueue: Callable[..., str]
+) -> None:
+    table_id = seat_a_table(matchmaking, enqueue)
+    calls: list[str] = []
+    handler = seat_release_handler(on_released=lambda: calls.append("released"))
+    ended = new_envelope(table_events_pb2.GameEnded(reason="three_wins"), clock=utc_now, stream_id=table_id)
+    left = new_envelope(table_events_pb2.PlayerLeft(seat=1), clock=utc_now, stream_id=table_id)
+    with pytest.raises(RuntimeError), transaction(matchmaking.session_factory) as session:
+        handler(session, ended, MessagePosition("t", 0, 0))
+        raise RuntimeError("the batch failed")
+    assert calls == []
+    with transaction(matchmaking.session_factory) as session:
+        handler(session, left, MessagePosition("t", 0, 0))
+        handler(session, ended, MessagePosition("t", 0, 1))
+        assert calls == [], "notified before the commit: a woken Enqueue would still see the seat"
+    assert calls == ["released"]
+    with transaction(matchmaking.session_factory) as session:
+        handler(session, ended, MessagePosition("t", 0, 2))  # frees nothing more
+    assert calls == ["released"]
 
 
 def test_a_seated_player_is_refused_without_asking_the_ledger_or_taking_a_queue_place(

@@ -72,7 +72,9 @@ class MatchmakingServiceServicer:
 
     def Enqueue(self, request, context):
         """Join a room's queue. FAILED_PRECONDITION when the caller already has a live ticket or seat, or
-        (with the ledger) a balance below the room's entry floor.
+        (with the ledger) a balance below the room's entry floor. A caller still seated (matchmaking
+        frees a seat when it reads the game's end, a moment after the players see it) is answered once
+        the seat is freed, or refused after waiting at most a second (or the call's deadline).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

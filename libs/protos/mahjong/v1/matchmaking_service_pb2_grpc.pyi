@@ -41,7 +41,9 @@ class MatchmakingServiceStub:
     """The room catalog (RULES.md 3)."""
     Enqueue: _grpc.UnaryUnaryMultiCallable[_matchmaking_service_pb2.EnqueueRequest, _matchmaking_service_pb2.EnqueueResponse]
     """Join a room's queue. FAILED_PRECONDITION when the caller already has a live ticket or seat, or
-    (with the ledger) a balance below the room's entry floor.
+    (with the ledger) a balance below the room's entry floor. A caller still seated (matchmaking
+    frees a seat when it reads the game's end, a moment after the players see it) is answered once
+    the seat is freed, or refused after waiting at most a second (or the call's deadline).
     """
     Cancel: _grpc.UnaryUnaryMultiCallable[_matchmaking_service_pb2.CancelRequest, _matchmaking_service_pb2.CancelResponse]
     """Leave the queue; NOT_FOUND for an unknown ticket, FAILED_PRECONDITION once seated."""
@@ -59,7 +61,9 @@ class MatchmakingServiceAsyncStub(MatchmakingServiceStub):
     """The room catalog (RULES.md 3)."""
     Enqueue: _aio.UnaryUnaryMultiCallable[_matchmaking_service_pb2.EnqueueRequest, _matchmaking_service_pb2.EnqueueResponse]  # type: ignore[assignment]
     """Join a room's queue. FAILED_PRECONDITION when the caller already has a live ticket or seat, or
-    (with the ledger) a balance below the room's entry floor.
+    (with the ledger) a balance below the room's entry floor. A caller still seated (matchmaking
+    frees a seat when it reads the game's end, a moment after the players see it) is answered once
+    the seat is freed, or refused after waiting at most a second (or the call's deadline).
     """
     Cancel: _aio.UnaryUnaryMultiCallable[_matchmaking_service_pb2.CancelRequest, _matchmaking_service_pb2.CancelResponse]  # type: ignore[assignment]
     """Leave the queue; NOT_FOUND for an unknown ticket, FAILED_PRECONDITION once seated."""
@@ -86,7 +90,9 @@ class MatchmakingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_matchmaking_service_pb2.EnqueueResponse, _abc.Awaitable[_matchmaking_service_pb2.EnqueueResponse]]:
         """Join a room's queue. FAILED_PRECONDITION when the caller already has a live ticket or seat, or
-        (with the ledger) a balance below the room's entry floor.
+        (with the ledger) a balance below the room's entry floor. A caller still seated (matchmaking
+        frees a seat when it reads the game's end, a moment after the players see it) is answered once
+        the seat is freed, or refused after waiting at most a second (or the call's deadline).
         """
 
     @_abc_1.abstractmethod
