@@ -152,6 +152,12 @@ def test_a_played_game_moves_every_services_metrics(services: dict[str, RunningS
         lambda s: total(s, "mahjong_events_appended_total", event_type="GameSettled") >= 1,
     )
     assert total(scoring, "mahjong_consumer_events_total", outcome="applied") > 50
+    # Each batch is one transaction of at least one applied event.
+    assert (
+        1
+        <= total(scoring, "mahjong_consumer_batches_total")
+        <= total(scoring, "mahjong_consumer_events_total", outcome="applied")
+    )
     assert total(scoring, "mahjong_events_appended_total", event_type="SettlementInstructed") > 0
     assert total(scoring, "mahjong_events_appended_total", event_type="GameSettled") == 1
 

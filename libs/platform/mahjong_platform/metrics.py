@@ -128,6 +128,14 @@ class ServiceMetrics:
             ["consumer_group", "outcome"],
             registry=self.registry,
         )
+        self.consumer_batches = Counter(
+            "mahjong_consumer_batches",
+            "Poll batches a tracked consumer applied events in (one transaction each, unless a "
+            "failing event made it apply them one by one), by consumer group: events applied per "
+            "batch is the ratio of the two counters.",
+            ["consumer_group"],
+            registry=self.registry,
+        )
         self.dead_letters = Counter(
             "mahjong_consumer_dead_letters",
             "Messages a tracked consumer could not apply and published to the dead letter topic.",
@@ -268,14 +276,16 @@ class ConsumerMetrics:
         self._duplicates = metrics.consumer_events.labels(group_id, "duplicate")
         self._dead_lettered = metrics.consumer_events.labels(group_id, "dead_lettered")
         self._dead_letters = metrics.dead_letters.labels(group_id)
+        self._batches = metrics.consumer_batches.labels(group_id)
         self._lag = metrics.consumer_lag
         self._observers = metrics.applied_observers
         self._next_offsets: dict[Any, int] = {}
 
     def handled(self, applied: int, duplicates: int) -> None:
-        """Count events applied and duplicates skipped (call after their transaction committed)."""
+        """Count a batch's events applied and duplicates skipped (call after it committed)."""
         if applied:
             self._applied.inc(applied)
+            self._batches.inc()
         if duplicates:
             self._duplicates.inc(duplicates)
 
