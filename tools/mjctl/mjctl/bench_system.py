@@ -6,8 +6,9 @@ services as their own processes on free ports; then plays ``--tables`` tables at
 (``mjctl bots --processes``) twice: at saturation (bots decide at once) and with every bot thinking
 ``--think-ms`` before each decision. For each run it prints one table: games settled per second,
 Act p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot
-read it), settlement lag p50/p99 (GameEnded -> last TransferPosted), CPU seconds per game of each
-server process, of the Kafka broker and of the bots apart, and their sum, and the same run's pure engine rate
+read it), settlement lag p50/p99 (GameEnded -> last TransferPosted, read from the ledger topic after
+the run: `mjctl.lag`), CPU seconds per game of each server process, of the Kafka broker and of the
+bots apart (while they played), and their sum, and the same run's pure engine rate
 (`mahjong_table.bench`) with the ratio full system / pure engine; under it, the Act latency per
 command kind (`mjctl.load.act_by_kind`). ``--runs think`` runs only the think-time run. Not a test:
 nothing is asserted.

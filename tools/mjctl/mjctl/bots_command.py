@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--settlement-lag",
         action="store_true",
-        help="also measure each game's lag from GameEnded to its last ledger posting (finance token)",
+        help="also measure each game's lag from GameEnded to its last ledger posting (read from the ledger "
+        "topic on Kafka once, after the run)",
     )
     parser.add_argument(
         "--think-ms",
@@ -66,10 +67,9 @@ def _run(arguments: argparse.Namespace) -> int:
 
     probe = None
     if arguments.settlement_lag:
-        from mjctl.lag import SettlementLagProbe
+        from mjctl.lag import settlement_lag_probe
 
-        finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
-        probe = SettlementLagProbe(open_channel(settings.grpc_target("ledger"), finance_token))
+        probe = settlement_lag_probe(settings)
     fund = None
     if arguments.starting_balance:
         finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)

@@ -144,11 +144,9 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
 
 def run_load(arguments: argparse.Namespace) -> int:
     """The body of ``mjctl bots`` with ``--processes`` or ``--json``."""
-    from mahjong_platform.auth import mint_token
     from mahjong_platform.config import load_settings
-    from mahjong_platform.grpc_client import open_channel
 
-    from mjctl.lag import SettlementLagProbe
+    from mjctl.lag import settlement_lag_probe
 
     players, processes = arguments.players, max(1, arguments.processes)
     if players < 4 or players % 4:
@@ -157,10 +155,7 @@ def run_load(arguments: argparse.Namespace) -> int:
         raise SystemExit("--processes must not exceed --players")
     rounds = -(-arguments.games // (players // 4))
     settings = load_settings()
-    probe = None
-    if arguments.settlement_lag:
-        finance_token = mint_token(settings.jwt_secret, "bots-finance", ["finance"], ttl_seconds=24 * 3600)
-        probe = SettlementLagProbe(open_channel(settings.grpc_target("ledger"), finance_token))
+    probe = settlement_lag_probe(settings) if arguments.settlement_lag else None
     context = multiprocessing.get_context("spawn")  # no gRPC state inherited through fork
     messages = context.Queue()
     run_id = uuid.uuid4().hex[:4]
@@ -183,7 +178,7 @@ def run_load(arguments: argparse.Namespace) -> int:
         )
         for index, share in enumerate(shares)
     ]
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     for worker in workers:
         worker.start()
     reports, errors = _collect(messages, len(workers), probe)
@@ -213,22 +208,24 @@ def run_load(arguments: argparse.Namespace) -> int:
     print(f"Act latency over {len(act)} calls: p50 {act_p50:.1f} ms, p99 {act_p99:.1f} ms")
     print(f"WatchView delivery (event occurred -> bot read it): p99 {figures['delivery_p99_ms']:.1f} ms")
     print("\n".join(act_kind_lines(kinds)))
+    # The bots' CPU while they played (the lag probe's read of the ledger topic comes after).
+    usage_self = resource.getrusage(resource.RUSAGE_SELF)
+    usage_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures["client_cpu_seconds"] = (
+        usage_self.ru_utime + usage_self.ru_stime + usage_children.ru_utime + usage_children.ru_stime
+    )
     if probe is not None:
         print(probe.summary_line())
         lags, unsettled = probe.lags_seconds()
-        settled_seconds = max(seconds, probe.last_settled_monotonic() - started)
+        settled_seconds = max(seconds, probe.last_settled_at() - started_at)
         figures.update(
             lag_p50_ms=statistics.median(lags) * 1000 if lags else 0.0,
             lag_p99_ms=percentile(lags, 0.99) * 1000,
             unsettled=unsettled,
             seconds_settled=settled_seconds,
             games_settled_per_second=len(lags) / settled_seconds,
+            lag_source=probe.source,
         )
-    usage_self = resource.getrusage(resource.RUSAGE_SELF)
-    usage_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    figures["client_cpu_seconds"] = (
-        usage_self.ru_utime + usage_self.ru_stime + usage_children.ru_utime + usage_children.ru_stime
-    )
     if arguments.json:
         with open(arguments.json, "w", encoding="utf-8") as output:
             json.dump(figures, output, indent=2)

@@ -423,7 +423,7 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
     from mahjong_platform.grpc_client import open_channel
 
     from mjctl.bots import run_bots, starting_balance_funder
-    from mjctl.lag import SettlementLagProbe
+    from mjctl.lag import settlement_lag_probe
     from mjctl.summary import money_lines, print_table_summary, shortfall_lines
 
     secret = settings.jwt_secret
@@ -434,7 +434,7 @@ def _demo(settings: Settings, arguments: argparse.Namespace) -> None:
         return open_channel(settings.grpc_target(service_name(service)), token)
 
     finance = open_channel(settings.grpc_target("ledger"), mint_token(secret, "demo-finance", ["finance"]))
-    probe = SettlementLagProbe(finance) if "ledger" in installed_services() else None
+    probe = settlement_lag_probe(settings, lambda: finance) if "ledger" in installed_services() else None
     on_game_ended = None if probe is None else probe.game_ended
     print(f"demo: {arguments.players} bots play {arguments.games} games in room {arguments.room}")
     report = run_bots(
