@@ -18,13 +18,14 @@ import asyncio
 import dataclasses
 import datetime
 import functools
+import itertools
 import statistics
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from typing import Final, TypeVar
+from collections.abc import Callable
+from typing import Final
 
 import grpc
 import grpc.aio
@@ -91,10 +92,17 @@ def choose_discard(hand: str, allowed: list[str]) -> str:
     return min(allowed, key=usefulness)
 
 
-def choose_command(view: table_messages.TableView) -> table_messages.ActRequest | None:
-    """The bot's command for its current view, or None when it is not asked to act."""
+def choose_command(
+    view: table_messages.TableView, idempotency_key: str | None = None
+) -> table_messages.ActRequest | None:
+    """The bot's command for its current view, or None when it is not asked to act; its key is
+    `idempotency_key` (a new UUID when None)."""
+    if not view.legal_actions:
+        return None
     actions = {action.kind: action for action in view.legal_actions}
-    request = table_messages.ActRequest(table_id=view.table_id, idempotency_key=str(uuid.uuid4()))
+    request = table_messages.ActRequest(
+        table_id=view.table_id, idempotency_key=idempotency_key or str(uuid.uuid4())
+    )
     if "win" in actions:
         request.win.SetInParent()
     elif "exchange_three" in actions:
@@ -290,8 +298,8 @@ def describe_game(view: table_messages.TableView) -> str:
 class ActSample:
     """One answered command of a ``Play`` stream: its kind (the ``ActRequest`` command, with
     " refused" when the answer refused it), the seconds from sending it to its answer arriving at
-    the bot's process, and to the bot reading that answer (later when the bot was thinking over an
-    update that came before it: its own think time, not the server's)."""
+    the bot's loop, and to the bot having read that answer (the same but for the bot's own work:
+    a thinking bot goes on reading its stream, `AsyncBotPlayer.play`)."""
 
     kind: str
     arrived_seconds: float
@@ -444,6 +452,8 @@ class AsyncBotPlayer:
         self._backoff = client.Backoff(on_retry=self._count_retry)
         self._ticket_id: str | None = None
         self._stopped = False
+        self._key_prefix = f"{uuid.uuid4().hex}-"
+        self._key_counter = itertools.count()
 
     @property
     def act_latencies_seconds(self) -> list[float]:
@@ -522,89 +532,87 @@ class AsyncBotPlayer:
         decisions = client.Decisions()
         sent: dict[str, tuple[float, str]] = {}
         final: table_messages.TableView | None = None
-        # One command at a time: a view that arrives while a command waits for its answer was
-        # built before that command counted (another seat's pick, say), so deciding on it would
-        # send a second, refused command; it is kept and decided on once the answer is in,
-        # unless the accepted command took the table past it.
+        # One command at a time: a view that arrives while a command waits for its answer (or
+        # while the bot thinks over it) was built before that command counted (another seat's
+        # pick, say), so deciding on it would send a second, refused command; it is kept and
+        # decided on once the answer is in, unless the accepted command took the table past it.
         waiting: table_messages.TableView | None = None
         acted_through = 0
-        async for arrived, response in _stamped(session.responses()):
-            if response.WhichOneof("response") == "answer":
-                answer = response.answer
-                command = sent.pop(answer.idempotency_key, None)
-                if command is not None:
-                    started, kind = command
-                    self.act_samples.append(
-                        ActSample(
-                            kind + " refused" if answer.code else kind,
-                            arrived - started,
-                            time.perf_counter() - started,
-                        )
-                    )
-                if answer.code and answer.code not in REFUSED_CODES:
-                    raise RuntimeError(f"{self.player_id}: command refused ({answer.code}): {answer.message}")
-                if not answer.code:
-                    acted_through = max(acted_through, answer.result.sequence)
-                if sent or waiting is None:
-                    continue
-                view, waiting = waiting, None
-            else:
-                received = time.time()
-                for envelope in response.update.events:
-                    self.delivery_latencies_seconds.append(
-                        received - envelope.occurred_at.ToNanoseconds() / 1e9
-                    )
-                    if envelope.WhichOneof("payload") == "game_ended":
-                        self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
-                view = response.update.view
-                if view.phase == "ended":
-                    final = view  # the stream ends after the answers still owed
-                    continue
-                if sent:
-                    waiting = view
-                    continue
-            if view.sequence < acted_through:
-                continue
-            # The view seen again after a reconnect gets the same request (the same key).
-            request = decisions.for_view(view.sequence, functools.partial(choose_command, view))
-            if request is None:  # nothing is in flight here: `sent` is empty
-                continue
-            if self.think_seconds:
-                await asyncio.sleep(self.think_seconds)  # a human-paced player (--think-ms)
-            with_expected_sequence(request, view)
+        # The think time (--think-ms) is a timer, not a sleep: the bot goes on reading its stream
+        # meanwhile, so what arrives is timed when it arrives.
+        thinking: asyncio.TimerHandle | None = None
+
+        def send(request: table_messages.ActRequest) -> None:
+            nonlocal thinking
+            thinking = None
             sent[request.idempotency_key] = (time.perf_counter(), request.WhichOneof("command") or "")
             session.send(request)
+
+        try:
+            async for response in session.responses():
+                if response.WhichOneof("response") == "answer":
+                    arrived = time.perf_counter()
+                    answer = response.answer
+                    command = sent.pop(answer.idempotency_key, None)
+                    if command is not None:
+                        started, kind = command
+                        self.act_samples.append(
+                            ActSample(
+                                kind + " refused" if answer.code else kind,
+                                arrived - started,
+                                time.perf_counter() - started,
+                            )
+                        )
+                    if answer.code and answer.code not in REFUSED_CODES:
+                        raise RuntimeError(
+                            f"{self.player_id}: command refused ({answer.code}): {answer.message}"
+                        )
+                    if not answer.code:
+                        acted_through = max(acted_through, answer.result.sequence)
+                    if sent or waiting is None:
+                        continue
+                    view, waiting = waiting, None
+                else:
+                    update = response.update
+                    if update.events:
+                        received = time.time()
+                        for envelope in update.events:
+                            self.delivery_latencies_seconds.append(
+                                received - envelope.occurred_at.ToNanoseconds() / 1e9
+                            )
+                            if envelope.WhichOneof("payload") == "game_ended":
+                                self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
+                    view = update.view
+                    if view.phase == "ended":
+                        final = view  # the stream ends after the answers still owed
+                        continue
+                    if sent or thinking is not None:
+                        waiting = view
+                        continue
+                if view.sequence < acted_through or not view.legal_actions:
+                    continue
+                # The view seen again after a reconnect gets the same request (the same key).
+                request = decisions.for_view(
+                    view.sequence, functools.partial(choose_command, view, self._new_key())
+                )
+                if request is None:  # nothing is in flight here: `sent` is empty
+                    continue
+                with_expected_sequence(request, view)
+                if self.think_seconds:
+                    thinking = asyncio.get_running_loop().call_later(self.think_seconds, send, request)
+                else:
+                    send(request)
+        finally:
+            if thinking is not None:
+                thinking.cancel()
         if final is None:
             raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
         return final
 
-
-_Item = TypeVar("_Item")
-
-
-async def _stamped(items: AsyncIterator[_Item]) -> AsyncIterator[tuple[float, _Item]]:
-    """Each item with the moment (``perf_counter``) it arrived: a task of its own reads them, so
-    the caller sleeping over one item (a bot's think time) does not delay the reading of those
-    behind it."""
-    arrivals: asyncio.Queue[tuple[float, _Item] | BaseException | None] = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async for item in items:
-                arrivals.put_nowait((time.perf_counter(), item))
-        except Exception as error:  # raised to the caller, in order
-            arrivals.put_nowait(error)
-        else:
-            arrivals.put_nowait(None)
-
-    reader = asyncio.create_task(pump())
-    try:
-        while (arrival := await arrivals.get()) is not None:
-            if isinstance(arrival, BaseException):
-                raise arrival
-            yield arrival
-    finally:
-        reader.cancel()
+    def _new_key(self) -> str:
+        """A new idempotency key: this bot's random prefix and a counter (a UUID per command cost
+        a system call and a formatting each)."""
+        return f"{self._key_prefix}{next(self._key_counter)}"
 
 
 async def run_bots_async(

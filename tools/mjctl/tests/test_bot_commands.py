@@ -3,7 +3,8 @@ arrives while its command waits for an answer was built before that command coun
 decided on only after the answer, and not at all when the accepted command took the table past it.
 (Deciding on such a view sent a second exchange or missing-suit pick that the table refused: 14%
 of the commands of a 32-table think-time run, README "Speed".) Played against a scripted Play
-stream, so the order of updates and answers is exact."""
+stream, so the order of updates and answers is exact. Also: a thinking bot goes on reading its
+stream, and each command has its own key."""
 
 from __future__ import annotations
 
@@ -61,17 +62,24 @@ class ScriptedSession:
             if response.WhichOneof("response") == "answer":
                 keys = [request.idempotency_key for request in self.sent]
                 self.log.append(f"answer {keys.index(response.answer.idempotency_key) + 1}")
+            elif self.log_updates:
+                self.log.append(f"update {response.update.view.sequence}")
             yield response
 
+    log_updates = False
 
-def play(monkeypatch: pytest.MonkeyPatch, script: Any) -> ScriptedSession:
+
+def play(
+    monkeypatch: pytest.MonkeyPatch, script: Any, think_seconds: float = 0.0, log_updates: bool = False
+) -> ScriptedSession:
     monkeypatch.setattr(client, "PlaySession", ScriptedSession)
+    monkeypatch.setattr(ScriptedSession, "log_updates", log_updates)
     ScriptedSession.script = script
 
     async def run() -> None:
         channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never dialled: the session is scripted
         try:
-            bot = bots.AsyncBotPlayer("p0", channel, channel, "token", log=lambda _line: None)
+            bot = bots.AsyncBotPlayer("p0", channel, channel, "token", lambda _line: None, think_seconds)
             final = await bot.play("t")
             assert final.phase == "ended"
         finally:
@@ -137,3 +145,38 @@ def test_the_simultaneous_picks_go_without_the_optimistic_check_and_the_turn_com
         "discard",
     ]
     assert [request.expected_sequence for request in session.sent] == [0, 0, 9]
+
+
+def test_a_thinking_bot_goes_on_reading_its_stream_and_decides_on_the_view_it_thought_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--think-ms is a timer, not a sleep over the stream: what arrives meanwhile is read (and its
+    delivery timed) when it arrives; the command is the one decided before thinking."""
+
+    async def script(session: ScriptedSession) -> AsyncIterator[messages.PlayResponse]:
+        yield discard_view(1)
+        yield discard_view(2, asked=False)  # another seat's event while the bot thinks
+        first = await session.next_command(1)
+        yield answer(first, sequence=3)
+        yield discard_view(3, asked=False, phase="ended")
+
+    thinking = play(monkeypatch, script, think_seconds=0.01, log_updates=True)
+    assert thinking.log == ["update 1", "update 2", "send 1", "answer 1", "update 3"]
+    assert [request.expected_sequence for request in thinking.sent] == [1]
+    at_once = play(monkeypatch, script, log_updates=True)
+    assert at_once.log == ["update 1", "send 1", "update 2", "answer 1", "update 3"]
+    assert [request.expected_sequence for request in at_once.sent] == [1]
+
+
+def test_each_command_of_a_bot_has_its_own_key() -> None:
+    async def keys() -> list[str]:
+        channel = grpc.aio.insecure_channel("127.0.0.1:1")
+        try:
+            first = bots.AsyncBotPlayer("p0", channel, channel, "token", lambda _line: None)
+            second = bots.AsyncBotPlayer("p0", channel, channel, "token", lambda _line: None)
+            return [first._new_key(), first._new_key(), second._new_key()]
+        finally:
+            await channel.close()
+
+    made = asyncio.run(keys())
+    assert len(set(made)) == 3 and all(0 < len(key) <= 128 for key in made)  # ActRequest: 1..128

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
-from mjctl.bots import _stamped
 from mjctl.load import act_by_kind, act_kind_lines
 
 
@@ -30,36 +26,3 @@ def test_act_by_kind_of_no_samples_is_an_empty_all_row() -> None:
     assert act_by_kind([]) == {
         "all": {"count": 0, "p50_ms": 0.0, "p99_ms": 0.0, "read_p50_ms": 0.0, "read_p99_ms": 0.0}
     }
-
-
-def test_stamped_times_each_item_when_it_arrives_not_when_the_caller_reads_it() -> None:
-    async def items() -> object:
-        for item in ("first", "second"):
-            yield item
-
-    async def run() -> list[tuple[float, str, float]]:
-        seen = []
-        async for arrived, item in _stamped(items()):
-            seen.append((arrived, item, time.perf_counter()))
-            await asyncio.sleep(0.01)  # the caller "thinks" over the first; the second arrives
-        return seen
-
-    (first_at, first, first_read_at), (second_at, second, _) = asyncio.run(run())
-    assert (first, second) == ("first", "second")
-    # The reader stamped both before the caller read the first (no threshold: only an order).
-    assert first_at <= second_at < first_read_at
-
-
-def test_stamped_raises_the_source_error_after_the_items_before_it() -> None:
-    async def items() -> object:
-        yield 1
-        raise RuntimeError("stream broke")
-
-    async def run() -> list[int]:
-        seen = []
-        async for _arrived, item in _stamped(items()):
-            seen.append(item)
-        return seen
-
-    with pytest.raises(RuntimeError, match="stream broke"):
-        asyncio.run(run())
