@@ -7,8 +7,9 @@ services as their own processes on free ports; then plays ``--tables`` tables at
 ``--think-ms`` before each decision. For each run it prints one table: games settled per second,
 Act p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot
 read it), settlement lag p50/p99 (GameEnded -> last TransferPosted, read from the ledger topic after
-the run: `mjctl.lag`), CPU seconds per game of each server process, of the Kafka broker and of the
-bots apart (while they played), and their sum, and the same run's pure engine rate
+the run: `mjctl.lag`), the Enqueues refused per game because matchmaking had not freed a seat yet,
+CPU seconds per game of each server process, of the Kafka broker and of the bots apart (while they
+played), and their sum, and the same run's pure engine rate
 (`mahjong_table.bench`) with the ratio full system / pure engine; under it, the Act latency per
 command kind (`mjctl.load.act_by_kind`). ``--runs think`` runs only the think-time run. Not a test:
 nothing is asserted.
@@ -208,6 +209,7 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
             f"{figures.get('lag_p50_ms', 0):.0f} ms / {figures.get('lag_p99_ms', 0):.0f} ms",
         ),
     ]
+    rows.append(("Enqueue refused / game (seat not freed yet)", f"{figures['enqueue_refused'] / games:.2f}"))
     for name, seconds in figures["server_cpu_seconds"].items():
         rows.append((f"CPU s / game: {name}", f"{seconds / games:.3f}"))
     rows.append(

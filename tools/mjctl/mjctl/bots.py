@@ -176,6 +176,7 @@ class BotPlayer:
         self._backoff = client.Backoff(on_retry=self._count_retry)
         self._ticket_id: str | None = None
         self._stopped = threading.Event()
+        self.enqueue_refusals = 0
         # When the last table's GameEnded event occurred (the table engine's clock), for lag figures.
         self.game_ended_at: datetime.datetime | None = None
 
@@ -184,7 +185,7 @@ class BotPlayer:
 
     def find_table(self, room_id: str) -> tuple[str, int]:
         request = matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4()))
-        deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
+        freeing: client.Backoff | None = None
         while True:
             if self._stopped.is_set():
                 raise BotStoppedError(f"{self.player_id}: stopped before being seated")
@@ -192,15 +193,8 @@ class BotPlayer:
                 ticket = client.call(self._matchmaking.Enqueue, request, self._backoff, CALL_TIMEOUT_SECONDS)
                 break
             except grpc.RpcError as error:
-                details = error.details() or ""
-                if "entry floor" in details:
-                    raise BelowEntryFloorError(f"{self.player_id}: {details}") from None
-                # Matchmaking frees the seat when it reads GameEnded from Kafka, a moment after
-                # the game ended for the bot.
-                seat_not_yet_freed = "already seated" in details
-                if not seat_not_yet_freed or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                freeing = _seat_not_freed_yet(self, error, freeing)
+                freeing.sleep(_pause_while_seat_not_freed(freeing, error))
         self._ticket_id = ticket.ticket_id
         try:
             if self._stopped.is_set():
@@ -278,6 +272,27 @@ class BotPlayer:
             self.act_latencies_seconds.append(time.perf_counter() - before)
 
 
+def _seat_not_freed_yet(
+    bot: BotPlayer | AsyncBotPlayer, error: grpc.RpcError, freeing: client.Backoff | None
+) -> client.Backoff:
+    """After a refused Enqueue: the pauses to wait while matchmaking has not freed the bot's seat
+    of its last game (it does when it reads GameEnded from Kafka, a moment after the game ended
+    for the bot); any other refusal is raised (below the room's entry floor as
+    `BelowEntryFloorError`)."""
+    details = error.details() or ""
+    if "entry floor" in details:
+        raise BelowEntryFloorError(f"{bot.player_id}: {details}") from None
+    if "already seated" not in details:
+        raise error
+    bot.enqueue_refusals += 1
+    return freeing or client.catching_up(bot._backoff, TABLE_OPEN_MAX_SECONDS)
+
+
+def _pause_while_seat_not_freed(freeing: client.Backoff, error: grpc.RpcError) -> float:
+    """The next pause (doubling, `client.catching_up`); the error again once the wait is spent."""
+    return freeing.pause_for(error, "seat not freed yet", frozenset({error.code()}))
+
+
 def describe_game(view: table_messages.TableView) -> str:
     """One line for a finished game: who won (seat order) and how the game ended."""
     winners = [f"seat {seat.seat} ({seat.player_id})" for seat in view.seats if seat.won]
@@ -315,6 +330,8 @@ class BotRunReport:
     delivery_latencies_seconds: list[float] = dataclasses.field(default_factory=list)
     retries: int = 0
     act_samples: list[ActSample] = dataclasses.field(default_factory=list)
+    enqueue_refusals: int = 0
+    """Enqueues refused because matchmaking had not freed the bot's seat of its last game yet."""
 
     def summary_lines(self) -> list[str]:
         latencies = sorted(self.act_latencies_seconds) or [0.0]
@@ -453,6 +470,7 @@ class AsyncBotPlayer:
         self._ticket_id: str | None = None
         self._stopped = False
         self._key_prefix = f"{uuid.uuid4().hex}-"
+        self.enqueue_refusals = 0
         self._key_counter = itertools.count()
 
     @property
@@ -466,7 +484,7 @@ class AsyncBotPlayer:
     async def find_table(self, room_id: str) -> tuple[str, int]:
         """`BotPlayer.find_table`."""
         request = matchmaking_messages.EnqueueRequest(room_id=room_id, idempotency_key=str(uuid.uuid4()))
-        deadline = time.monotonic() + TABLE_OPEN_MAX_SECONDS
+        freeing: client.Backoff | None = None
         while True:
             if self._stopped:
                 raise BotStoppedError(f"{self.player_id}: stopped before being seated")
@@ -480,12 +498,8 @@ class AsyncBotPlayer:
                 )
                 break
             except grpc.RpcError as error:
-                details = error.details() or ""
-                if "entry floor" in details:
-                    raise BelowEntryFloorError(f"{self.player_id}: {details}") from None
-                if "already seated" not in details or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)  # matchmaking frees the seat when it reads GameEnded
+                freeing = _seat_not_freed_yet(self, error, freeing)
+                await asyncio.sleep(_pause_while_seat_not_freed(freeing, error))
         self._ticket_id = ticket.ticket_id
         try:
             if self._stopped:
@@ -693,6 +707,7 @@ async def run_bots_async(
         [latency for bot in bots for latency in bot.delivery_latencies_seconds],
         sum(bot.retries for bot in bots),
         [sample for bot in bots for sample in bot.act_samples],
+        sum(bot.enqueue_refusals for bot in bots),
     )
 
 

@@ -118,14 +118,17 @@ def call(
         return response
 
 
-def _opening(backoff: Backoff, give_up_after_seconds: float) -> Backoff:
-    """The pauses while a table is not open yet (rule 3): from 0.05 s doubling up to 1 s."""
+def catching_up(backoff: Backoff, give_up_after_seconds: float) -> Backoff:
+    """The pauses while a service has not yet read what another wrote (Kafka between them): the
+    table engine opening a table matchmaking formed (rule 3), matchmaking freeing the seat of a game
+    that just ended. From 0.05 s doubling up to 1 s (each drawn from its upper half), not counted
+    as retries (the call got through: the answer is "not yet")."""
     return dataclasses.replace(
         backoff,
         first_pause_seconds=0.05,
         max_pause_seconds=1.0,
         give_up_after_seconds=give_up_after_seconds,
-        on_retry=lambda _line: None,  # waiting for a table to open is not a failure to get through
+        on_retry=lambda _line: None,
         _attempt=0,
         _failing_since=None,
     )
@@ -146,7 +149,7 @@ def wait_for_table(
     table engine has not opened it yet (NOT_FOUND: pauses from 0.05 s doubling up to 1 s);
     ``TableNotOpenedError`` when it is still not open after ``give_up_after_seconds``. Other
     failures are handled as ``call`` handles them, with ``backoff``."""
-    opening = _opening(backoff, give_up_after_seconds)
+    opening = catching_up(backoff, give_up_after_seconds)
     request = table_messages.GetViewRequest(table_id=table_id)
     while True:
         try:
@@ -350,7 +353,7 @@ class PlaySession:
 
     async def responses(self) -> AsyncIterator[table_messages.PlayResponse]:
         what = f"Play {self._table_id[:8]}"
-        opening = _opening(self._backoff, TABLE_OPENS_WITHIN_SECONDS)
+        opening = catching_up(self._backoff, TABLE_OPENS_WITHIN_SECONDS)
         opened = False
         while True:
             outgoing: asyncio.Queue[table_messages.ActRequest | None] = asyncio.Queue()

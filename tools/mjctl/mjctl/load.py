@@ -137,6 +137,7 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
                 "games": len(report.games),
                 "delivery_latencies_seconds": report.delivery_latencies_seconds,
                 "act_samples": [dataclasses.astuple(sample) for sample in report.act_samples],
+                "enqueue_refusals": report.enqueue_refusals,
             },
         )
     )
@@ -202,11 +203,16 @@ def run_load(arguments: argparse.Namespace) -> int:
         "delivery_p50_ms": statistics.median(delivery) * 1000 if delivery else 0.0,
         "delivery_p99_ms": percentile(delivery, 0.99) * 1000,
         "act_by_kind": kinds,
+        "enqueue_refused": sum(report["enqueue_refusals"] for report in reports),
     }
     print(f"{games} games in {seconds:.1f} s = {games / seconds:.2f} games/s ({processes} bot processes)")
     act_p50, act_p99 = figures["act_p50_ms"], figures["act_p99_ms"]
     print(f"Act latency over {len(act)} calls: p50 {act_p50:.1f} ms, p99 {act_p99:.1f} ms")
     print(f"WatchView delivery (event occurred -> bot read it): p99 {figures['delivery_p99_ms']:.1f} ms")
+    print(
+        f"Enqueue refused while matchmaking had not freed the seat yet: {figures['enqueue_refused']} "
+        f"({figures['enqueue_refused'] / max(1, games):.2f} per game)"
+    )
     print("\n".join(act_kind_lines(kinds)))
     # The bots' CPU while they played (the lag probe's read of the ledger topic comes after).
     usage_self = resource.getrusage(resource.RUSAGE_SELF)

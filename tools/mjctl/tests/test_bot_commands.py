@@ -4,16 +4,20 @@ decided on only after the answer, and not at all when the accepted command took 
 (Deciding on such a view sent a second exchange or missing-suit pick that the table refused: 14%
 of the commands of a 32-table think-time run, README "Speed".) Played against a scripted Play
 stream, so the order of updates and answers is exact. Also: a thinking bot goes on reading its
-stream, and each command has its own key."""
+stream, each command has its own key, and a seat not freed yet is asked for again after doubling
+pauses."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
+from concurrent import futures
 from typing import Any
 
 import grpc
 import pytest
+from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
 from mahjong.v1 import table_service_pb2 as messages
 from mjctl import bots, client
 
@@ -180,3 +184,49 @@ def test_each_command_of_a_bot_has_its_own_key() -> None:
 
     made = asyncio.run(keys())
     assert len(set(made)) == 3 and all(0 < len(key) <= 128 for key in made)  # ActRequest: 1..128
+
+
+class SeatStillTaken(matchmaking_service_pb2_grpc.MatchmakingServiceServicer):
+    """Matchmaking that has not read the bot's last GameEnded yet: `refusals` Enqueues refused as
+    the service refuses a player still seated, then a ticket seated at once."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.enqueues = 0
+
+    def Enqueue(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.enqueues += 1
+        if self.enqueues <= self.refusals:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "player 'p0' is already seated in room 'sichuan-novice' (ticket k0); "
+                "cancel it or finish the game first",
+            )
+        return matchmaking_service_pb2.EnqueueResponse(ticket_id="k1")
+
+    def WatchTicket(self, request: Any, context: grpc.ServicerContext) -> Any:
+        yield matchmaking_service_pb2.TicketUpdate(ticket_id="k1", state="seated", table_id="t", seat=2)
+
+
+def test_a_bot_whose_seat_is_not_freed_yet_enqueues_again_after_doubling_pauses() -> None:
+    """Matchmaking frees a seat when it reads the game's GameEnded from Kafka, a moment after the
+    bot saw the game end: the refused Enqueues are counted and asked again after pauses that
+    double from 0.05 s up to 1 s (each drawn from its upper half), not every 50 ms for as long
+    as it takes."""
+    servicer = SeatStillTaken(refusals=7)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    matchmaking_service_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    pauses: list[float] = []
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            bot = bots.BotPlayer("p0", channel, channel, log=lambda _line: None)
+            bot._backoff = client.Backoff(random_source=random.Random(3), sleep=pauses.append)
+            assert bot.find_table("sichuan-novice") == ("t", 2)
+    finally:
+        server.stop(None)
+    assert servicer.enqueues == 8 and bot.enqueue_refusals == 7 and bot.retries == 0
+    ceilings = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert len(pauses) == len(ceilings)
+    assert all(ceiling / 2 <= pause <= ceiling for pause, ceiling in zip(pauses, ceilings, strict=True))
