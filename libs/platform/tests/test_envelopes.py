@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import uuid
 
 import pytest
@@ -10,8 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mahjong.v1 import envelope_pb2, ledger_events_pb2, table_events_pb2
 from mahjong_platform.envelopes import (
+    EVENT_IDS_PER_RANDOM_READ,
     EnvelopeDecodeError,
     new_envelope,
+    new_event_id,
     parse_envelope,
     payload_type_name,
     serialize_envelope,
@@ -43,6 +46,30 @@ def test_a_new_envelope_gets_a_random_uuid_and_the_clock_time() -> None:
     assert payload_type_name(envelope) == "TransferPosted"
     assert (envelope.correlation_id, envelope.causation_id) == ("request-1", "cause-1")
     assert new_envelope(ledger_events_pb2.TransferPosted(), clock=fixed_clock).event_id != envelope.event_id
+
+
+def test_event_ids_are_distinct_version_4_uuids_across_random_reads() -> None:
+    ids = [new_event_id() for _ in range(3 * EVENT_IDS_PER_RANDOM_READ + 5)]
+    assert len(set(ids)) == len(ids)
+    for event_id in ids:
+        parsed = uuid.UUID(event_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, event_id)
+
+
+def test_a_forked_child_never_repeats_its_parents_next_event_ids() -> None:
+    new_event_id()  # the parent's buffer holds ids it has not used yet
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        os.close(reader)
+        os.write(writer, " ".join(new_event_id() for _ in range(4)).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        child_ids = pipe.read().split()
+    os.waitpid(child, 0)
+    parent_ids = [new_event_id() for _ in range(4)]
+    assert len(child_ids) == 4 and not set(child_ids) & set(parent_ids)
 
 
 def test_building_an_envelope_rejects_naive_clocks_and_non_payload_messages() -> None:
