@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -254,13 +255,16 @@ def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mappin
     sends a Bind/Execute per row, which the server runs one by one (a rebuild's ledger batch of
     500 events, about 3,000 rows, waited about 60 ms on that), and an ``INSERT ... SELECT FROM
     unnest(arrays)`` spent as long dumping the arrays in Python. Errors are raised as
-    SQLAlchemy's (a unique key violated is an `IntegrityError`, as with an insert). SQLite: the
-    driver's executemany (its loop runs in C).
+    SQLAlchemy's (a unique key violated is an `IntegrityError`, as with an insert). SQLite:
+    multi-row INSERT statements (`_insert_rows_sqlite`).
     """
     if not rows:
         return
     dialect = session.get_bind().dialect
-    if dialect.name != "postgresql" or len(rows) < COPY_ROWS_MIN:
+    if dialect.name == "sqlite":
+        _insert_rows_sqlite(session, dialect, table, rows)
+        return
+    if len(rows) < COPY_ROWS_MIN:
         session.execute(_insert_statement(table), list(rows))
         return
     import psycopg  # only with PostgreSQL
@@ -277,6 +281,143 @@ def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mappin
                 copy.write_row([row[column] for column in columns])
     except psycopg.Error as error:
         raise sqlalchemy.exc.DBAPIError.instance(statement, None, error, psycopg.Error) from error
+
+
+SQLITE_ROWS_PER_INSERT_MAX = 256
+"""SQLite: rows per multi-row INSERT (a power of two; see `_insert_rows_sqlite`)."""
+_SQLITE_VARIABLES_MAX = 32_766 if sqlite3.sqlite_version_info >= (3, 32) else 999
+
+
+def upsert_rows(
+    session: Session, table: sqlalchemy.Table, rows: Sequence[Mapping[str, Any]], key: Sequence[str]
+) -> None:
+    """Insert `rows` (dicts with the same keys), or where `table` already has a row with the same
+    `key` (its primary key or another unique key), set that row's other columns the row names;
+    in the caller's transaction, a key at most once. SQLite: multi-row statements, as
+    `insert_rows`; PostgreSQL: one pipelined executemany of ``INSERT ... ON CONFLICT``."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect
+    columns = tuple(rows[0])
+    key = tuple(key)
+    if dialect.name == "sqlite":
+        _insert_rows_sqlite(session, dialect, table, rows, on_conflict=key)
+        return
+    statement = _UPSERT_STATEMENTS.get((table.name, columns, key))
+    if statement is None:
+        statement = _UPSERT_STATEMENTS.setdefault(
+            (table.name, columns, key), compiled_once(lambda name: _upsert_of(name, table, columns, key))
+        )
+    session.execute(statement(session), list(rows))
+
+
+_UPSERT_STATEMENTS: dict[tuple[str, tuple[str, ...], tuple[str, ...]], PerDialect[sqlalchemy.TextClause]] = {}
+
+
+def _upsert_of(
+    dialect_name: str, table: sqlalchemy.Table, columns: tuple[str, ...], key: tuple[str, ...]
+) -> sqlalchemy.ClauseElement:
+    assert dialect_name == "postgresql", dialect_name
+    insert = sqlalchemy.dialects.postgresql.insert(table).values(
+        {column: sqlalchemy.bindparam(column) for column in columns}
+    )
+    updates = {column: insert.excluded[column] for column in columns if column not in key}
+    return insert.on_conflict_do_update(index_elements=list(key), set_=updates)
+
+
+def _insert_rows_sqlite(
+    session: Session,
+    dialect: sqlalchemy.Dialect,
+    table: sqlalchemy.Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    on_conflict: tuple[str, ...] = (),
+) -> None:
+    """SQLite: the rows as multi-row ``INSERT ... VALUES (...), (...)`` statements, their chunks of
+    power-of-two sizes (so a table has a few statement texts, which stay in the driver's cache).
+
+    The driver's executemany steps its statement once per row, and each step releases the GIL and
+    takes it back (from a busy event loop, that can wait up to the interpreter's switch interval);
+    a group commit writes ~100 rows. One statement per chunk steps once. The values are bound as
+    SQLAlchemy would (the columns' bind processors, e.g. its SQLite datetime text), except bytes,
+    which the driver takes as they are. A chunk is one statement, so a violated unique key inserts
+    none of its rows. `on_conflict`: the key of `upsert_rows`."""
+    columns = tuple(rows[0])
+    processors = _sqlite_bind_processors(dialect, table, columns)
+    connection = session.connection()
+    per_statement = min(
+        SQLITE_ROWS_PER_INSERT_MAX, _power_of_two_at_most(_SQLITE_VARIABLES_MAX // len(columns))
+    )
+    start = 0
+    while start < len(rows):
+        count = min(per_statement, _power_of_two_at_most(len(rows) - start))
+        values: list[Any] = []
+        for row in rows[start : start + count]:
+            if len(row) != len(columns):
+                raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}")
+            for column, processor in processors:
+                try:
+                    value = row[column]
+                except KeyError:
+                    raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}") from None
+                values.append(value if processor is None or value is None else processor(value))
+        connection.exec_driver_sql(
+            _sqlite_insert_text(dialect, table, columns, count, on_conflict), tuple(values)
+        )
+        start += count
+
+
+def _power_of_two_at_most(count: int) -> int:
+    return 1 << (count.bit_length() - 1)
+
+
+_SQLITE_INSERT_TEXTS: dict[tuple[str, tuple[str, ...], int, tuple[str, ...]], str] = {}
+_BindProcessors = tuple[tuple[str, Callable[[Any], Any] | None], ...]
+_SQLITE_PROCESSORS: dict[tuple[str, tuple[str, ...]], _BindProcessors] = {}
+
+
+def _sqlite_insert_text(
+    dialect: sqlalchemy.Dialect,
+    table: sqlalchemy.Table,
+    columns: tuple[str, ...],
+    count: int,
+    on_conflict: tuple[str, ...],
+) -> str:
+    cache_key = (table.name, columns, count, on_conflict)
+    text = _SQLITE_INSERT_TEXTS.get(cache_key)
+    if text is None:
+        quote = dialect.identifier_preparer.quote
+        names = ", ".join(quote(column) for column in columns)
+        row = "(" + ", ".join("?" * len(columns)) + ")"
+        text = f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({names}) VALUES "
+        text += ", ".join([row] * count)
+        if on_conflict:
+            updates = [column for column in columns if column not in on_conflict]
+            text += f" ON CONFLICT ({', '.join(quote(column) for column in on_conflict)}) DO UPDATE SET "
+            text += ", ".join(f"{quote(column)} = excluded.{quote(column)}" for column in updates)
+        text = _SQLITE_INSERT_TEXTS.setdefault(cache_key, text)
+    return text
+
+
+def _sqlite_bind_processors(
+    dialect: sqlalchemy.Dialect, table: sqlalchemy.Table, columns: tuple[str, ...]
+) -> _BindProcessors:
+    key = (table.name, columns)
+    processors = _SQLITE_PROCESSORS.get(key)
+    if processors is None:
+        built = []
+        for column in columns:
+            if column not in table.c:
+                raise ValueError(f"{table.name} has no column {column!r}")
+            column_type = table.c[column].type
+            processor = (
+                None
+                if isinstance(column_type, sqlalchemy.LargeBinary)
+                else column_type.dialect_impl(dialect).bind_processor(dialect)
+            )
+            built.append((column, processor))
+        processors = _SQLITE_PROCESSORS.setdefault(key, tuple(built))
+    return processors
 
 
 _COPY_STATEMENTS: dict[tuple[str, tuple[str, ...]], str] = {}

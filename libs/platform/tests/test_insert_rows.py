@@ -1,7 +1,8 @@
-"""`insert_rows` (COPY on PostgreSQL, executemany on SQLite) stores what an INSERT would, on both
-databases: rows in the given order (identity ids number them so), bytes, NULLs, aware times and
-text needing escapes intact; a violated unique key is SQLAlchemy's `IntegrityError` and, inside a
-savepoint, leaves the transaction usable."""
+"""`insert_rows` (COPY on PostgreSQL, multi-row INSERTs on SQLite) stores what an INSERT would, on
+both databases: rows in the given order (identity ids number them so), bytes, NULLs, aware times
+and text needing escapes intact; a violated unique key is SQLAlchemy's `IntegrityError` and,
+inside a savepoint, leaves the transaction usable. `upsert_rows` updates the rows whose key is
+there and inserts the others."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy
-from mahjong_platform.database import COPY_ROWS_MIN, create_session_factory, insert_rows, transaction
+from mahjong_platform.database import (
+    COPY_ROWS_MIN,
+    SQLITE_ROWS_PER_INSERT_MAX,
+    create_session_factory,
+    insert_rows,
+    transaction,
+    upsert_rows,
+)
 from mahjong_platform.schema import outbox_messages
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -42,12 +50,16 @@ def aware(moment: object) -> object:
     return moment
 
 
-ROW_COUNTS = pytest.mark.parametrize("count", [3, COPY_ROWS_MIN + 5], ids=["few rows", "COPY"])
+ROW_COUNTS = pytest.mark.parametrize(
+    "count",
+    [3, COPY_ROWS_MIN + 5, 2 * SQLITE_ROWS_PER_INSERT_MAX + 37],
+    ids=["few rows", "COPY", "several SQLite statements"],
+)
 
 
 @ROW_COUNTS
 def test_rows_are_stored_in_order_with_their_values(migrated_engine: Engine, count: int) -> None:
-    rows = [message((index * 37) % 300) for index in range(count)]
+    rows = [message((index * 37) % 1009) for index in range(count)]
     with transaction(create_session_factory(migrated_engine)) as session:
         insert_rows(session, outbox_messages, rows)
         insert_rows(session, outbox_messages, [])
@@ -86,3 +98,29 @@ def test_rows_naming_different_columns_are_refused(migrated_engine: Engine, coun
     ):
         insert_rows(session, outbox_messages, rows)
     assert stored(migrated_engine) == []
+
+
+def test_an_upsert_updates_the_rows_whose_key_is_there_and_inserts_the_others(
+    migrated_engine: Engine,
+) -> None:
+    with transaction(create_session_factory(migrated_engine)) as session:
+        insert_rows(session, outbox_messages, [message(index) for index in range(3)])
+    first_ids = {row["event_id"]: row["id"] for row in stored(migrated_engine)}
+    changed = [
+        {
+            key: value
+            for key, value in message(index, message_value=b"new", topic="t2").items()
+            if key != "sent_at"
+        }
+        for index in (2, 5)
+    ]
+    with transaction(create_session_factory(migrated_engine)) as session:
+        upsert_rows(session, outbox_messages, changed, key=("event_id",))
+        upsert_rows(session, outbox_messages, [], key=("event_id",))
+    by_event = {row["event_id"]: row for row in stored(migrated_engine)}
+    assert sorted(by_event) == ["event-0000", "event-0001", "event-0002", "event-0005"]
+    assert by_event["event-0002"]["id"] == first_ids["event-0002"]  # updated in place
+    assert (bytes(by_event["event-0002"]["message_value"]), by_event["event-0002"]["topic"]) == (b"new", "t2")
+    assert aware(by_event["event-0002"]["sent_at"]) == MOMENT  # a column the upsert did not name: kept
+    assert bytes(by_event["event-0001"]["message_value"]) == message(1)["message_value"]
+    assert bytes(by_event["event-0005"]["message_value"]) == b"new"
