@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 from collections.abc import Sequence
 
 import sqlalchemy
@@ -109,9 +110,11 @@ class EventStore:
         """
         if appends:
             _check_appends(appends)
-            self._append_at(
-                session, appends, self.stream_versions(session, [stream for stream, _, _ in appends])
-            )
+            if session.get_bind().dialect.name == "sqlite" and _at_expected_versions_sqlite(session, appends):
+                versions = {stream_id: expected for stream_id, expected, _ in appends}
+            else:  # PostgreSQL (one round trip however many rows), or a conflict to name
+                versions = self.stream_versions(session, [stream for stream, _, _ in appends])
+            self._append_at(session, appends, versions)
 
     def append_after_current(
         self, session: Session, streams: Sequence[tuple[str, Sequence[envelope_pb2.Envelope]]]
@@ -245,6 +248,36 @@ _STREAM_VERSIONS = PerDialect(
     .group_by(stored_events.c.stream_id)
 )
 """Statements built once: building and caching a statement costs more than running it on SQLite."""
+
+
+_VERSIONS_CHECKED_PER_QUERY_MAX = 256
+
+
+def _at_expected_versions_sqlite(
+    session: Session, appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]]
+) -> bool:
+    """SQLite: whether every stream is at its expected version, asked in one single-row query
+    (per 256 streams) instead of one row per stream: the driver releases the GIL at every row
+    it steps, and a busy event loop may keep it a while."""
+    connection = session.connection()
+    start = 0
+    while start < len(appends):
+        count = min(_VERSIONS_CHECKED_PER_QUERY_MAX, 1 << ((len(appends) - start).bit_length() - 1))
+        chunk = appends[start : start + count]
+        values = tuple(value for stream_id, expected, _ in chunk for value in (stream_id, expected))
+        if connection.exec_driver_sql(_versions_differing_text(count), values).scalar_one():
+            return False
+        start += count
+    return True
+
+
+@functools.cache
+def _versions_differing_text(count: int) -> str:
+    expected = ", ".join(["(?, ?)"] * count)
+    return (
+        f"SELECT count(*) FROM (VALUES {expected}) AS expected WHERE coalesce((SELECT max(sequence) "
+        "FROM stored_events WHERE stored_events.stream_id = expected.column1), 0) != expected.column2"
+    )
 
 
 def _check_appends(appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]]) -> None:

@@ -109,6 +109,37 @@ def test_a_conflicting_append_raises_a_typed_error_and_writes_nothing(
     assert row_counts(migrated_engine) == (2, 2)
 
 
+@pytest.mark.parametrize("streams", [3, 300], ids=["a few streams", "more than one version query"])
+@pytest.mark.parametrize("offset", [-1, 1], ids=["expected behind", "expected ahead"])
+def test_a_batch_appends_every_stream_at_its_version_or_none_when_one_is_elsewhere(
+    migrated_engine: Engine, store: EventStore, streams: int, offset: int
+) -> None:
+    session_factory = create_session_factory(migrated_engine)
+    stream_ids = [f"table-{index}" for index in range(streams)]
+    with transaction(session_factory) as session:  # every other stream already has two events
+        store.append_batch(
+            session, [(stream_id, 0, [table_event(), table_event()]) for stream_id in stream_ids[::2]]
+        )
+    versions = {stream_id: 0 if index % 2 else 2 for index, stream_id in enumerate(stream_ids)}
+    # Behind: a stream with events; ahead: one without (the unique key alone would not see that).
+    wrong = [stream_id for stream_id in stream_ids if (versions[stream_id] > 0) == (offset < 0)][-1]
+    appends = [
+        (stream_id, versions[stream_id] + (offset if stream_id == wrong else 0), [table_event()])
+        for stream_id in stream_ids
+    ]
+    with pytest.raises(WrongExpectedVersionError) as raised, transaction(session_factory) as session:
+        store.append_batch(session, appends)
+    assert (raised.value.stream_id, raised.value.actual_version) == (wrong, versions[wrong])
+    assert row_counts(migrated_engine) == (len(stream_ids[::2]) * 2,) * 2
+    right = [(stream_id, versions[stream_id], events) for stream_id, _, events in appends]
+    with transaction(session_factory) as session:
+        store.append_batch(session, right)
+    with transaction(session_factory) as session:
+        assert store.stream_versions(session, stream_ids) == {
+            stream_id: version + 1 for stream_id, version in versions.items()
+        }
+
+
 class _StaleVersionCheckStore(EventStore):
     """Sees the stream as it was before a competing writer committed: its first version check is
     stale, as when two writers read concurrently. Only the unique key can stop this writer."""

@@ -343,14 +343,25 @@ class Ownership:
         if not count:
             raise TableMovedError
         partitions = sorted({partition_of(table_id, count) for table_id in table_ids})
+        owned, claimed = self._owned, self._claimed
+        if any(partition not in owned or partition not in claimed for partition in partitions):
+            raise TableMovedError
+        if session.get_bind().dialect.name == "sqlite":
+            # No row locks to take: one row (how many of the partitions name this process at its
+            # epoch) instead of a row per partition, each a GIL release in the driver.
+            epochs = tuple(value for partition in partitions for value in (partition, claimed[partition]))
+            held_count = (
+                session.connection()
+                .exec_driver_sql(_fenced_count_text(len(partitions)), (self.topic, self.instance_id, *epochs))
+                .scalar_one()
+            )
+            if held_count != len(partitions):
+                raise TableMovedError
+            return
         rows = session.execute(_FENCE, {"fenced_topic": self.topic, "partitions": partitions}).all()
         held = {row.partition: (row.owner_instance, int(row.epoch)) for row in rows}
-        owned = self._owned
         for partition in partitions:
-            if partition not in owned or held.get(partition) != (
-                self.instance_id,
-                self._claimed.get(partition),
-            ):
+            if held.get(partition) != (self.instance_id, claimed[partition]):
                 raise TableMovedError
 
     # ------------------------------------------------------------------ the directory
@@ -395,6 +406,19 @@ _FENCE = (
     .order_by(table_partition_owners.c.partition)  # locked in one order by every writer and claim
     .with_for_update(read=True)
 )
+
+
+@functools.cache
+def _fenced_count_text(partitions: int) -> str:
+    """SQLite: how many of `partitions` (partition, epoch) pairs the directory names this process
+    (topic, instance) as the owner of."""
+    pairs = ", ".join(["(?, ?)"] * partitions)
+    return (
+        "SELECT count(*) FROM table_partition_owners WHERE topic = ? AND owner_instance = ? "
+        f"AND (partition, epoch) IN (VALUES {pairs})"
+    )
+
+
 _CLAIM = (
     table_partition_owners.update()
     .where(

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2
+from mahjong_platform.database import insert_rows, upsert_rows
 from mahjong_platform.envelopes import Clock, new_envelope
 from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
@@ -437,7 +438,7 @@ class TableEngine:
         """`write_appended` for several tables at once (group commit): (the state the envelopes
         were decided on, the envelopes, the state after them) each, a table at most once. One
         version query and one insert for all the events (`EventStore.append_batch`: a table that
-        moved raises `WrongExpectedVersionError` and nothing is written), one status update."""
+        moved raises `WrongExpectedVersionError` and nothing is written), one status upsert."""
         if self.fence is not None:
             self.fence(session, [base.table_id for base, _envelopes, _new in appends])
         self.store.append_batch(
@@ -447,10 +448,7 @@ class TableEngine:
             self._status_row(session, base, new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
             for base, envelopes, new in appends
         ]
-        updated = session.execute(_UPDATE_STATUS, [{"status_of": row["table_id"], **row} for row in rows])
-        if getattr(updated, "rowcount", -1) != len(rows):  # a table without its row yet: one by one
-            for row in rows:
-                self._upsert_status(session, row)
+        upsert_rows(session, table_status, rows, key=("table_id",))
         return [typing.cast(datetime.datetime | None, row["deadline_at"]) for row in rows]
 
     def _status_row(
@@ -468,10 +466,7 @@ class TableEngine:
         }
 
     def _upsert_status(self, session: Session, row: dict[str, object]) -> None:
-        values = {key: value for key, value in row.items() if key != "table_id"}
-        updated = session.execute(_UPDATE_STATUS, {"status_of": row["table_id"], **values})
-        if not getattr(updated, "rowcount", 0):
-            session.execute(_INSERT_STATUS, row)
+        upsert_rows(session, table_status, [row], key=("table_id",))
 
     def _deadline_after(
         self, session: Session, base: TableState | None, state: TableState, last_event_at: datetime.datetime
@@ -559,7 +554,6 @@ _FIRST_ANSWERS = sqlalchemy.select(
 )
 _REMEMBER_ANSWER = table_answers.insert()
 _UPDATE_STATUS = table_status.update().where(table_status.c.table_id == sqlalchemy.bindparam("status_of"))
-_INSERT_STATUS = table_status.insert()
 _SET_PARTITION = _UPDATE_STATUS.values(match_partition=sqlalchemy.bindparam("match_partition"))
 
 
@@ -600,20 +594,20 @@ def first_answers(session: Session, keys: Sequence[AnswerKey]) -> dict[AnswerKey
 
 def remember_answers(session: Session, answers: dict[AnswerKey, tuple[str, bytes]]) -> None:
     """Store first answers, key -> (request digest, answer), in one statement."""
-    if answers:
-        session.execute(
-            _REMEMBER_ANSWER,
-            [
-                {
-                    "table_id": table_id,
-                    "player_id": player_id,
-                    "idempotency_key": key,
-                    "request_digest": digest,
-                    "answer": answer,
-                }
-                for (table_id, player_id, key), (digest, answer) in answers.items()
-            ],
-        )
+    insert_rows(
+        session,
+        table_answers,
+        [
+            {
+                "table_id": table_id,
+                "player_id": player_id,
+                "idempotency_key": key,
+                "request_digest": digest,
+                "answer": answer,
+            }
+            for (table_id, player_id, key), (digest, answer) in answers.items()
+        ],
+    )
 
 
 def remember_answer(
