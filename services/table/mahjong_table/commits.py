@@ -24,9 +24,12 @@ in the same transaction, one answer per idempotency key.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
+import datetime
 import logging
 import threading
 import time
@@ -92,6 +95,8 @@ class _Command:
     answer_of: AnswerOf | None
     idempotency: IdempotencyKey | None
     future: concurrent.futures.Future[Outcome]
+    # `submit_async`: the caller's event loop and the future it awaits there.
+    waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Outcome]] | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -101,7 +106,7 @@ class _TableBatch:
     base: TableState
     state: TableState
     envelopes: list[envelope_pb2.Envelope] = dataclasses.field(default_factory=list)
-    deadline: object = None
+    deadline: datetime.datetime | None = None
 
 
 class GroupCommitter:
@@ -155,8 +160,39 @@ class GroupCommitter:
     ) -> concurrent.futures.Future[Outcome]:
         """Queue a command of `table_id`: `command_for(state)` is decided on the state current when
         its turn comes (it may raise a `ServiceError` to refuse, e.g. a stale expected sequence)."""
+        return self._submit(table_id, command_for, answer_of, idempotency, None)
+
+    async def submit_async(
+        self,
+        table_id: str,
+        command_for: Callable[[TableState], TableCommand],
+        answer_of: AnswerOf | None = None,
+        idempotency: IdempotencyKey | None = None,
+    ) -> Outcome:
+        """`submit` for a caller on an event loop, awaiting the outcome. The writer hands the
+        outcomes of a batch to each loop at once, one wake-up of the loop per batch (awaiting
+        `asyncio.wrap_future(submit(...))` costs one per command, each a write to the loop's
+        self-pipe by the writer thread). Cancelled before the writer takes it: skipped, as with
+        `submit`."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Outcome] = loop.create_future()
+        future = self._submit(table_id, command_for, answer_of, idempotency, (loop, waiter))
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            future.cancel()  # fails once the writer took it: that command commits and is answered
+            raise
+
+    def _submit(
+        self,
+        table_id: str,
+        command_for: Callable[[TableState], TableCommand],
+        answer_of: AnswerOf | None,
+        idempotency: IdempotencyKey | None,
+        waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Outcome]] | None,
+    ) -> concurrent.futures.Future[Outcome]:
         future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-        command = _Command(table_id, command_for, answer_of, idempotency, future)
+        command = _Command(table_id, command_for, answer_of, idempotency, future, waiter)
         with self._wake:
             if self._stopping:
                 raise RuntimeError("the table engine is stopping")
@@ -188,6 +224,8 @@ class GroupCommitter:
                 for command in batch:
                     if not command.future.done():
                         command.future.set_exception(error)
+            finally:
+                _hand_to_loops(batch)
 
     def commit(self, batch: Sequence[_Command]) -> None:
         """Decide and write `batch` in one transaction, publish, answer (see the module docstring)."""
@@ -209,10 +247,9 @@ class GroupCommitter:
             for command in batch:
                 self._commit_alone(command)
             return
-        for table_id, table in tables.items():
-            if table.envelopes:
-                self._engine.published(table.state, table.envelopes, table.deadline)  # type: ignore[arg-type]
-            del table_id
+        self._engine.published_many(
+            [(table.state, table.envelopes, table.deadline) for table in tables.values() if table.envelopes]
+        )
         for command, outcome in zip(batch, outcomes, strict=True):
             command.future.set_result(outcome)
 
@@ -299,3 +336,28 @@ class GroupCommitter:
                 command.future.set_exception(unexpected)
             return
         command.future.set_result(Accepted(state, envelopes, answer))
+
+
+def _hand_to_loops(batch: Sequence[_Command]) -> None:
+    """The outcomes of `batch`'s `submit_async` callers, handed to each one's event loop in one
+    call (their futures are done: answered, rejected or failed)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Command]] = {}
+    for command in batch:
+        if command.waiter is not None:
+            by_loop.setdefault(command.waiter[0], []).append(command)
+    for loop, commands in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(_resolve_waiters, commands)
+
+
+def _resolve_waiters(commands: Sequence[_Command]) -> None:
+    for command in commands:
+        assert command.waiter is not None
+        waiter = command.waiter[1]
+        if waiter.done():  # the caller gave up meanwhile
+            continue
+        error = command.future.exception()
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(command.future.result())

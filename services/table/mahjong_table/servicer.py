@@ -231,16 +231,17 @@ class TableWakeups:
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         changes.add_listener(self._changed)
 
-    def _changed(self, table_id: str) -> None:
+    def _changed(self, table_ids: Sequence[str]) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                loop.call_soon_threadsafe(self._wake, table_id)
+                loop.call_soon_threadsafe(self._wake, table_ids)
 
-    def _wake(self, table_id: str) -> None:
-        for future in self._waiters.pop(table_id, ()):
-            if not future.done():
-                future.set_result(None)
+    def _wake(self, table_ids: Sequence[str]) -> None:
+        for table_id in table_ids:
+            for future in self._waiters.pop(table_id, ()):
+                if not future.done():
+                    future.set_result(None)
 
     async def wait(
         self,
@@ -480,8 +481,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         idempotency = (current_identity().player_id, request.idempotency_key, request_digest(request))
         while True:
             await self._state_after_hidden_window(table_id, seat, wait_until)
-            outcome = await asyncio.wrap_future(
-                self._committer.submit(table_id, command_for, answer_of, idempotency=idempotency)
+            outcome = await self._committer.submit_async(
+                table_id, command_for, answer_of, idempotency=idempotency
             )
             if not isinstance(outcome, Deferral):
                 return outcome

@@ -60,11 +60,12 @@ class TableChanges:
         self._lock = threading.Lock()
         self._versions: dict[str, int] = {}
         self._conditions: dict[str, threading.Condition] = {}
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners: list[Callable[[Sequence[str]], None]] = []
 
-    def add_listener(self, listener: Callable[[str], None]) -> None:
-        """Also call `listener(table_id)` after every change (from the notifying thread; an
-        asyncio server hands it to its event loop)."""
+    def add_listener(self, listener: Callable[[Sequence[str]], None]) -> None:
+        """Also call `listener(table_ids)` after every change, once for the tables of a group
+        commit (from the notifying thread; an asyncio server hands them to its event loop at
+        once, one wake-up of the loop per commit)."""
         with self._lock:
             self._listeners.append(listener)
 
@@ -77,14 +78,21 @@ class TableChanges:
     def notify(self, table_id: str, version: int, *, ended: bool = False) -> None:
         """Record `version` as committed (never lowering what is known: two commits of one table
         may be published out of order) and wake the table's watchers."""
+        self.notify_many([(table_id, version, ended)])
+
+    def notify_many(self, changes: Sequence[tuple[str, int, bool]]) -> None:
+        """`notify` for several tables, (table id, version, ended) each: the listeners are called
+        once, with every table id."""
         with self._lock:
-            self._versions[table_id] = max(version, self._versions.get(table_id, 0))
-            self._condition(table_id).notify_all()
-            if ended:  # the woken watchers still see the version; later waits make a new condition
-                del self._conditions[table_id]
+            for table_id, version, ended in changes:
+                self._versions[table_id] = max(version, self._versions.get(table_id, 0))
+                self._condition(table_id).notify_all()
+                if ended:  # the woken watchers still see the version; later waits make a new condition
+                    del self._conditions[table_id]
             listeners = list(self._listeners)
+        table_ids = [table_id for table_id, _version, _ended in changes]
         for listener in listeners:
-            listener(table_id)
+            listener(table_ids)
 
     def version(self, table_id: str) -> int:
         """The latest version this process committed or was told about; 0 when none."""
@@ -497,14 +505,24 @@ class TableEngine:
         deadline: datetime.datetime | None,
     ) -> None:
         """After the commit: the cache, the deadline, the event tail, then the watchers."""
+        self.published_many([(state, envelopes, deadline)])
+
+    def published_many(
+        self,
+        tables: Sequence[tuple[TableState, Sequence[envelope_pb2.Envelope], datetime.datetime | None]],
+    ) -> None:
+        """`published` for the tables of one commit (state, envelopes, deadline each, a table at
+        most once): their watchers are told together (`TableChanges.notify_many`)."""
         with self._deadlines_lock:
-            known = self._deadlines.get(state.table_id)
-            if known is None or known[0] <= state.version:
-                self._deadlines[state.table_id] = (state.version, deadline)
-        # The tail before the state: a watcher that sees the new state finds its events in memory.
-        self.recent.add(state.table_id, envelopes)
-        self.cache.put(state)
-        self.changes.notify(state.table_id, state.version, ended=state.is_over)
+            for state, _envelopes, deadline in tables:
+                known = self._deadlines.get(state.table_id)
+                if known is None or known[0] <= state.version:
+                    self._deadlines[state.table_id] = (state.version, deadline)
+        for state, envelopes, _deadline in tables:
+            # The tail before the state: a watcher that sees the new state finds its events in memory.
+            self.recent.add(state.table_id, envelopes)
+            self.cache.put(state)
+        self.changes.notify_many([(state.table_id, state.version, state.is_over) for state, _, _ in tables])
 
     def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
         """Tell Watch streams about events committed outside `act` (opening, consumers)."""

@@ -4,8 +4,11 @@ rejections that write nothing, a conflict with another writer re-decided on the 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from mahjong_platform.database import create_session_factory, read_transaction, transaction
@@ -148,4 +151,68 @@ def test_a_caller_that_gives_up_costs_the_rest_of_its_batch_nothing(table_server
     committer.stop()
     assert isinstance(result, Accepted) and result.envelopes
     assert result.envelopes[0].sequence == version + 1  # the cancelled command decided nothing
+    assert stored_state(table_server, table_id) == result.state
+
+
+def test_callers_on_an_event_loop_get_a_batchs_outcomes_in_one_wake_up_of_the_loop(
+    table_server: TableServer,
+) -> None:
+    """`submit_async`: the writer hands a batch's outcomes to the loop at once (one call per
+    batch, not one per command), and its tables' watchers are told in one call too."""
+    tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (10, 11, 12)]
+    committer = committer_of(table_server)
+    told: list[list[str]] = []
+    table_server.engine.changes.add_listener(lambda table_ids: told.append(list(table_ids)))
+
+    async def play() -> tuple[list[Outcome], int]:
+        loop = asyncio.get_running_loop()
+        handed = 0
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counted(*arguments: Any, **keywords: Any) -> Any:
+            nonlocal handed
+            handed += 1
+            return call_soon_threadsafe(*arguments, **keywords)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        tasks = [
+            asyncio.ensure_future(committer.submit_async(table_id, greedy))
+            for _ in range(2)
+            for table_id in tables
+        ]
+        await asyncio.sleep(0)  # every command queued before the writer starts
+        committer.start()
+        results = await asyncio.gather(*tasks)
+        return results, handed
+
+    results, handed = asyncio.run(play())
+    committer.stop()
+    assert committer.batches == 1 and handed == 1
+    assert all(isinstance(result, Accepted) and result.envelopes for result in results)
+    assert told == [tables]
+    for table_id, result in zip(tables, results[len(tables) :], strict=True):
+        assert isinstance(result, Accepted) and stored_state(table_server, table_id) == result.state
+
+
+def test_an_event_loop_caller_that_gives_up_before_its_batch_writes_nothing(
+    table_server: TableServer,
+) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=13)
+    version = stored_state(table_server, table_id).version
+    committer = committer_of(table_server)
+
+    async def play() -> Outcome:
+        gone = asyncio.ensure_future(committer.submit_async(table_id, greedy))
+        waiting = asyncio.ensure_future(committer.submit_async(table_id, greedy))
+        await asyncio.sleep(0)  # both queued
+        gone.cancel()
+        await asyncio.sleep(0)  # the cancellation reached the queued command
+        committer.start()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        return await waiting
+
+    result = asyncio.run(play())
+    committer.stop()
+    assert isinstance(result, Accepted) and result.envelopes[0].sequence == version + 1
     assert stored_state(table_server, table_id) == result.state
