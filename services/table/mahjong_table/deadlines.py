@@ -78,18 +78,19 @@ class DeadlineWorker:
             acted += self.escape_disconnected()
         return acted
 
-    def _owned(self, query: sqlalchemy.Select[_Row]) -> sqlalchemy.Select[_Row]:
-        return query if self._ownership is None else query.where(self._ownership.owned_partition_clause())
+    def _owned(
+        self, query: sqlalchemy.Select[_Row], owned_query: sqlalchemy.Select[_Row]
+    ) -> tuple[sqlalchemy.Select[_Row], dict[str, object]]:
+        """The statement for the tables this worker acts on, and its parameters."""
+        if self._ownership is None:
+            return query, {}
+        return owned_query, {"owned_partitions": sorted(self._ownership.owned())}
 
     def expire_deadlines(self) -> int:
+        statement, parameters = self._owned(_EXPIRED, _EXPIRED_OWNED)
         with read_transaction(self._session_factory) as session:
             expired = session.execute(
-                self._owned(
-                    sqlalchemy.select(table_status.c.table_id, table_status.c.version)
-                    .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= self._clock())
-                    .order_by(table_status.c.deadline_at)
-                    .limit(EXPIRED_TABLES_PER_POLL)
-                )
+                statement, {"now": self._clock(), "expired_max": EXPIRED_TABLES_PER_POLL, **parameters}
             ).all()
         acted = 0
         for row in expired:
@@ -101,13 +102,7 @@ class DeadlineWorker:
             live = (
                 self._engine.live_tables(session)
                 if self._ownership is None
-                else list(
-                    session.execute(
-                        self._owned(
-                            sqlalchemy.select(table_status.c.table_id).where(table_status.c.ended.is_(False))
-                        )
-                    ).scalars()
-                )
+                else list(session.execute(*self._owned(_LIVE, _LIVE_OWNED)).scalars())
             )
             states = []
             for table_id in live:
@@ -130,6 +125,27 @@ class DeadlineWorker:
             logger.debug("table %s: automatic action skipped: %s", table_id, reason)
             return 0
         return 1
+
+
+def _of_owned_partitions(query: sqlalchemy.Select[_Row]) -> sqlalchemy.Select[_Row]:
+    """`query` for the tables of this replica's partitions (the list parameter
+    ``owned_partitions``) and those opened before partitions were recorded (NULL: any replica may
+    act on them, one action each by version)."""
+    column = table_status.c.match_partition
+    owned = column.in_(sqlalchemy.bindparam("owned_partitions", expanding=True))
+    return query.where(sqlalchemy.or_(owned, column.is_(None)))
+
+
+# Built once: a statement built per poll paid for its construction and cache key ten times a second.
+_EXPIRED = (
+    sqlalchemy.select(table_status.c.table_id, table_status.c.version)
+    .where(table_status.c.ended.is_(False), table_status.c.deadline_at <= sqlalchemy.bindparam("now"))
+    .order_by(table_status.c.deadline_at)
+    .limit(sqlalchemy.bindparam("expired_max"))
+)
+_EXPIRED_OWNED = _of_owned_partitions(_EXPIRED)
+_LIVE = sqlalchemy.select(table_status.c.table_id).where(table_status.c.ended.is_(False))
+_LIVE_OWNED = _of_owned_partitions(_LIVE)
 
 
 def _leave(seat: int) -> CommandFor:

@@ -386,12 +386,6 @@ class Ownership:
         self._directory = MappingProxyType(directory)
         return self._directory
 
-    def owned_partition_clause(self) -> sqlalchemy.ColumnElement[bool]:
-        """A status-row condition: the tables of this replica's partitions, and those opened before
-        partitions were recorded (NULL: any replica may act on them, one action each by version)."""
-        column = table_status.c.match_partition
-        return sqlalchemy.or_(column.in_(sorted(self._owned)), column.is_(None))
-
 
 _FENCE = (
     sqlalchemy.select(
