@@ -204,14 +204,32 @@ async def _first_of(requests: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[An
         first = await iterator.__anext__()
     except StopAsyncIteration:
         first = None
+    return first, _Replayed(first, iterator)
 
-    async def replayed() -> AsyncIterator[Any]:
-        if first is not None:
-            yield first
-        async for request in iterator:
-            yield request
 
-    return first, replayed()
+class _Replayed:
+    """A client stream's requests, the first one (already read) again first: after it, each
+    request is the stream's own awaitable, with no generator of ours in between (a Play stream
+    passes every command through here)."""
+
+    __slots__ = ("_first", "_iterator")
+
+    def __init__(self, first: Any, iterator: AsyncIterator[Any]) -> None:
+        self._first = first
+        self._iterator = iterator
+
+    def __aiter__(self) -> _Replayed:
+        return self
+
+    def __anext__(self) -> Awaitable[Any]:
+        first, self._first = self._first, None
+        if first is None:
+            return self._iterator.__anext__()
+        return _ready(first)
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 def _opened(first: Any) -> Any:
