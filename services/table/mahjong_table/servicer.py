@@ -77,6 +77,8 @@ WATCH_POLL_SECONDS = 0.5
 WATCH_BATCH_EVENTS = 500
 WATCH_MAX_SECONDS = 4 * 3600.0
 STORE_READ_THREADS = 4
+LAST_READS_TABLES_MAX = 4_096
+"""Tables whose feeds' last read of events is kept (`TableServicer._events_up_to`)."""
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
@@ -372,6 +374,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         self._store_reads = ThreadPoolExecutor(
             max_workers=STORE_READ_THREADS, thread_name_prefix="table-reads"
         )
+        # Per table, its feeds' last read (`_events_up_to`): after, up to, the events (on the loop).
+        self._last_reads: dict[str, tuple[int, int, list[envelope_pb2.Envelope]]] = {}
 
     def _transaction(self) -> AbstractContextManager[Session]:
         return transaction(self._session_factory)
@@ -558,7 +562,25 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         self, table_id: str, after: int, version: int
     ) -> list[envelope_pb2.Envelope] | None:
         """The stored events after `after` up to `version` exactly, or None when the store does not
-        show them all yet (never numbered against a state they do not reach)."""
+        show them all yet (never numbered against a state they do not reach).
+
+        The seats' feeds of a table wake together and ask for the same events: the last read of
+        each table is kept (committed events never change), so one read serves all four. The
+        list is shared: its readers never change it."""
+        last = self._last_reads.get(table_id)
+        if last is not None and last[0] == after and last[1] == version:
+            return last[2]
+        envelopes = await self._read_events_up_to(table_id, after, version)
+        if envelopes is not None:
+            self._last_reads.pop(table_id, None)
+            self._last_reads[table_id] = (after, version, envelopes)
+            if len(self._last_reads) > LAST_READS_TABLES_MAX:
+                del self._last_reads[next(iter(self._last_reads))]
+        return envelopes
+
+    async def _read_events_up_to(
+        self, table_id: str, after: int, version: int
+    ) -> list[envelope_pb2.Envelope] | None:
         envelopes: list[envelope_pb2.Envelope] = []
         read_up_to = after
         while read_up_to < version:

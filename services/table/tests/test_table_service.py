@@ -4,6 +4,7 @@ information never leaking into another seat's stream, idempotency, and bad input
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import grpc
 import pytest
@@ -344,3 +345,30 @@ def test_watch_view_is_for_seated_players(table_server: TableServer) -> None:
             )
         )
     assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_four_feeds_of_a_change_read_its_events_once(table_server: TableServer) -> None:
+    """The seats' feeds wake together after a commit and want the same events: one read serves
+    them all (`TableServicer._events_up_to`), and each still gets its own redacted update."""
+    table_id = table_server.open_table(PLAYERS)
+    watch = messages.WatchViewRequest(table_id=table_id)
+    feeds = {player: iter(table_server.stub_for(player).WatchView(watch, timeout=60)) for player in PLAYERS}
+    opened = {player: next(feed) for player, feed in feeds.items()}
+    engine = table_server.engine
+    reads: list[tuple[str, int]] = []
+    read_recent = engine.recent_events_after
+
+    def counted(table: str, after: int, limit: int, *, at_least_up_to: int = 0) -> list[Any] | None:
+        reads.append((table, after))
+        return read_recent(table, after, limit, at_least_up_to=at_least_up_to)
+
+    engine.recent_events_after = counted  # type: ignore[method-assign]
+    request = choose_command(opened["east"].view)
+    assert request is not None
+    request.table_id = table_id
+    table_server.stub_for("east").Act(request, timeout=30)
+    updates = {player: next(feed) for player, feed in feeds.items()}
+    assert reads == [(table_id, opened["east"].view.sequence)]
+    for seat, player in enumerate(PLAYERS):
+        assert updates[player].events and updates[player].view.your_seat == seat
+        assert updates[player].view == table_server.view(player, table_id)
