@@ -181,7 +181,9 @@ def _load_game(
 ) -> _Game:
     state = cache.cached(table_id, last_sequence) if cache is not None else None
     if state is None:
-        state = _rebuild(session, table_id)
+        # A game with nothing received yet (its TableOpened is in this batch) has nothing to
+        # rebuild from: every new game came here, and its inbox query cost 5% of scoring's CPU.
+        state = new_game_settlement() if last_sequence == 0 else _rebuild(session, table_id)
     return _Game(first_sequence=last_sequence, last_sequence=last_sequence, state=state)
 
 
@@ -232,6 +234,11 @@ _LAST_SEQUENCES = PerDialect(
     .where(one_of(scoring_table_events.c.table_id, "table_ids", dialect_name))
     .group_by(scoring_table_events.c.table_id)
 )
+_RECEIVED_OF_GAME = (
+    sqlalchemy.select(scoring_table_events.c.envelope)
+    .where(scoring_table_events.c.table_id == sqlalchemy.bindparam("rebuilt_table_id"))
+    .order_by(scoring_table_events.c.sequence)
+)
 _UPDATE_GAME = scoring_games.update().where(scoring_games.c.table_id == sqlalchemy.bindparam("game_of"))
 _UPDATE_PLAYER = scoring_players.update().where(
     scoring_players.c.table_id == sqlalchemy.bindparam("game_of"),
@@ -252,13 +259,8 @@ def _last_sequences(session: Session, table_ids: Sequence[str]) -> dict[str, int
 
 def _rebuild(session: Session, table_id: str) -> GameSettlementState:
     """The game's fold from the events received so far (their outputs were recorded then)."""
-    query = (
-        sqlalchemy.select(scoring_table_events.c.envelope)
-        .where(scoring_table_events.c.table_id == table_id)
-        .order_by(scoring_table_events.c.sequence)
-    )
     state = new_game_settlement()
-    for row in session.execute(query):
+    for row in session.execute(_RECEIVED_OF_GAME, {"rebuilt_table_id": table_id}):
         state, _ = settle_table_event(state, parse_envelope(bytes(row.envelope)))
     return state
 

@@ -108,11 +108,12 @@ def _missing_suits_declared(
 def _tile_drawn(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: list[Step]) -> GameFactsState:
     event = envelope.tile_drawn
     check_seat(event.seat, "drawer")
-    state = _add_tiles(state, event.seat, [sichuan_tile(event.tile)])
-    if not event.from_tail:
-        # A normal draw: the seat's last kong is no longer "right before" its next discard.
-        state = replace(state, kong_before_discard=with_item(state.kong_before_discard, event.seat, None))
-    return state
+    concealed = _concealed_with(state, event.seat, [sichuan_tile(event.tile)])
+    if event.from_tail:
+        return replace(state, concealed=concealed)
+    # A normal draw: the seat's last kong is no longer "right before" its next discard.
+    kong_before_discard = with_item(state.kong_before_discard, event.seat, None)
+    return replace(state, concealed=concealed, kong_before_discard=kong_before_discard)
 
 
 def _tile_discarded(
@@ -120,10 +121,11 @@ def _tile_discarded(
 ) -> GameFactsState:
     event = envelope.tile_discarded
     check_seat(event.seat, "discarder")
-    state = _remove_tiles(state, event.seat, [sichuan_tile(event.tile)], "discard")
+    concealed = _concealed_without(state, event.seat, [sichuan_tile(event.tile)], "discard")
     last_discard = LastDiscard(event.seat, event.tile, state.kong_before_discard[event.seat])
     return replace(
         state,
+        concealed=concealed,
         last_discard=last_discard,
         kong_before_discard=with_item(state.kong_before_discard, event.seat, None),
     )
@@ -384,20 +386,34 @@ def _checks(state: GameFactsState, source: str, steps: list[Step]) -> GameFactsS
 
 
 def _add_tiles(state: GameFactsState, seat: int, tiles: Sequence[Tile]) -> GameFactsState:
+    return replace(state, concealed=_concealed_with(state, seat, tiles))
+
+
+def _remove_tiles(state: GameFactsState, seat: int, tiles: Sequence[Tile], what: str) -> GameFactsState:
+    return replace(state, concealed=_concealed_without(state, seat, tiles, what))
+
+
+# The concealed tiles after a change, for the caller's one `replace` (a draw and a discard, most of
+# a game's events, built the state twice: `replace` costs more than the rest of their fold).
+
+
+def _concealed_with(state: GameFactsState, seat: int, tiles: Sequence[Tile]) -> tuple[tuple[int, ...], ...]:
     check_seat(seat, "receiver of tiles")
     counts = list(state.concealed[seat])
     for tile in tiles:
         counts[tile] += 1
         if counts[tile] > 4:
             raise GameFactsError(f"seat {seat} would hold a fifth {tile_code(tile)}")
-    return replace(state, concealed=with_item(state.concealed, seat, tuple(counts)))
+    return with_item(state.concealed, seat, tuple(counts))
 
 
-def _remove_tiles(state: GameFactsState, seat: int, tiles: Sequence[Tile], what: str) -> GameFactsState:
+def _concealed_without(
+    state: GameFactsState, seat: int, tiles: Sequence[Tile], what: str
+) -> tuple[tuple[int, ...], ...]:
     check_seat(seat, f"seat giving tiles for {what}")
     counts = list(state.concealed[seat])
     for tile in tiles:
         if counts[tile] == 0:
             raise GameFactsError(f"{what}: seat {seat} does not hold {tile_code(tile)}")
         counts[tile] -= 1
-    return replace(state, concealed=with_item(state.concealed, seat, tuple(counts)))
+    return with_item(state.concealed, seat, tuple(counts))
