@@ -1,4 +1,5 @@
-"""The settlement projection on SQLite: rows, outbox, idempotency, rebuild equals live, memory safety."""
+"""The settlement projection on SQLite (and its batches on PostgreSQL): rows, outbox, idempotency,
+rebuild equals live, memory safety."""
 
 from __future__ import annotations
 
@@ -231,3 +232,51 @@ def test_another_event_at_a_sequence_already_applied_is_refused(session_factory:
     with refused, transaction(session_factory) as session:
         projection(session, impostor, POSITION)
     assert projection_rows(session_factory) == before
+
+
+def whole_game_at(table_id: str) -> TableScript:
+    script = TableScript(table_id=table_id, rules=room_rules(coefficient=100, rake_beans=50)).open(
+        DEAL, "smpm"
+    )
+    script.discard(0, "5s")
+    script.draw(1, "1s")
+    script.discard(1, "1s")
+    script.draw(0, "8m")
+    script.kong(0, "8m", "concealed")
+    script.draw(0, "4p", from_tail=True)
+    script.discard(0, "9p")
+    script.wall_exhausted()
+    script.ended("wall_exhausted")
+    return script
+
+
+def apply_in_batches(
+    session_factory: SessionFactory, events: list[envelope_pb2.Envelope], batch_size: int
+) -> dict[str, list[tuple[object, ...]]]:
+    projection = SettlementProjection(EventStore())
+    for start in range(0, len(events), batch_size):
+        with transaction(session_factory) as session:
+            projection.apply_batch(
+                session, [Delivery(envelope, POSITION) for envelope in events[start : start + batch_size]]
+            )
+    return projection_rows(session_factory)
+
+
+@pytest.mark.integration
+def test_postgresql_batches_of_several_games_leave_the_rows_sqlite_does(
+    session_factory: SessionFactory, postgres_database_url: str
+) -> None:
+    """The same interleaved events of three tables, in batches that move several games at once
+    (`insert_rows` and the array parameters take other statements on each database) leave
+    identical projection rows and settlement events on both."""
+    scripts = [whole_game_at(f"table-{number}") for number in range(3)]
+    events = [
+        envelope for moment in zip(*(script.events for script in scripts), strict=True) for envelope in moment
+    ]
+    expected = apply_in_batches(session_factory, events, batch_size=5)
+    assert len(expected["scoring_games"]) == 3 and all(row[-1] for row in expected["scoring_games"])
+    engine = migrated_engine(postgres_database_url)
+    try:
+        assert apply_in_batches(create_session_factory(engine), events, batch_size=5) == expected
+    finally:
+        engine.dispose()
