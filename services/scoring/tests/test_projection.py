@@ -27,9 +27,11 @@ POSITION = MessagePosition("mahjong.table.v1", 0, 0)
 DEAL = ["11234567888m99p5s", "123456789p2255s", "11335779s24699m", "123m1122456p789s"]
 
 
-def whole_game() -> TableScript:
+def whole_game(table_id: str = "table-1") -> TableScript:
     """Concealed kong, then the wall-exhausted checks (flower pig, not ready, kong refund), rake."""
-    script = TableScript(rules=room_rules(coefficient=100, rake_beans=50)).open(DEAL, "smpm")
+    script = TableScript(table_id=table_id, rules=room_rules(coefficient=100, rake_beans=50)).open(
+        DEAL, "smpm"
+    )
     script.discard(0, "5s")
     script.draw(1, "1s")
     script.discard(1, "1s")
@@ -234,22 +236,6 @@ def test_another_event_at_a_sequence_already_applied_is_refused(session_factory:
     assert projection_rows(session_factory) == before
 
 
-def whole_game_at(table_id: str) -> TableScript:
-    script = TableScript(table_id=table_id, rules=room_rules(coefficient=100, rake_beans=50)).open(
-        DEAL, "smpm"
-    )
-    script.discard(0, "5s")
-    script.draw(1, "1s")
-    script.discard(1, "1s")
-    script.draw(0, "8m")
-    script.kong(0, "8m", "concealed")
-    script.draw(0, "4p", from_tail=True)
-    script.discard(0, "9p")
-    script.wall_exhausted()
-    script.ended("wall_exhausted")
-    return script
-
-
 def apply_in_batches(
     session_factory: SessionFactory, events: list[envelope_pb2.Envelope], batch_size: int
 ) -> dict[str, list[tuple[object, ...]]]:
@@ -269,7 +255,7 @@ def test_postgresql_batches_of_several_games_leave_the_rows_sqlite_does(
     """The same interleaved events of three tables, in batches that move several games at once
     (`insert_rows` and the array parameters take other statements on each database) leave
     identical projection rows and settlement events on both."""
-    scripts = [whole_game_at(f"table-{number}") for number in range(3)]
+    scripts = [whole_game(f"table-{number}") for number in range(3)]
     events = [
         envelope for moment in zip(*(script.events for script in scripts), strict=True) for envelope in moment
     ]
