@@ -22,8 +22,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--settlement-lag",
         action="store_true",
-        help="also measure each game's lag from GameEnded to its last ledger posting (read from the ledger "
-        "topic on Kafka once, after the run)",
+        help="also measure each game's lag from GameEnded to its last ledger posting: read from the ledger "
+        "topic on Kafka once, after the run (polled from the ledger with a finance token when Kafka cannot "
+        "be reached within 5 s)",
     )
     parser.add_argument(
         "--think-ms",
