@@ -149,9 +149,16 @@ def parse_envelope(data: bytes) -> envelope_pb2.Envelope:
     return envelope
 
 
+_PAYLOAD_FIELDS: dict[object, str] = {
+    field.message_type: field.name
+    for field in reversed(envelope_pb2.Envelope.DESCRIPTOR.oneofs_by_name["payload"].fields)
+}
+"""The (first) payload field of each payload message type: looked up per event, where a scan of
+the oneof's fields was."""
+
+
 def _payload_field_for(payload: Message) -> str:
-    payload_oneof = envelope_pb2.Envelope.DESCRIPTOR.oneofs_by_name["payload"]
-    for field in payload_oneof.fields:
-        if field.message_type is payload.DESCRIPTOR:
-            return field.name
-    raise TypeError(f"{payload.DESCRIPTOR.full_name} is not an Envelope payload type")
+    field_name = _PAYLOAD_FIELDS.get(payload.DESCRIPTOR)
+    if field_name is None:
+        raise TypeError(f"{payload.DESCRIPTOR.full_name} is not an Envelope payload type")
+    return field_name

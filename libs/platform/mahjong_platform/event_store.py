@@ -304,6 +304,8 @@ def _numbered(event: envelope_pb2.Envelope, stream_id: str, sequence: int) -> en
         )
     if event.sequence not in (0, sequence):
         raise ValueError(f"event {event.event_id} has sequence {event.sequence}, its position is {sequence}")
+    if event.stream_id and event.sequence:
+        return event  # numbered already (a table engine's): nothing to change, nothing to copy
     numbered = envelope_pb2.Envelope()
     numbered.CopyFrom(event)
     numbered.stream_id = stream_id

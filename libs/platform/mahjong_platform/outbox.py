@@ -284,9 +284,15 @@ class OutboxRelay:
 
     def _mark_sent(self, session: Session, messages: Sequence[OutboxMessage]) -> None:
         sent_at: datetime.datetime = self._clock()
-        result = session.connection().execute(
-            _MARK_SENT(session), {"ids": [message.id for message in messages], "marked_at": sent_at}
-        )
+        ids: dict[str, object]
+        if self._locks_rows:
+            statement, ids = _MARK_SENT(session), {"ids": [message.id for message in messages]}
+        else:
+            # SQLite: its one writer at a time numbers the rows in commit order, and the batch is
+            # the lowest unsent ids read, so every row between its first and last id is one of
+            # them or was sent before (one statement text, not one per batch size).
+            statement, ids = _MARK_SENT_RANGE, {"first_id": messages[0].id, "last_id": messages[-1].id}
+        result = session.connection().execute(statement, {**ids, "marked_at": sent_at})
         # Under PostgreSQL the rows are locked by us; under SQLite there is one relay. Either way
         # nobody else can have marked them in between.
         assert result.rowcount == len(messages), (result.rowcount, len(messages))
@@ -309,6 +315,12 @@ _READ_UNSENT = (
     .limit(sqlalchemy.bindparam("batch_size"))
 )
 _READ_UNSENT_LOCKING = _READ_UNSENT.with_for_update(skip_locked=True)
+_MARK_SENT_RANGE = (
+    outbox_messages.update()
+    .where(outbox_messages.c.id.between(sqlalchemy.bindparam("first_id"), sqlalchemy.bindparam("last_id")))
+    .where(outbox_messages.c.sent_at.is_(None))
+    .values(sent_at=sqlalchemy.bindparam("marked_at"))
+)
 _MARK_SENT = PerDialect(
     lambda dialect_name: outbox_messages.update()
     .where(one_of(outbox_messages.c.id, "ids", dialect_name))
