@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import functools
 import threading
 import typing
 from collections.abc import Callable, Sequence
@@ -596,18 +597,49 @@ def first_answers(session: Session, keys: Sequence[AnswerKey]) -> dict[AnswerKey
     if not keys:
         return {}
     wanted = set(keys)
-    rows = session.execute(
-        _FIRST_ANSWERS,
-        {
-            "table_ids": sorted({key[0] for key in wanted}),
-            "idempotency_keys": sorted({key[2] for key in wanted}),
-        },
-    )
+    rows: Sequence[sqlalchemy.Row[typing.Any]]
+    if session.get_bind().dialect.name == "sqlite":
+        rows = _first_answers_sqlite(session, sorted(wanted))
+    else:
+        rows = session.execute(
+            _FIRST_ANSWERS,
+            {
+                "table_ids": sorted({key[0] for key in wanted}),
+                "idempotency_keys": sorted({key[2] for key in wanted}),
+            },
+        ).all()
     found = {
         (row.table_id, row.player_id, row.idempotency_key): (row.request_digest, bytes(row.answer))
         for row in rows
     }
     return {key: answer for key, answer in found.items() if key in wanted}
+
+
+def _first_answers_sqlite(session: Session, keys: Sequence[AnswerKey]) -> list[sqlalchemy.Row[typing.Any]]:
+    """SQLite: the stored answers of exactly these keys, by primary key, in one statement per
+    chunk of a power-of-two size (a few statement texts, cached by the driver; SQLAlchemy's
+    expanding IN renders a new one for every batch size)."""
+    connection = session.connection()
+    rows: list[sqlalchemy.Row[typing.Any]] = []
+    start = 0
+    while start < len(keys):
+        count = min(COMMANDS_PER_ANSWER_QUERY_MAX, 1 << ((len(keys) - start).bit_length() - 1))
+        values = tuple(value for key in keys[start : start + count] for value in key)
+        rows += connection.exec_driver_sql(_first_answers_text(count), values).all()
+        start += count
+    return rows
+
+
+COMMANDS_PER_ANSWER_QUERY_MAX = 256
+
+
+@functools.cache
+def _first_answers_text(count: int) -> str:
+    keys = ", ".join(["(?, ?, ?)"] * count)
+    return (
+        "SELECT table_id, player_id, idempotency_key, request_digest, answer FROM table_answers "
+        f"WHERE (table_id, player_id, idempotency_key) IN (VALUES {keys})"
+    )
 
 
 def remember_answers(session: Session, answers: dict[AnswerKey, tuple[str, bytes]]) -> None:

@@ -19,7 +19,7 @@ from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
 from mahjong_table.core.commands import Discard, TableCommand
 from mahjong_table.selfplay import greedy_command
 from mahjong_table.servicer import TABLE_ERROR_MAPPING
-from mahjong_table.tables import TableEngine
+from mahjong_table.tables import TableEngine, first_answers, remember_answers
 from mahjong_table.variants import AnyTableState, fold
 
 from .conftest import TableServer
@@ -216,3 +216,22 @@ def test_an_event_loop_caller_that_gives_up_before_its_batch_writes_nothing(
     committer.stop()
     assert isinstance(result, Accepted) and result.envelopes[0].sequence == version + 1
     assert stored_state(table_server, table_id) == result.state
+
+
+def test_the_stored_first_answers_are_found_for_exactly_the_keys_asked(table_server: TableServer) -> None:
+    """`first_answers` (one query per power-of-two chunk on SQLite): the stored answers of the
+    keys asked, none of a key that shares its table and idempotency key but not its player."""
+    stored = {
+        (f"table-{index % 3}", f"player-{index % 5}", f"key-{index}"): (
+            f"digest-{index}",
+            bytes([index % 256]) * 3,
+        )
+        for index in range(300)
+    }
+    with transaction(table_server.session_factory) as session:  # type: ignore[arg-type]
+        remember_answers(session, stored)
+    asked = [*list(stored)[:290], ("table-0", "nobody", "key-0"), ("table-9", "player-0", "key-1")]
+    with read_transaction(table_server.session_factory) as session:  # type: ignore[arg-type]
+        found = first_answers(session, asked)
+        assert first_answers(session, []) == {}
+    assert found == {key: stored[key] for key in list(stored)[:290]}
