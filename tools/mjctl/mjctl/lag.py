@@ -50,14 +50,14 @@ class GameTransfers:
     def __init__(self) -> None:
         self.rakes = 0
         self.last_posted_ms = 0
-        self._seen: dict[str, int] = {}
+        self._seen: set[str] = set()
 
     def add(self, event_id: str, reason: str, timestamp_ms: int) -> None:
         """One transfer's record; a re-sent one (the same event id, published again by a relay
         that restarted before marking it sent) keeps the first record's time."""
         if event_id in self._seen:
             return
-        self._seen[event_id] = timestamp_ms
+        self._seen.add(event_id)
         self.rakes += reason == "rake"
         self.last_posted_ms = max(self.last_posted_ms, timestamp_ms)
 
