@@ -9,13 +9,12 @@ so a unit of work either commits completely or leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
 import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Literal, TypeVar, get_args
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy
 import sqlalchemy.dialects.postgresql
@@ -37,7 +36,6 @@ POSTGRESQL_POOL_TIMEOUT_SECONDS = 30
 POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
 
 SessionFactory = sessionmaker[Session]
-SqliteSynchronous = Literal["FULL", "NORMAL"]
 StatementT = TypeVar("StatementT")
 READ_ONLY_OPTION = "mahjong_read_only"
 
@@ -54,36 +52,24 @@ def create_engine_for(
     url: str | URL,
     *,
     sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
-    sqlite_synchronous: SqliteSynchronous = "FULL",
     postgresql_statement_timeout_ms: int = POSTGRESQL_STATEMENT_TIMEOUT_MS,
     echo: bool = False,
 ) -> Engine:
     """An engine configured for how the platform uses the database.
 
     SQLite (file databases only): the parent directory is created; every connection enables WAL
-    (readers do not block the single writer), foreign keys, a busy timeout and
-    `sqlite_synchronous`; and every transaction starts with `BEGIN IMMEDIATE`. The Python sqlite3
-    driver would otherwise start transactions lazily at the first write, so a read-then-write
-    transaction (check a stream's version, then append) could fail with "database is locked"
-    without waiting for the busy timeout; taking the write lock up front makes writers queue
-    instead.
-
-    `sqlite_synchronous`: "FULL" (SQLite's default) waits at every commit until the WAL is on
-    the disk. "NORMAL" does not: a commit survives the process being killed (the operating system
-    has the WAL), but an operating-system crash or power loss may roll the database back to an
-    earlier commit (consistent: whole transactions). The outbox relay then syncs the WAL before it
-    publishes (`sync_committed`), so Kafka never carries an event the database could lose.
+    (readers do not block the single writer), foreign keys and a busy timeout; and every
+    transaction starts with `BEGIN IMMEDIATE`. The Python sqlite3 driver would otherwise start
+    transactions lazily at the first write, so a read-then-write transaction (check a stream's
+    version, then append) could fail with "database is locked" without waiting for the busy
+    timeout; taking the write lock up front makes writers queue instead.
 
     PostgreSQL (`postgresql+psycopg://`): a bounded pool with pre-ping, a connect timeout and a
     statement timeout.
     """
     parsed_url = sqlalchemy.make_url(url)
     if parsed_url.get_backend_name() == "sqlite":
-        if sqlite_synchronous not in get_args(SqliteSynchronous):
-            raise ValueError(f"sqlite_synchronous must be FULL or NORMAL, not {sqlite_synchronous!r}")
-        return _create_sqlite_engine(
-            parsed_url, busy_timeout_ms=sqlite_busy_timeout_ms, synchronous=sqlite_synchronous, echo=echo
-        )
+        return _create_sqlite_engine(parsed_url, busy_timeout_ms=sqlite_busy_timeout_ms, echo=echo)
     if parsed_url.get_backend_name() == "postgresql":
         if parsed_url.get_driver_name() != "psycopg":
             raise ValueError(f"use the psycopg 3 driver: postgresql+psycopg://, not {parsed_url.drivername}")
@@ -147,30 +133,7 @@ def read_transaction(session_factory: SessionFactory) -> Iterator[Session]:
         yield session
 
 
-def sync_committed(engine: Engine) -> None:
-    """Make every transaction committed so far on `engine` survive a power loss: for a SQLite
-    engine with ``synchronous=NORMAL``, an fsync of its WAL file (commits wrote their pages there
-    and left them to the operating system); nothing otherwise (every commit waited for the disk).
-
-    The WAL keeps every committed page until a checkpoint has copied it into the database file and
-    synced that, so syncing it covers every commit before the call."""
-    if _SQLITE_UNSYNCED_WAL.get(engine) is None:
-        return
-    try:
-        descriptor = os.open(_SQLITE_UNSYNCED_WAL[engine], os.O_RDONLY)
-    except FileNotFoundError:  # no WAL: the last connection checkpointed it into the synced file
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-_SQLITE_UNSYNCED_WAL: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
-"""The WAL file of each SQLite engine whose commits do not sync it (``synchronous=NORMAL``)."""
-
-
-def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, synchronous: str, echo: bool) -> Engine:
+def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engine:
     assert busy_timeout_ms >= 0, busy_timeout_ms
     database = url.database
     if not database or database == ":memory:":
@@ -196,7 +159,6 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, synchronous: str, e
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            cursor.execute(f"PRAGMA synchronous={synchronous}")
         finally:
             cursor.close()
 
@@ -207,8 +169,6 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, synchronous: str, e
         read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
-    if synchronous != "FULL":
-        _SQLITE_UNSYNCED_WAL[engine] = f"{database}-wal"
     return engine
 
 

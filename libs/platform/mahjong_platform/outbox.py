@@ -34,7 +34,6 @@ from mahjong_platform.database import (
     insert_rows,
     one_of,
     read_transaction,
-    sync_committed,
     transaction,
 )
 from mahjong_platform.envelopes import Clock, utc_now
@@ -177,7 +176,6 @@ class OutboxRelay:
     ) -> None:
         assert 1 <= batch_size <= RELAY_BATCH_SIZE_MAX, batch_size
         assert publish_timeout_ms > 0, publish_timeout_ms
-        self._engine = engine
         self._session_factory = create_session_factory(engine)
         self._locks_rows = engine.dialect.name == "postgresql"
         self._batch_size = batch_size
@@ -208,9 +206,6 @@ class OutboxRelay:
         with read_transaction(self._session_factory) as session:
             messages = self._read_unsent(session, lock_rows=False)
         if messages:
-            # Under synchronous=NORMAL the commits it read may not be on the disk yet: a power
-            # loss must not take back an event Kafka already has.
-            sync_committed(self._engine)
             self._publish(messages)
             with transaction(self._session_factory) as session:
                 self._mark_sent(session, messages)

@@ -28,7 +28,7 @@ from mahjong_platform.aio_grpc_server import (
 )
 from mahjong_platform.auth import AuthInterceptor
 from mahjong_platform.config import ServiceName, Settings, check_secret_for_serving
-from mahjong_platform.database import SqliteSynchronous, create_engine_for
+from mahjong_platform.database import create_engine_for
 from mahjong_platform.dead_letter_service import METHOD_ROLES as DEAD_LETTER_METHOD_ROLES
 from mahjong_platform.dead_letter_service import DeadLetterRedriver, RedriveTarget, one_event_handler
 from mahjong_platform.dead_letter_service import registration as dead_letter_registration
@@ -120,11 +120,6 @@ class ServiceDefinition:
     # its health says NOT_SERVING, so a load balancer sends it nothing (a table engine before its
     # first partition assignment knows no table's owner). None: SERVING from the start.
     serving_when: Callable[[], threading.Event] | None = None
-    # SQLite: whether a commit waits for the disk (`create_engine_for`). "NORMAL" loses nothing
-    # when the process dies, only at an operating-system crash or power loss, and then nothing
-    # the outbox relay published (it syncs first); it is for a service whose last moments may be
-    # replayed differently (the table engine's moves), not for money.
-    sqlite_synchronous: SqliteSynchronous = "FULL"
 
 
 def served_method_roles(definition: ServiceDefinition) -> dict[str, frozenset[str]]:
@@ -275,7 +270,7 @@ def start_service(
     topics = Topics.with_prefix(settings.topic_prefix)
     bootstrap_servers = list(settings.kafka_bootstrap_servers)
     ensure_topics(bootstrap_servers, topics.all_names(), partitions=settings.topic_partitions)
-    engine = create_engine_for(database_url, sqlite_synchronous=definition.sqlite_synchronous)
+    engine = create_engine_for(database_url)
     metrics = ServiceMetrics(definition.name)
     bind_engine(engine, metrics)
     metrics.add_collector(DatabaseGauge(engine, outbox_gauges()))

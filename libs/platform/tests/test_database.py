@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 import pathlib
 
 import pytest
@@ -14,7 +13,6 @@ from mahjong_platform.database import (
     create_engine_for,
     create_session_factory,
     sqlite_url,
-    sync_committed,
     transaction,
 )
 from sqlalchemy.dialects import sqlite
@@ -47,48 +45,11 @@ def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(tmp_path: pa
         with engine.connect() as connection:
             settings = {
                 name: connection.exec_driver_sql(f"PRAGMA {name}").scalar()
-                for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+                for name in ("journal_mode", "foreign_keys", "busy_timeout")
             }
-        assert settings == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1234, "synchronous": 2}
+        assert settings == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1234}
     finally:
         engine.dispose()
-
-
-def test_sqlite_commits_skip_the_disk_only_when_asked_and_sync_committed_syncs_the_wal(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """synchronous=NORMAL (a service whose last moments may be lost at a power cut): its commits
-    leave the WAL to the operating system, and `sync_committed` fsyncs that file; a FULL engine's
-    commits are on the disk already, so it syncs nothing."""
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(descriptor: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
-        real_fsync(descriptor)
-
-    monkeypatch.setattr("mahjong_platform.database.os.fsync", fsync)
-    with pytest.raises(ValueError, match="FULL or NORMAL"):
-        create_engine_for(sqlite_url(tmp_path, "off"), sqlite_synchronous="OFF")  # type: ignore[arg-type]
-    full, normal = (
-        create_engine_for(sqlite_url(tmp_path, name), sqlite_synchronous=name.upper())  # type: ignore[arg-type]
-        for name in ("full", "normal")
-    )
-    try:
-        for engine in (full, normal):
-            with transaction(create_session_factory(engine)) as session:
-                session.execute(sqlalchemy.text("CREATE TABLE t (a INTEGER)"))
-            with engine.connect() as connection:
-                mode = connection.exec_driver_sql("PRAGMA synchronous").scalar()
-            assert mode == (2 if engine is full else 1)
-            sync_committed(engine)
-        assert synced == [f"{tmp_path}/normal.sqlite3-wal"]
-    finally:
-        full.dispose()
-        normal.dispose()
-    synced.clear()
-    sync_committed(normal)  # every connection closed: the WAL was checkpointed and removed
-    assert synced == []
 
 
 @pytest.mark.parametrize("name", ["", "../escape", ".hidden", "a/b"])

@@ -5,20 +5,16 @@ Each test gets its own prefixed topics on the shared broker (see the `kafka_topi
 
 from __future__ import annotations
 
-import os
-import pathlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, table_events_pb2
-from mahjong_platform.database import create_engine_for, create_session_factory, transaction
+from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
-from mahjong_platform.migrations import upgrade
 from mahjong_platform.outbox import OutboxMessage, OutboxRelay, count_unsent_outbox_messages
 from mahjong_platform.schema import consumer_positions
 from mahjong_platform.topics import Topics
@@ -259,40 +255,3 @@ def test_a_commit_wakes_the_relay_before_its_poll_interval(
         thread.join(timeout=60)
         relay.close()
     assert not thread.is_alive()  # the stop is seen within STOP_CHECK_SECONDS, not the poll interval
-
-
-def test_a_relay_over_commits_that_skip_the_disk_syncs_them_before_it_publishes(
-    sqlite_database_url: str,
-    alembic_example_directory: pathlib.Path,
-    kafka_bootstrap_servers: str,
-    kafka_topics: Topics,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """synchronous=NORMAL: a power loss may take back the last commits, so the relay makes what it
-    read durable (an fsync of the WAL) before Kafka gets any of it."""
-    upgrade(sqlite_database_url, alembic_example_directory)
-    engine = create_engine_for(sqlite_database_url, sqlite_synchronous="NORMAL")
-    steps: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(descriptor: int) -> None:
-        steps.append("fsync " + os.path.basename(os.readlink(f"/proc/self/fd/{descriptor}")))
-        real_fsync(descriptor)
-
-    monkeypatch.setattr("mahjong_platform.database.os.fsync", fsync)
-    try:
-        append_events(engine, kafka_topics, {"table-1": 3})
-        with OutboxRelay(engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS) as relay:
-            send = relay._producer.send
-
-            def recorded_send(*arguments: Any, **keywords: Any) -> Any:
-                steps.append("send")
-                return send(*arguments, **keywords)
-
-            monkeypatch.setattr(relay._producer, "send", recorded_send)
-            assert relay.run_once() == 3
-            assert relay.run_once() == 0  # nothing read, nothing to sync
-        wal = os.path.basename(sqlite_database_url.removeprefix("sqlite:///")) + "-wal"
-        assert steps == [f"fsync {wal}", "send", "send", "send"]
-    finally:
-        engine.dispose()

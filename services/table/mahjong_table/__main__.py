@@ -117,9 +117,6 @@ def definition(settings: Settings) -> ServiceDefinition:
         instrument=instrument,
         extra_interceptors=process.interceptors,
         serving_when=process.serving,
-        # A commit waits for no disk: killing the process loses nothing; a power loss may take
-        # back the last moves, never one the outbox relay published (README "Reliability").
-        sqlite_synchronous="NORMAL",
     )
 
 
