@@ -182,12 +182,21 @@ def java_executable() -> str:
 # --- ports and cluster ids ----------------------------------------------------------------------
 
 
+_HANDED_OUT: set[int] = set()
+"""The ports `free_port` gave this process: the OS may offer a port again once its probe is
+closed, and two services given the same port (a gRPC and a metrics address) refuse to start."""
+
+
 def free_port(host: str = DEFAULT_HOST) -> int:
-    """A TCP port that was free a moment ago (the OS picks it; racy only against other pickers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A TCP port that was free a moment ago and that this process was not given before (the OS
+    picks it; racy only against other processes' pickers)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _terminate_when_parent_dies() -> None:
