@@ -37,6 +37,7 @@ POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
 
 SessionFactory = sessionmaker[Session]
 StatementT = TypeVar("StatementT")
+_T = TypeVar("_T")
 READ_ONLY_OPTION = "mahjong_read_only"
 
 
@@ -348,11 +349,9 @@ def _insert_rows_sqlite(
     per_statement = min(
         SQLITE_ROWS_PER_INSERT_MAX, _power_of_two_at_most(_SQLITE_VARIABLES_MAX // len(columns))
     )
-    start = 0
-    while start < len(rows):
-        count = min(per_statement, _power_of_two_at_most(len(rows) - start))
+    for chunk in power_of_two_chunks(rows, per_statement):
         values: list[Any] = []
-        for row in rows[start : start + count]:
+        for row in chunk:
             if len(row) != len(columns):
                 raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}")
             for column, processor in processors:
@@ -362,8 +361,18 @@ def _insert_rows_sqlite(
                     raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}") from None
                 values.append(value if processor is None or value is None else processor(value))
         connection.exec_driver_sql(
-            _sqlite_insert_text(dialect, table, columns, count, on_conflict), tuple(values)
+            _sqlite_insert_text(dialect, table, columns, len(chunk), on_conflict), tuple(values)
         )
+
+
+def power_of_two_chunks(items: Sequence[_T], most: int) -> Iterator[Sequence[_T]]:
+    """`items` in consecutive chunks, each of the largest power of two that is at most `most` (a
+    power of two) and at most what is left: a statement per chunk with one placeholder group per
+    item then has a few texts only, which stay in the driver's statement cache."""
+    start = 0
+    while start < len(items):
+        count = min(most, _power_of_two_at_most(len(items) - start))
+        yield items[start : start + count]
         start += count
 
 

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2
-from mahjong_platform.database import insert_rows, upsert_rows
+from mahjong_platform.database import insert_rows, power_of_two_chunks, upsert_rows
 from mahjong_platform.envelopes import Clock, new_envelope
 from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
@@ -436,7 +436,7 @@ class TableEngine:
         last_sequence = self.store.append(session, new_state.table_id, version, envelopes)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
         row = self._status_row(session, base, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
-        self._upsert_status(session, row)
+        upsert_rows(session, table_status, [row], key=("table_id",))
         return typing.cast(datetime.datetime | None, row["deadline_at"])
 
     def write_batch(
@@ -473,9 +473,6 @@ class TableEngine:
             "last_event_at": last_event_at,
             "deadline_at": deadline,
         }
-
-    def _upsert_status(self, session: Session, row: dict[str, object]) -> None:
-        upsert_rows(session, table_status, [row], key=("table_id",))
 
     def _deadline_after(
         self, session: Session, base: TableState | None, state: TableState, last_event_at: datetime.datetime
@@ -621,12 +618,9 @@ def _first_answers_sqlite(session: Session, keys: Sequence[AnswerKey]) -> list[s
     expanding IN renders a new one for every batch size)."""
     connection = session.connection()
     rows: list[sqlalchemy.Row[typing.Any]] = []
-    start = 0
-    while start < len(keys):
-        count = min(COMMANDS_PER_ANSWER_QUERY_MAX, 1 << ((len(keys) - start).bit_length() - 1))
-        values = tuple(value for key in keys[start : start + count] for value in key)
-        rows += connection.exec_driver_sql(_first_answers_text(count), values).all()
-        start += count
+    for chunk in power_of_two_chunks(keys, COMMANDS_PER_ANSWER_QUERY_MAX):
+        values = tuple(value for key in chunk for value in key)
+        rows += connection.exec_driver_sql(_first_answers_text(len(chunk)), values).all()
     return rows
 
 
