@@ -55,8 +55,6 @@ from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.visibility import CLAIM_WAIT_CAP_SECONDS, answer_envelopes, window_hidden_from
 from mahjong_table.wire import REDACTED_PAYLOADS, seat_sequence
 
-__all__ = ["REDACTED_PAYLOADS", "TableServicer", "seat_sequence", "table_view_message"]
-
 METHOD_ROLES = role_table(
     messages.DESCRIPTOR.services_by_name["TableService"],
     {

@@ -25,7 +25,7 @@ from mahjong_table.formula.decide import execute as formula_execute
 from mahjong_table.formula.decide import open_formula_table
 from mahjong_table.formula.evolve import fold as formula_fold
 from mahjong_table.selfplay import formula_greedy_command, random_legal_command
-from mahjong_table.servicer import seat_envelopes, seat_sequence, table_view_message
+from mahjong_table.servicer import seat_envelopes, table_view_message
 from mahjong_table.sichuan.decide import execute, open_table
 from mahjong_table.sichuan.evolve import fold
 from mahjong_table.variants import AnyTableState, view_for
@@ -98,7 +98,7 @@ def view_field_by_field(
     message = messages.TableView(
         table_id=view.table_id,
         room_id=state.room_id,
-        sequence=seat_sequence(state, seat),
+        sequence=wire.seat_sequence(state, seat),
         your_seat=seat,
         hand=compact(view.hand),
         dealer_seat=view.dealer_seat,
@@ -148,7 +148,7 @@ def composed_update(
     `TableServicer._view_updates` composes it)."""
     state = steps[up_to][0]
     envelopes = [envelope for _state, committed in steps[after + 1 : up_to + 1] for envelope in committed]
-    after_seat_sequence = seat_sequence(steps[after][0], seat) if after >= 0 else 0
+    after_seat_sequence = wire.seat_sequence(steps[after][0], seat) if after >= 0 else 0
     events = wire.seat_event_bytes(envelopes, seat, state.hidden_counts[seat], after_seat_sequence)
     return wire.update_bytes(events, wire.view_bytes(state, seat) + wire.deadline_bytes(deadline))
 
@@ -158,7 +158,7 @@ def update_field_by_field(
 ) -> messages.TableUpdate:
     state = steps[up_to][0]
     envelopes = [envelope for _state, committed in steps[after + 1 : up_to + 1] for envelope in committed]
-    after_seat_sequence = seat_sequence(steps[after][0], seat) if after >= 0 else 0
+    after_seat_sequence = wire.seat_sequence(steps[after][0], seat) if after >= 0 else 0
     update = messages.TableUpdate()
     for envelope in seat_envelopes(envelopes, seat, state.hidden_counts[seat]):
         if envelope.sequence > after_seat_sequence:
