@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+import sqlalchemy
 from mahjong_platform.database import create_session_factory, read_transaction, transaction
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
@@ -235,3 +236,36 @@ def test_the_stored_first_answers_are_found_for_exactly_the_keys_asked(table_ser
         found = first_answers(session, asked)
         assert first_answers(session, []) == {}
     assert found == {key: stored[key] for key in list(stored)[:290]}
+
+
+def test_the_first_answers_query_searches_the_primary_key_instead_of_scanning(
+    table_server: TableServer,
+) -> None:
+    """The writer looks up every batch's idempotency keys; a query that scanned `table_answers`
+    would cost each batch time in proportion to every answer ever stored. SQLite's own plan of
+    each statement `first_answers` runs must search the primary key, for one key and for many."""
+    engine = table_server.session_factory.kw["bind"]  # type: ignore[attr-defined]
+    assert engine.dialect.name == "sqlite"  # the PostgreSQL path is one expanding IN on an index
+    statements: list[tuple[str, Any]] = []
+
+    def remember(
+        _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool
+    ) -> None:
+        if "FROM table_answers" in statement:
+            statements.append((statement, parameters))
+
+    sqlalchemy.event.listen(engine, "before_cursor_execute", remember)
+    try:
+        with read_transaction(table_server.session_factory) as session:  # type: ignore[arg-type]
+            for count in (1, 3, 40):
+                first_answers(session, [(f"table-{i}", f"player-{i}", f"key-{i}") for i in range(count)])
+    finally:
+        sqlalchemy.event.remove(engine, "before_cursor_execute", remember)
+    assert len(statements) >= 3
+    with engine.connect() as connection:
+        for statement, parameters in statements:
+            plan = [
+                row[3] for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+            ]
+            assert any("SEARCH table_answers" in step for step in plan), plan
+            assert not any("SCAN table_answers" in step for step in plan), plan
