@@ -66,3 +66,23 @@ def test_the_server_does_not_run_as_root(postgres_database_url: str) -> None:
 )
 def test_database_names_are_made_valid(hint: str, expected: str) -> None:
     assert postgres_infra.database_name(hint) == expected
+
+
+def test_a_cluster_starts_with_the_server_settings_it_is_given() -> None:
+    with postgres_infra.PostgresCluster(server_settings={"autovacuum_naptime": "1s"}) as cluster:
+        engine = sqlalchemy.create_engine(cluster.url())
+        try:
+            with engine.connect() as connection:
+                naptime = connection.execute(sqlalchemy.text("show autovacuum_naptime")).scalar_one()
+                fsync = connection.execute(sqlalchemy.text("show fsync")).scalar_one()
+        finally:
+            engine.dispose()
+    assert (naptime, fsync) == ("1s", "off")  # the given setting, and the cluster's own kept
+
+
+@pytest.mark.parametrize(
+    "setting", [{"work_mem": "64MB -c fsync=on"}, {"search_path": "'x'"}, {"Bad Name": "1"}]
+)
+def test_a_server_setting_that_pg_ctl_would_split_or_quote_is_refused(setting: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="unsupported server setting"):
+        postgres_infra.PostgresCluster(server_settings=setting)
