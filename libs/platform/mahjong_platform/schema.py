@@ -67,7 +67,7 @@ outbox_messages = Table(
     Column("event_id", String(EVENT_ID_MAX_LENGTH), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("sent_at", DateTime(timezone=True), nullable=True),
-    UniqueConstraint("event_id", name="uq_outbox_messages_event_id"),
+    UniqueConstraint("event_id", "topic", name="uq_outbox_messages_event_id_topic"),
     Index(
         "ix_outbox_messages_unsent",
         "id",
@@ -76,7 +76,8 @@ outbox_messages = Table(
     ),
     Index("ix_outbox_messages_sent_at", "sent_at"),
 )
-"""Messages waiting for the relay; written in the same transaction as the events they carry."""
+"""Messages waiting for the relay; written in the same transaction as the events they carry. One
+message per event and topic: a seat-releasing event has two (`Topics.destinations`)."""
 
 consumer_positions = Table(
     "consumer_positions",
@@ -231,3 +232,66 @@ def create_dead_letter_redrives_table(op: Any) -> None:
 def drop_dead_letter_redrives_table(op: Any) -> None:
     """Alembic downgrade step matching `create_dead_letter_redrives_table`."""
     op.drop_table("dead_letter_redrives")
+
+
+_OUTBOX_EVENT_ID_UNIQUE = "uq_outbox_messages_event_id"
+_OUTBOX_EVENT_ID_TOPIC_UNIQUE = "uq_outbox_messages_event_id_topic"
+
+
+def make_outbox_unique_per_topic(op: Any) -> None:
+    """Alembic upgrade step (platform schema version 4): an event may have one outbox message per
+    topic (unique event id and topic, instead of unique event id), so a seat-releasing table event
+    is queued for `mahjong.seats.v1` too, in the same transaction (`Topics.destinations`).
+
+    PostgreSQL: the new unique index is built CONCURRENTLY (the outbox keeps being written), then
+    becomes the constraint, then the old one is dropped: the event id stays unique per topic all
+    along. SQLite cannot drop a table constraint: the table is copied (its indexes named and made
+    again, the partial one with its WHERE).
+    """
+    if op.get_bind().dialect.name == "postgresql":
+        with op.get_context().autocommit_block():
+            op.create_index(
+                _OUTBOX_EVENT_ID_TOPIC_UNIQUE,
+                "outbox_messages",
+                ["event_id", "topic"],
+                unique=True,
+                postgresql_concurrently=True,
+            )
+        op.execute(
+            f"ALTER TABLE outbox_messages ADD CONSTRAINT {_OUTBOX_EVENT_ID_TOPIC_UNIQUE} "
+            f"UNIQUE USING INDEX {_OUTBOX_EVENT_ID_TOPIC_UNIQUE}"
+        )
+        op.drop_constraint(_OUTBOX_EVENT_ID_UNIQUE, "outbox_messages", type_="unique")
+        return
+    _recreate_sqlite_outbox(
+        op, drop=_OUTBOX_EVENT_ID_UNIQUE, add=(_OUTBOX_EVENT_ID_TOPIC_UNIQUE, ["event_id", "topic"])
+    )
+
+
+def make_outbox_unique_per_event(op: Any) -> None:
+    """Alembic downgrade step matching `make_outbox_unique_per_topic`; fails while an event has two
+    outbox messages (delete the sent seats-topic copies first)."""
+    if op.get_bind().dialect.name == "postgresql":
+        op.create_unique_constraint(_OUTBOX_EVENT_ID_UNIQUE, "outbox_messages", ["event_id"])
+        op.drop_constraint(_OUTBOX_EVENT_ID_TOPIC_UNIQUE, "outbox_messages", type_="unique")
+        return
+    _recreate_sqlite_outbox(
+        op, drop=_OUTBOX_EVENT_ID_TOPIC_UNIQUE, add=(_OUTBOX_EVENT_ID_UNIQUE, ["event_id"])
+    )
+
+
+def _recreate_sqlite_outbox(op: Any, *, drop: str, add: tuple[str, list[str]]) -> None:
+    # The indexes are dropped before and made after the copy, so that they come back exactly as
+    # `create_platform_tables` and `create_retention_indexes` made them.
+    op.drop_index("ix_outbox_messages_unsent", table_name="outbox_messages")
+    op.drop_index("ix_outbox_messages_sent_at", table_name="outbox_messages")
+    with op.batch_alter_table("outbox_messages", recreate="always") as batch:
+        batch.drop_constraint(drop, type_="unique")
+        batch.create_unique_constraint(add[0], add[1])
+    op.create_index(
+        "ix_outbox_messages_unsent",
+        "outbox_messages",
+        ["id"],
+        sqlite_where=sqlalchemy.text("sent_at IS NULL"),
+    )
+    op.create_index("ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"])

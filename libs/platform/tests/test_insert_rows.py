@@ -109,18 +109,21 @@ def test_an_upsert_updates_the_rows_whose_key_is_there_and_inserts_the_others(
     changed = [
         {
             key: value
-            for key, value in message(index, message_value=b"new", topic="t2").items()
+            for key, value in message(index, message_value=b"new", message_key="k2").items()
             if key != "sent_at"
         }
         for index in (2, 5)
     ]
     with transaction(create_session_factory(migrated_engine)) as session:
-        upsert_rows(session, outbox_messages, changed, key=("event_id",))
-        upsert_rows(session, outbox_messages, [], key=("event_id",))
+        upsert_rows(session, outbox_messages, changed, key=("event_id", "topic"))
+        upsert_rows(session, outbox_messages, [], key=("event_id", "topic"))
     by_event = {row["event_id"]: row for row in stored(migrated_engine)}
     assert sorted(by_event) == ["event-0000", "event-0001", "event-0002", "event-0005"]
     assert by_event["event-0002"]["id"] == first_ids["event-0002"]  # updated in place
-    assert (bytes(by_event["event-0002"]["message_value"]), by_event["event-0002"]["topic"]) == (b"new", "t2")
+    assert (bytes(by_event["event-0002"]["message_value"]), by_event["event-0002"]["message_key"]) == (
+        b"new",
+        "k2",
+    )
     assert aware(by_event["event-0002"]["sent_at"]) == MOMENT  # a column the upsert did not name: kept
     assert bytes(by_event["event-0001"]["message_value"]) == message(1)["message_value"]
     assert bytes(by_event["event-0005"]["message_value"]) == b"new"

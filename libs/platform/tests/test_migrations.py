@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 import threading
 
@@ -11,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from mahjong_platform.database import create_engine_for
 from mahjong_platform.migrations import current_revision, downgrade, upgrade
-from mahjong_platform.schema import platform_metadata
+from mahjong_platform.schema import outbox_messages, platform_metadata
 
 PLATFORM_TABLES = {
     "stored_events",
@@ -36,7 +37,7 @@ def test_upgrade_creates_the_platform_and_service_tables_and_is_idempotent(
     assert current_revision(database_url) is None
     upgrade(database_url, alembic_example_directory)
     upgrade(database_url, alembic_example_directory)
-    assert current_revision(database_url) == "0004"
+    assert current_revision(database_url) == "0005"
     assert table_names(database_url) == PLATFORM_TABLES | {"example_projection", "alembic_version"}
 
 
@@ -90,7 +91,7 @@ def test_upgrading_in_steps_equals_upgrading_at_once(
 ) -> None:
     upgrade(sqlite_database_url, alembic_example_directory, revision=revision)
     upgrade(sqlite_database_url, alembic_example_directory)
-    assert current_revision(sqlite_database_url) == "0004"
+    assert current_revision(sqlite_database_url) == "0005"
 
 
 @pytest.mark.integration
@@ -114,3 +115,50 @@ def test_replicas_migrating_one_postgresql_database_at_once_all_succeed(
     assert errors == []
     upgrade(postgres_database_url, alembic_example_directory)  # Already at the head: nothing to do.
     assert current_revision(postgres_database_url) is not None
+
+
+def test_schema_version_4_keeps_the_outbox_and_allows_one_message_per_event_and_topic(
+    database_url: str, alembic_example_directory: pathlib.Path
+) -> None:
+    """A deployed outbox (unsent rows included) migrates in place; afterwards an event may be queued
+    for two topics (a seat release for the table and seats topics), never twice for one."""
+    upgrade(database_url, alembic_example_directory, revision="0004")
+    engine = create_engine_for(database_url)
+
+    def message(event_id: str, topic: str) -> dict[str, object]:
+        created = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        return {
+            "topic": topic,
+            "message_key": "t",
+            "message_value": b"v",
+            "event_id": event_id,
+            "created_at": created,
+        }
+
+    try:
+        with engine.begin() as connection:
+            connection.execute(outbox_messages.insert(), [message("e1", "table"), message("e2", "table")])
+            with pytest.raises(sqlalchemy.exc.IntegrityError), connection.begin_nested():  # one per event
+                connection.execute(outbox_messages.insert(), [message("e1", "seats")])
+        upgrade(database_url, alembic_example_directory)
+        with engine.begin() as connection:
+            connection.execute(outbox_messages.insert(), [message("e1", "seats")])
+            with pytest.raises(sqlalchemy.exc.IntegrityError), connection.begin_nested():
+                connection.execute(outbox_messages.insert(), [message("e2", "table")])
+            rows = connection.execute(
+                sqlalchemy.select(
+                    outbox_messages.c.event_id, outbox_messages.c.topic, outbox_messages.c.sent_at
+                ).order_by(outbox_messages.c.id)
+            ).all()
+        assert [tuple(row) for row in rows] == [
+            ("e1", "table", None),
+            ("e2", "table", None),
+            ("e1", "seats", None),
+        ]
+        with engine.begin() as connection:
+            connection.execute(outbox_messages.delete().where(outbox_messages.c.topic == "seats"))
+        downgrade(database_url, alembic_example_directory, "0004")
+        with engine.begin() as connection, pytest.raises(sqlalchemy.exc.IntegrityError):
+            connection.execute(outbox_messages.insert(), [message("e1", "seats")])
+    finally:
+        engine.dispose()

@@ -12,15 +12,17 @@ from mahjong.v1 import (
     table_events_pb2,
 )
 from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.events import payloads
 from mahjong_platform.topics import Topics, UnroutableEventError, ensure_topics
 
 
-def test_the_default_topics_are_the_five_versioned_names() -> None:
+def test_the_default_topics_are_the_six_versioned_names() -> None:
     assert Topics().all_names() == (
         "mahjong.match.v1",
         "mahjong.table.v1",
         "mahjong.settlement.v1",
         "mahjong.ledger.v1",
+        "mahjong.seats.v1",
         "mahjong.dlq.v1",
     )
     assert Topics.with_prefix("") == Topics()
@@ -30,6 +32,7 @@ def test_a_prefix_goes_in_front_of_every_name() -> None:
     topics = Topics.with_prefix("t.abc.")
     assert topics.table == "t.abc.mahjong.table.v1"
     assert topics.dead_letter == "t.abc.mahjong.dlq.v1"
+    assert topics.seats == "t.abc.mahjong.seats.v1"
     assert all(name.startswith("t.abc.mahjong.") for name in topics.all_names())
 
 
@@ -53,6 +56,27 @@ def test_every_payload_type_has_a_topic() -> None:
         envelope = envelope_pb2.Envelope()
         getattr(envelope, field.name).SetInParent()
         assert Topics().for_envelope(envelope) in Topics().all_names()[:4]
+
+
+def test_a_seat_releasing_event_is_also_published_to_the_seats_topic_and_no_other_event_is() -> None:
+    """The one event with two destinations: the event registry's `releases_seat` (GameEnded,
+    PlayerLeft) goes to the table topic, its full record, and to the seats topic matchmaking reads."""
+    topics = Topics.with_prefix("p.")
+    releasing = payloads(releases_seat=True)
+    assert releasing == {"game_ended", "player_left"}
+    for field in envelope_pb2.Envelope.DESCRIPTOR.oneofs_by_name["payload"].fields:
+        envelope = envelope_pb2.Envelope()
+        getattr(envelope, field.name).SetInParent()
+        expected = (
+            (topics.table, topics.seats) if field.name in releasing else (topics.for_envelope(envelope),)
+        )
+        assert topics.destinations(envelope) == expected, field.name
+        assert topics.destinations(envelope)[0] == topics.for_envelope(envelope)
+
+
+def test_an_envelope_without_payload_has_no_destinations() -> None:
+    with pytest.raises(UnroutableEventError, match="no payload"):
+        Topics().destinations(envelope_pb2.Envelope(event_id="e"))
 
 
 def test_an_envelope_without_payload_has_no_topic() -> None:

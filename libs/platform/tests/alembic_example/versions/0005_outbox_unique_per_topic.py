@@ -1,0 +1,21 @@
+"""Platform schema version 4: one outbox message per event and topic (the seats topic's copies).
+
+Revision ID: 0005
+Revises: 0004
+"""
+
+from alembic import op
+from mahjong_platform.schema import make_outbox_unique_per_event, make_outbox_unique_per_topic
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    make_outbox_unique_per_topic(op)
+
+
+def downgrade() -> None:
+    make_outbox_unique_per_event(op)
