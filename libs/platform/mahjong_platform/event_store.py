@@ -50,7 +50,8 @@ class EventStore:
     """Appends and loads event streams through the caller's SQLAlchemy session.
 
     Stateless apart from configuration, so one instance serves every request. `topics` decides
-    which Kafka topic each appended event's outbox message goes to (by payload type).
+    which Kafka topics each appended event's outbox messages go to (by payload type: one message
+    per topic, `Topics.destinations`).
     """
 
     topics: Topics = dataclasses.field(default_factory=Topics)
@@ -201,7 +202,9 @@ class EventStore:
         event_rows = []
         outbox_rows: list[dict[str, object]] = []
         for event in events:
-            topic = self.topics.for_envelope(event)
+            # Its own topic first; a seat-releasing event is also copied to the seats topic (the
+            # same bytes, so the same event id): one outbox message per topic, same transaction.
+            topics = self.topics.destinations(event)
             value = serialize_envelope(event)
             event_rows.append(
                 {
@@ -209,21 +212,22 @@ class EventStore:
                     "sequence": event.sequence,
                     "event_id": event.event_id,
                     "event_type": payload_type_name(event),
-                    "topic": topic,
+                    "topic": topics[0],
                     "occurred_at": event.occurred_at.ToDatetime(tzinfo=datetime.UTC),
                     "recorded_at": recorded_at,
                     "envelope": value,
                 }
             )
-            outbox_rows.append(
-                {
-                    "topic": topic,
-                    "message_key": event.stream_id,
-                    "message_value": value,
-                    "event_id": event.event_id,
-                    "created_at": recorded_at,
-                }
-            )
+            for topic in topics:
+                outbox_rows.append(
+                    {
+                        "topic": topic,
+                        "message_key": event.stream_id,
+                        "message_value": value,
+                        "event_id": event.event_id,
+                        "created_at": recorded_at,
+                    }
+                )
         # Outbox rows first is fine: the transaction makes both visible together or not at all.
         add_outbox_messages(session, outbox_rows)
         insert_rows(session, stored_events, event_rows)

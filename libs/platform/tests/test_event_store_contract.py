@@ -233,6 +233,42 @@ def test_appending_writes_one_outbox_message_per_event_keyed_by_stream(
     ]
 
 
+def test_a_seat_releasing_event_is_queued_for_the_table_and_the_seats_topic_in_its_transaction(
+    migrated_engine: Engine, store: EventStore
+) -> None:
+    """GameEnded and PlayerLeft (`releases_seat`) get a second outbox message for the seats topic:
+    the same stored bytes (same event id, so a consumer dedupes a re-send as before), written by
+    the append itself; the event is stored once, under its table topic. The batch append too."""
+    ended = new_envelope(table_events_pb2.GameEnded(), clock=fixed_clock)
+    left = new_envelope(table_events_pb2.PlayerLeft(seat=2), clock=fixed_clock)
+    with transaction(create_session_factory(migrated_engine)) as session:
+        store.append(session, "table-1", 0, [table_event(), ended])
+        store.append_batch(session, [("table-2", 0, [table_event("table-2"), left])])
+    with migrated_engine.connect() as connection:
+        outbox_rows = connection.execute(
+            sqlalchemy.select(outbox_messages).order_by(outbox_messages.c.id)
+        ).all()
+        stored = {row.event_id: row for row in connection.execute(sqlalchemy.select(stored_events)).all()}
+    assert [(row.topic, row.message_key) for row in outbox_rows] == [
+        (TOPICS.table, "table-1"),
+        (TOPICS.table, "table-1"),
+        (TOPICS.seats, "table-1"),
+        (TOPICS.table, "table-2"),
+        (TOPICS.table, "table-2"),
+        (TOPICS.seats, "table-2"),
+    ]
+    assert len(stored) == 4
+    for copy, original in [(outbox_rows[2], outbox_rows[1]), (outbox_rows[5], outbox_rows[4])]:
+        assert copy.event_id == original.event_id
+        assert (
+            bytes(copy.message_value)
+            == bytes(original.message_value)
+            == bytes(stored[copy.event_id].envelope)
+        )
+        assert stored[copy.event_id].topic == TOPICS.table
+    assert [outbox_rows[2].event_id, outbox_rows[5].event_id] == [ended.event_id, left.event_id]
+
+
 def test_a_failing_transaction_leaves_neither_events_nor_outbox_messages(
     migrated_engine: Engine, store: EventStore
 ) -> None:
