@@ -99,6 +99,9 @@ class RebuildTarget:
     # The input topics the live consumer group reads (its stored positions are compared with the
     # ends read, for the lag warning); None: all of them.
     consumed_topics: Callable[[Topics], list[str]] | None = None
+    # The handler skips re-sent events by its own keys, as the live consumer's does
+    # (`BatchApplier`'s `idempotent_handler`).
+    idempotent_handler: bool = False
 
 
 # --- command line: `python -m mahjong_<service> rebuild` -------------------------------------------
@@ -251,7 +254,12 @@ def rebuild(
             list(settings.kafka_bootstrap_servers), target.input_topics(topics)
         )
         statistics = replay(
-            rebuilt_engine, target.handler(topics), records, consumer_group, progress=progress
+            rebuilt_engine,
+            target.handler(topics),
+            records,
+            consumer_group,
+            progress=progress,
+            idempotent_handler=target.idempotent_handler,
         )
         consumed = (target.consumed_topics or target.input_topics)(topics)
         warnings = _lag_warnings(live_engine, consumer_group, end_offsets, *consumed)
@@ -369,6 +377,7 @@ def replay(
     consumer_group: str,
     *,
     progress: TextIO | None = None,
+    idempotent_handler: bool = False,
 ) -> ReplayStatistics:
     """Apply the records in order, once per event id, through the live consumer's batch path
     (`BatchApplier`): BATCH_EVENTS per transaction, one event at a time for a batch whose handler
@@ -379,6 +388,7 @@ def replay(
         consumer_group,
         apply,
         lambda delivery, error: statistics.failures.append(_described_failure(delivery, error)),
+        idempotent_handler=idempotent_handler,
     )
     bar = _ProgressBar(progress, len(records))
     started = time.perf_counter()

@@ -91,6 +91,9 @@ class ConsumerDefinition:
     # Milliseconds a poll that brought records waits for more before applying them, so that
     # batches grow (`TrackedConsumer`'s `linger_ms`); adds at most that to the consumer's lag.
     linger_ms: int = 0
+    # The handler skips re-sent events by its own keys: no `processed_events` rows (see
+    # `TrackedConsumer`'s `idempotent_handler`).
+    idempotent_handler: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,6 +416,7 @@ def _consumer_factory(
             wants=consumer.wants,
             on_assignment=consumer.on_assignment,
             linger_ms=consumer.linger_ms,
+            idempotent_handler=consumer.idempotent_handler,
         )
 
     return create

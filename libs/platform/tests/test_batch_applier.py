@@ -210,3 +210,36 @@ def test_messages_the_projection_skips_only_move_the_position(migrated_engine: E
     outcome = applier(migrated_engine, projection, []).apply([], skipped)
     assert outcome.applied == 0 and projection.batch_sizes == []
     assert stored_positions(migrated_engine) == {0: 3}
+
+
+class SkippingProjection(RecordingProjection):
+    """An idempotent handler: skips the event ids already in its own rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given_sizes: list[int] = []
+
+    def __call__(self, session: Session, batch: Sequence[Delivery]) -> None:
+        self.given_sizes.append(len(batch))
+        stored = set(session.execute(sqlalchemy.select(EXAMPLE_PROJECTION.c.event_id)).scalars())
+        super().__call__(session, [item for item in batch if item.envelope.event_id not in stored])
+
+
+def test_an_idempotent_handler_gets_the_repeats_of_other_batches_and_no_processed_ids_are_kept(
+    migrated_engine: Engine,
+) -> None:
+    """`idempotent_handler`: the applier drops the repeats within a batch only, reads and writes no
+    `processed_events`, and stores the positions with the rows; the handler's own keys skip a
+    re-sent event, so every event is applied once."""
+    events = deliveries("table-1", 4)
+    resent = [Delivery(events[1].envelope, MessagePosition("table", 0, 4))]
+    projection = SkippingProjection()
+    batch_applier = applier(migrated_engine, projection, [], idempotent_handler=True)
+    first = [*events[:2], events[0]]  # The relay re-sent the first event inside the same poll.
+    assert batch_applier.apply(first, [delivery.position for delivery in first]).duplicates == 1
+    second = events[2:] + resent
+    batch_applier.apply(second, [delivery.position for delivery in second])
+    assert projection.given_sizes == [2, 3]  # the re-send of another batch reached the handler
+    assert projected_event_ids(migrated_engine) == [delivery.envelope.event_id for delivery in events]
+    assert processed_ids(migrated_engine) == set()
+    assert stored_positions(migrated_engine) == {0: 5}

@@ -29,7 +29,7 @@ from mahjong_platform.topics import Topics
 from sqlalchemy.engine import Engine
 
 from mahjong_ledger.metrics import instrument
-from mahjong_ledger.projection import SettlementProjection
+from mahjong_ledger.projection import IDEMPOTENT_HANDLER, SettlementProjection
 from mahjong_ledger.repository import LedgerRepository
 from mahjong_ledger.scoring_client import ScoringServiceInstructions
 from mahjong_ledger.servicer import ERROR_MAPPING, METHOD_ROLES, LedgerServicer
@@ -64,6 +64,7 @@ def definition(ledger_settings: LedgerSettings, consumer_group: str = CONSUMER_G
                 lambda topics: [topics.settlement],
                 None,
                 batch_handler=projection.handle_batch,
+                idempotent_handler=IDEMPOTENT_HANDLER,
             )
         ]
 

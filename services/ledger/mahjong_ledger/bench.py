@@ -4,13 +4,14 @@
                                    [--batch-sizes 1,10,100]
 
 The settlement instructions go through the tracked consumer's transaction logic (`BatchApplier`:
-processed-id check, the ledger's batch handler, processed ids and positions, one transaction per
-batch), minus Kafka: lock the accounts, split, insert the transfers and their postings, update the
-balances, append ``TransferPosted`` to the event store and the outbox. Batch size 1 is one event
-per transaction (what a quiet consumer does); a busy consumer's poll returns up to 100. The mix is
-a game's: kongs (3 payees), wins (1 payee), shortfalls and the rake, so about 2.7 postings per
-instruction. PostgreSQL runs in a throwaway cluster (`mahjong_infra.postgres`) on loopback. Prints
-a table; figures are for the machine it runs on, not a promise.
+the ledger's batch handler, which skips a posted instruction id itself, and the positions, one
+transaction per batch), minus Kafka: lock the accounts, split, insert the transfers and their
+postings, update the balances, append ``TransferPosted`` to the event store and the outbox.
+Batch size 1 is one event per transaction (what a quiet consumer does); a busy consumer's poll
+returns up to 100. The mix is a game's: kongs (3 payees), wins (1 payee), shortfalls and the
+rake, so about 2.7 postings per instruction. PostgreSQL runs in a throwaway cluster
+(`mahjong_infra.postgres`) on loopback. Prints a table; figures are for the machine it runs on,
+not a promise.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from mahjong_platform.tracked_consumer import BATCH_EVENTS_MAX, BatchApplier, De
 from mahjong_ledger.app import migrate
 from mahjong_ledger.domain import DepositOrder
 from mahjong_ledger.models import ledger_postings
-from mahjong_ledger.projection import SettlementProjection
+from mahjong_ledger.projection import IDEMPOTENT_HANDLER, SettlementProjection
 from mahjong_ledger.reconcile import reconcile
 from mahjong_ledger.repository import LedgerRepository
 from mahjong_ledger.testing import instruction_envelope, payee
@@ -126,7 +127,11 @@ def run(backend: str, database_url: str, count: int, batch_size: int) -> Result:
                     )
         postings_before = _postings(session_factory)
         applier = BatchApplier(
-            session_factory, "ledger-bench", SettlementProjection(repository).handle_batch, _no_failures
+            session_factory,
+            "ledger-bench",
+            SettlementProjection(repository).handle_batch,
+            _no_failures,
+            idempotent_handler=IDEMPOTENT_HANDLER,
         )
         deliveries = [
             Delivery(envelope, MessagePosition("bench", 0, offset))

@@ -9,6 +9,12 @@ idempotency: the consumer skips an event id it has applied, and the repository s
 instruction id it has posted (the scoring service may re-emit an instruction under a new event id
 after a restart; the instruction id is derived from the game fact, so it does not change).
 
+Both layers are one now: the handler is idempotent on its own (`IDEMPOTENT_HANDLER`), so the
+consumer keeps no ``processed_events`` rows for it. A re-sent ``SettlementInstructed`` finds its
+instruction id posted (after the account locks) and posts nothing; a re-sent ``GameSettled`` finds
+its ``ledger_games`` row (first report wins); a deposit's ``TransferPosted`` replayed by the rebuild
+finds its idempotency key. A crash re-reads from the positions stored in the batch's transaction.
+
 A malformed instruction (bad account, unknown reason, an instruction id reused with different
 content) raises: the consumer sends it to the dead letter topic with the reason and moves on.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Sequence
+from typing import Final
 
 from mahjong.v1 import envelope_pb2
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -34,6 +41,10 @@ from mahjong_ledger.repository import (
 )
 
 logger = logging.getLogger(__name__)
+
+IDEMPOTENT_HANDLER: Final = True
+"""The handlers skip what they posted before by its idempotency key (see the module docstring): the
+tracked consumer, the rebuild and the benchmark apply them without ``processed_events``."""
 
 
 class SettlementProjection:

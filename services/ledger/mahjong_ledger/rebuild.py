@@ -35,7 +35,7 @@ from mahjong_platform.tracked_consumer import BatchHandler
 
 from mahjong_ledger.app import CONSUMER_GROUP, migrate
 from mahjong_ledger.models import ledger_accounts, ledger_games, ledger_postings, ledger_transfers
-from mahjong_ledger.projection import LedgerReplay
+from mahjong_ledger.projection import IDEMPOTENT_HANDLER, LedgerReplay
 from mahjong_ledger.repository import LedgerRepository
 
 
@@ -56,6 +56,7 @@ def rebuild_target() -> RebuildTarget:
         input_topics=lambda topics: [topics.settlement, topics.ledger],
         consumed_topics=lambda topics: [topics.settlement],  # the deposits come over gRPC
         handler=_handler,
+        idempotent_handler=IDEMPOTENT_HANDLER,
         tables=(
             ComparedTable(ledger_accounts, ("account",)),
             ComparedTable(ledger_transfers, ("transfer_id",)),

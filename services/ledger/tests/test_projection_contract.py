@@ -403,3 +403,46 @@ def test_transfer_posted_events_are_in_the_event_store_under_the_table_stream(
         transfer_ids = session.execute(sqlalchemy.select(ledger_transfers.c.transfer_id)).scalars().all()
     assert [(row.sequence, row.event_type) for row in rows] == [(1, "TransferPosted"), (2, "TransferPosted")]
     assert all(uuid.UUID(transfer_id) for transfer_id in transfer_ids)
+
+
+def test_the_live_consumer_keeps_no_processed_ids_and_posts_re_sent_events_once(
+    engine: Engine, session_factory: SessionFactory, repository: LedgerRepository
+) -> None:
+    """The consumer the ledger runs (`app.definition`) leaves re-sent events to the repository's
+    idempotency keys: an instruction and its game's `GameSettled`, each sent again within the batch
+    and in a later one, move the beans once, announce one `TransferPosted`, record the game once,
+    and leave no `processed_events`."""
+    from mahjong_ledger.app import definition
+    from mahjong_ledger.models import ledger_games
+    from mahjong_ledger.settings import LedgerSettings
+    from mahjong_platform.config import load_settings
+    from mahjong_platform.schema import processed_events
+    from mahjong_platform.topics import Topics
+    from mahjong_platform.tracked_consumer import BatchApplier, Delivery
+
+    fund(session_factory, repository, {"player:a": 10_000})
+    (consumer,) = definition(LedgerSettings()).consumers(
+        engine, load_settings({}), Topics.with_prefix("test.")
+    )
+    assert consumer.batch_handler is not None
+    win = instruction_envelope("instruction-1", "player:a", [payee("player:b", 400)])
+    settled = game_settled_envelope("table-1", instruction_count=1, sequence=2)
+    failures: list[str] = []
+    applier = BatchApplier(
+        session_factory,
+        consumer.group_id,
+        consumer.batch_handler,
+        lambda delivery, error: failures.append(error),
+        idempotent_handler=consumer.idempotent_handler,
+    )
+    offsets = iter(range(100))
+    for batch in ([win, settled, win], [settled, win]):
+        deliveries = [Delivery(event, MessagePosition(POSITION.topic, 0, next(offsets))) for event in batch]
+        applier.apply(deliveries, [delivery.position for delivery in deliveries])
+    assert failures == []
+    assert balances(session_factory) == {"world": -10_000, "player:a": 9_600, "player:b": 400}
+    assert len(transfer_posted_messages(session_factory)) == 2  # the deposit and the win
+    assert_books_balance(session_factory)
+    with transaction(session_factory) as session:
+        assert len(session.execute(sqlalchemy.select(ledger_games)).all()) == 1
+        assert session.execute(sqlalchemy.select(processed_events)).all() == []

@@ -17,7 +17,7 @@ from mahjong_platform.service_runtime import ConsumerDefinition, ServiceDefiniti
 from mahjong_platform.topics import Topics
 from sqlalchemy import Engine
 
-from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
+from mahjong_scoring.projection import CONSUMER_GROUP, IDEMPOTENT_HANDLER, SettlementProjection
 from mahjong_scoring.servicer import METHOD_ROLES, registration
 
 CONSUMER_LINGER_MS = 25
@@ -41,6 +41,7 @@ def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[Consum
             None,
             batch_handler=projection.apply_batch,
             linger_ms=CONSUMER_LINGER_MS,
+            idempotent_handler=IDEMPOTENT_HANDLER,
         )
     ]
 

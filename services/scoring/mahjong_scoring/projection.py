@@ -11,9 +11,14 @@ For a batch of table events, in the consumer's one transaction (with their Kafka
 
 So an instruction is published if and only if its table event is marked applied: no dual write.
 
+The inbox is also what makes the handler idempotent (`IDEMPOTENT_HANDLER`): an event at or before
+its game's last applied sequence is looked up there and skipped when received before (a different
+event at a taken sequence is refused), so the tracked consumer keeps no ``processed_events`` rows
+for scoring (one row per table event, and a query per batch, less). A crash re-reads from the
+positions stored in the batch's transaction; a re-send of the relay reaches the inbox check.
+
 A batch costs a fixed number of statements, whatever its size: one query for each game's last
-sequence (an event at or before it is looked up in the inbox: a re-sent duplicate is skipped, a
-different event at a taken sequence is refused), then the folds run in memory, and one
+sequence (an event at or before it is looked up in the inbox, as above), then the folds run in memory, and one
 multi-row insert (or executemany) each for the inbox, the lines, the settlement events, the new
 games and players, and one update per game and per changed seat with the game's state after the
 batch. `apply_table_event` is a batch of one.
@@ -53,6 +58,9 @@ logger = logging.getLogger(__name__)
 CONSUMER_GROUP: Final = "scoring-settlement"
 GAMES_IN_MEMORY_MAX: Final = 1_000
 TABLE_PAYLOAD_FIELD_NUMBERS: Final = range(30, 80)
+IDEMPOTENT_HANDLER: Final = True
+"""The handler skips re-sent events through the inbox (see the module docstring): the tracked
+consumer and the rebuild apply it without ``processed_events``."""
 
 
 class SettlementProjection:
@@ -152,10 +160,9 @@ def apply_table_events(
         if game is None:
             game = games[table_id] = _load_game(session, table_id, stored_sequences[table_id], cache)
         if envelope.sequence <= game.last_sequence and _received(session, envelope.event_id):
-            # A re-sent duplicate. The tracked consumer skips the ids it applied before (in the
-            # same transaction as these rows), so only a caller without it, or a duplicate older
-            # than the processed ids' retention, comes here: the inbox is read only for an event
-            # that is not after its game's last one, not for every batch.
+            # A re-sent duplicate (the tracked consumer leaves them to this check, see
+            # IDEMPOTENT_HANDLER): the inbox is read only for an event that is not after its
+            # game's last one, not for every batch.
             continue
         _fold(game, table_id, envelope)
         inbox_rows.append(

@@ -20,7 +20,7 @@ from mahjong_platform.tracked_consumer import BatchHandler
 
 from mahjong_scoring.app import DEFINITION
 from mahjong_scoring.models import PROJECTION_TABLES
-from mahjong_scoring.projection import CONSUMER_GROUP, SettlementProjection
+from mahjong_scoring.projection import CONSUMER_GROUP, IDEMPOTENT_HANDLER, SettlementProjection
 
 
 def _migrate(url: str) -> None:
@@ -39,6 +39,7 @@ def rebuild_target() -> RebuildTarget:
         migrate=_migrate,
         input_topics=lambda topics: [topics.table],
         handler=_handler,
+        idempotent_handler=IDEMPOTENT_HANDLER,
         tables=tuple(
             ComparedTable(table, tuple(column.name for column in table.primary_key.columns))
             for table in PROJECTION_TABLES

@@ -154,7 +154,13 @@ def run(database: str, urls: Callable[[str], str], games: int) -> list[Result]:
     try:
         records = as_records(topics.table, table_events(games))
         started, cpu_started = time.perf_counter(), time.process_time()
-        statistics = replay(engine, scoring.handler(topics), records, scoring.consumer_group)
+        statistics = replay(
+            engine,
+            scoring.handler(topics),
+            records,
+            scoring.consumer_group,
+            idempotent_handler=scoring.idempotent_handler,
+        )
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
         results.append(Result(database, "scoring", len(records), seconds, cpu_seconds))
         assert statistics.applied == len(records) and not statistics.failures, statistics
@@ -170,7 +176,13 @@ def run(database: str, urls: Callable[[str], str], games: int) -> list[Result]:
     engine = rebuild_engine(ledger_url)
     try:
         started, cpu_started = time.perf_counter(), time.process_time()
-        statistics = replay(engine, ledger.handler(topics), records, ledger.consumer_group)
+        statistics = replay(
+            engine,
+            ledger.handler(topics),
+            records,
+            ledger.consumer_group,
+            idempotent_handler=ledger.idempotent_handler,
+        )
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
         results.append(Result(database, "ledger", len(records), seconds, cpu_seconds))
         assert statistics.applied == len(records) and not statistics.failures, statistics
