@@ -34,6 +34,7 @@ from mahjong_platform.errors import (
     ConflictError,
     ErrorMapping,
     InvalidArgumentError,
+    NotFoundError,
     PermissionDeniedError,
     ServiceError,
     bounded_text,
@@ -285,6 +286,19 @@ PLAY_COMMANDS_IN_FLIGHT = 4
 PLAY_FINAL_ANSWERS_SECONDS = 5.0
 PLAY_ANSWERS_UNSENT_MAX = 16
 """Answers a Play stream may hold unsent (its client not reading) before it stops reading commands."""
+PLAY_ANSWER_RIDE_SECONDS = 0.005
+"""With `PlayOptions.answers_with_updates`: how long an applied command's answer waits for an
+update to ride on before it goes alone. No update is ready when a claim window that does not ask
+the seat is open (its discard can be claimed; another asked seat still decides): without a wait,
+an answer going alone would tell the seat so at once. Without the option, the update that does
+not follow its answer within a moment tells it the same, and no sooner; a window lasts as long
+as a claimant decides, far longer than this (`visibility`)."""
+PLAY_WAIT_FOR_TABLE_MS_MAX = 30_000
+"""The longest `PlayOptions.wait_for_table_ms` (a table opens well under a second after matchmaking
+formed it, unless the table engine's consumer is recovering: then the client asks again)."""
+PLAY_OPENING_WAITS_MAX = 4_096
+"""Play streams of this process waiting for their tables to open at once (each costs a waiter and
+a timer); a stream beyond is answered NOT_FOUND at once, as without the wait."""
 
 
 class _WindowHiddenError(Deferred):
@@ -319,11 +333,19 @@ def _status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
 
 class _PlayStream:
     """One Play stream's commands in flight and the answers not sent yet (serialized
-    `PlayResponse`s, `wire.play_answer_bytes`); an answer wakes the stream's feed (`wake_on`, the
-    future its wait is on)."""
+    `PlayAnswer`s, `wire.answer_bytes`); an answer wakes the stream's feed (`wake_on`, the
+    future its wait is on).
 
-    def __init__(self) -> None:
+    `answers_with_updates` (`PlayOptions`): the answers ride on the next update. An applied
+    command's answer waits for it at most PLAY_ANSWER_RIDE_SECONDS, then goes alone; any other
+    answer (a refusal, a retry's first answer: no update follows them) makes every answer not
+    sent yet go at once (`ride_seconds`)."""
+
+    def __init__(self, answers_with_updates: bool = False) -> None:
+        self.answers_with_updates = answers_with_updates
         self.answers: collections.deque[bytes] = collections.deque()
+        self._ride_until = 0.0
+        self._alone_now = False
         self.in_flight = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.wake_on: asyncio.Future[None] | None = None
@@ -331,20 +353,43 @@ class _PlayStream:
         self.room_for_answers.set()
 
     def next_answer(self) -> bytes:
+        """The oldest answer not sent yet, as a `PlayResponse` of its own."""
         answer = self.answers.popleft()
         if len(self.answers) < PLAY_ANSWERS_UNSENT_MAX:
             self.room_for_answers.set()
-        return answer
+        if not self.answers:
+            self._alone_now = False
+        return wire.play_answer_response(answer)
 
-    def answered(self, answer: bytes) -> None:
+    def with_answers(self, update: bytes) -> bytes:
+        """The `PlayResponse` of `update` with every answer not sent yet riding on it."""
+        answers = list(self.answers)
+        self.answers.clear()
+        self.room_for_answers.set()
+        self._alone_now = False
+        return wire.play_answered_update_bytes(update, answers)
+
+    def ride_seconds(self) -> float:
+        """How much longer the answers not sent yet may wait for an update to ride on (at most
+        0: send them now)."""
+        if not self.answers_with_updates or self._alone_now:
+            return 0.0
+        return self._ride_until - time.monotonic()
+
+    def answered(self, answer: bytes, applied: bool = False) -> None:
+        """`answer` to one of the stream's commands; `applied`: it appended events (an update
+        showing them follows, unless a claim window holds the seat's updates back)."""
         self.in_flight -= 1
-        self._send(answer)
+        self._send(answer, applied)
 
     def refuse(self, idempotency_key: str, status_code: grpc.StatusCode, message: str) -> None:
         REJECTIONS.count(PLAY_METHOD, status_code)
-        self._send(wire.play_answer_bytes(idempotency_key, status_code.value[0], message))
+        self._send(wire.answer_bytes(idempotency_key, status_code.value[0], message))
 
-    def _send(self, answer: bytes) -> None:
+    def _send(self, answer: bytes, applied: bool = False) -> None:
+        if not self.answers:
+            self._ride_until = time.monotonic() + PLAY_ANSWER_RIDE_SECONDS
+        self._alone_now = self._alone_now or not applied
         self.answers.append(answer)
         if len(self.answers) >= PLAY_ANSWERS_UNSENT_MAX:
             self.room_for_answers.clear()
@@ -374,6 +419,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         )
         # Per table, its feeds' last read (`_events_up_to`): after, up to, the events (on the loop).
         self._last_reads: dict[str, tuple[int, int, list[envelope_pb2.Envelope]]] = {}
+        self._opening_waits = 0  # Play streams waiting for their tables to open (`_seat_once_open`)
 
     def _transaction(self) -> AbstractContextManager[Session]:
         return transaction(self._session_factory)
@@ -620,31 +666,36 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
 
         An update carries every event since the previous one: a stream that was not pulled while
         the table moved on (its client reads slowly, the loop was busy) sends the events of several
-        changes in one update, with the view after the last."""
+        changes in one update, with the view after the last.
+
+        With `play`, the answers ready when an update is ready go out just before it (or, opted
+        in, riding on it: `Play`); answers with no update ready now go out alone at once (None)."""
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
         last_view: bytes | None = None
         while time.monotonic() - started < WATCH_MAX_SECONDS:
-            if play is not None and play.answers:
-                yield None
-                continue
             state = await self._state(table_id)
+            envelopes: list[envelope_pb2.Envelope] | None = None
             if window_hidden_from(state, seat):
                 # No update while a window that does not ask this seat is open: the discard then
                 # arrives with what followed it, exactly as when nobody could claim.
-                await self._wait(table_id, state.version, play)
-                continue
-            if not first and state.version <= stored_after:
-                await self._wait(table_id, stored_after, play)
-                continue
-            if play is not None and play.in_flight:
-                await self._wait(table_id, state.version, play)
-                continue
-            envelopes = await self._events_up_to(table_id, stored_after, state.version)
+                wait_past = state.version
+            elif not first and state.version <= stored_after:
+                wait_past = stored_after
+            elif play is not None and play.in_flight:
+                wait_past = state.version
+            else:
+                envelopes = await self._events_up_to(table_id, stored_after, state.version)
+                # None: never a view ahead of its events; look again once the store shows them.
+                wait_past = state.version
             if envelopes is None:
-                # Never a view ahead of its events: look again once the store shows them.
-                await self._wait(table_id, state.version, play)
+                if play is None or not play.answers:
+                    await self._wait(table_id, wait_past, play)
+                elif (ride_seconds := play.ride_seconds()) > 0:
+                    await self._wait(table_id, wait_past, play, ride_seconds)
+                else:
+                    yield None
                 continue
             stored_after = state.version
             events = wire.seat_event_bytes(envelopes, seat, state.hidden_counts[seat], after_seat_sequence)
@@ -660,18 +711,18 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             if state.is_over:
                 return
 
-    async def _wait(self, table_id: str, seen_version: int, play: _PlayStream | None) -> None:
-        """Until the table is past `seen_version` (or a poll interval passed), or, for a Play
-        stream, until it has an answer to send."""
+    async def _wait(
+        self, table_id: str, seen_version: int, play: _PlayStream | None, seconds: float = WATCH_POLL_SECONDS
+    ) -> None:
+        """Until the table is past `seen_version` (or `seconds` passed), or, for a Play stream,
+        until it has a new answer."""
         if play is None:
-            await self._wakeups.wait(table_id, seen_version, WATCH_POLL_SECONDS)
-            return
-        if play.answers:
+            await self._wakeups.wait(table_id, seen_version, seconds)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         play.wake_on = future
         try:
-            await self._wakeups.wait(table_id, seen_version, WATCH_POLL_SECONDS, future)
+            await self._wakeups.wait(table_id, seen_version, seconds, future)
         finally:
             play.wake_on = None
 
@@ -688,18 +739,20 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 "the first request of a Play stream must be open (table_id, after_sequence)"
             )
         table_id, after_sequence = first.open.table_id, first.open.after_sequence
+        options = first.options
         if after_sequence < 0:
             raise InvalidArgumentError("after_sequence must not be negative")
-        _state, seat = await self._caller_seat(table_id)
-        if seat is None:
-            raise PermissionDeniedError(
-                "Play is a seated player's stream; ops use Watch for full information"
-            )
-        play = _PlayStream()
+        if not 0 <= options.wait_for_table_ms <= PLAY_WAIT_FOR_TABLE_MS_MAX:
+            raise InvalidArgumentError(f"options.wait_for_table_ms must be 0..{PLAY_WAIT_FOR_TABLE_MS_MAX}")
+        seat = await self._seat_once_open(table_id, options.wait_for_table_ms / 1000)
+        play = _PlayStream(options.answers_with_updates)
         reader = asyncio.create_task(self._read_commands(iterator, table_id, seat, play))
         self._presence.connected(table_id, seat)
         try:
             async for update in self._view_updates(table_id, seat, after_sequence, play):
+                if update is not None and play.answers_with_updates:
+                    yield play.with_answers(update)
+                    continue
                 while play.answers:
                     yield play.next_answer()
                 if update is not None:
@@ -714,6 +767,33 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             for task in list(play.tasks):
                 task.cancel()  # as a cancelled Act: skipped unless its batch is being written
             self._presence.disconnected(table_id, seat)
+
+    async def _seat_once_open(self, table_id: str, wait_seconds: float) -> int:
+        """The caller's seat at `table_id` (`_caller_seat`: PERMISSION_DENIED for a caller not
+        seated there, ops included), waiting up to `wait_seconds` for a table not open yet
+        (matchmaking formed it; the table engine opens it once it reads the assignment) instead
+        of NOT_FOUND at once. The wait tells a caller nothing that asking again would not: the
+        table's opening wakes it (`TableChanges`), and it is answered as an ask at that moment
+        would be. At most PLAY_OPENING_WAITS_MAX streams wait at once; beyond, NOT_FOUND at once."""
+        wait_until = time.monotonic() + wait_seconds
+        while True:
+            try:
+                _state, seat = await self._caller_seat(table_id)
+            except NotFoundError:
+                remaining = wait_until - time.monotonic()
+                if remaining <= 0 or self._opening_waits >= PLAY_OPENING_WAITS_MAX:
+                    raise
+                self._opening_waits += 1
+                try:
+                    await self._wakeups.wait(table_id, 0, remaining)
+                finally:
+                    self._opening_waits -= 1
+                continue
+            if seat is None:
+                raise PermissionDeniedError(
+                    "Play is a seated player's stream; ops use Watch for full information"
+                )
+            return seat
 
     async def _read_commands(
         self, requests: AsyncIterator[messages.PlayRequest], table_id: str, seat: int, play: _PlayStream
@@ -754,13 +834,15 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             outcome = await self._decided(request, seat, time.monotonic() + CLAIM_WAIT_CAP_SECONDS)
             if isinstance(outcome, Rejection):
                 raise _Refused(outcome.status_code, outcome.message)
-            answer = wire.play_answer_bytes(request.idempotency_key, result=outcome.answer)
+            answer = wire.answer_bytes(request.idempotency_key, result=outcome.answer)
         except Exception as error:
             code, message = _status_of(error)
-            answer = wire.play_answer_bytes(request.idempotency_key, code.value[0], message)
+            answer = wire.answer_bytes(request.idempotency_key, code.value[0], message)
             if code != grpc.StatusCode.INTERNAL:
                 REJECTIONS.count(PLAY_METHOD, code)
-        play.answered(answer)
+            play.answered(answer)
+            return
+        play.answered(answer, applied=bool(outcome.envelopes))
 
     async def GetView(
         self, request: messages.GetViewRequest, context: grpc.aio.ServicerContext

@@ -47,6 +47,7 @@ _VIEW_LEGAL_ACTIONS: Final = bytes([10 << 3 | 2])
 _VIEW_DEADLINE: Final = bytes([12 << 3 | 2])
 _RESPONSE_UPDATE: Final = bytes([1 << 3 | 2])
 _RESPONSE_ANSWER: Final = bytes([2 << 3 | 2])
+_RESPONSE_ANSWERS: Final = bytes([3 << 3 | 2])
 _ANSWER_RESULT: Final = bytes([4 << 3 | 2])
 
 
@@ -250,14 +251,34 @@ def play_update_bytes(update: bytes) -> bytes:
     return field(_RESPONSE_UPDATE, update)
 
 
-def play_answer_bytes(
+def answer_bytes(
     idempotency_key: str, code: int = 0, message: str = "", result: bytes | None = None
 ) -> bytes:
-    """A serialized `PlayResponse` carrying a `PlayAnswer`; `result`: the serialized `ActResponse`
-    of an applied command (as the group committer made it, not parsed and serialized again)."""
+    """A serialized `PlayAnswer`; `result`: the serialized `ActResponse` of an applied command (as
+    the group committer made it, not parsed and serialized again)."""
     answer = messages.PlayAnswer(
         idempotency_key=idempotency_key, code=code, message=message
     ).SerializeToString()
     if result is not None:
         answer += field(_ANSWER_RESULT, result)
+    return answer
+
+
+def play_answer_bytes(
+    idempotency_key: str, code: int = 0, message: str = "", result: bytes | None = None
+) -> bytes:
+    """A serialized `PlayResponse` carrying a `PlayAnswer` (`answer_bytes`)."""
+    return play_answer_response(answer_bytes(idempotency_key, code, message, result))
+
+
+def play_answer_response(answer: bytes) -> bytes:
+    """A serialized `PlayResponse` carrying the serialized `PlayAnswer` `answer` alone."""
     return field(_RESPONSE_ANSWER, answer)
+
+
+def play_answered_update_bytes(update: bytes, answers: Sequence[bytes]) -> bytes:
+    """A serialized `PlayResponse` carrying the serialized `TableUpdate` `update` and, in its
+    `answers`, the serialized `PlayAnswer`s `answers` (`PlayOptions.answers_with_updates`)."""
+    return b"".join(
+        [*[field(_RESPONSE_ANSWERS, answer) for answer in answers], field(_RESPONSE_UPDATE, update)]
+    )

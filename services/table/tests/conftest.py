@@ -27,10 +27,13 @@ SECRET = "table-service-test-secret-0123456789abcdef"
 
 
 class TableServer:
-    def __init__(self, port: int, engine: TableEngine, session_factory: object) -> None:
+    def __init__(
+        self, port: int, engine: TableEngine, session_factory: object, servicer: TableServicer | None = None
+    ) -> None:
         self.port = port
         self.engine = engine
         self.session_factory = session_factory
+        self.servicer = servicer
 
     def stub_for(
         self, player_id: str | None, roles: tuple[str, ...] = ()
@@ -86,6 +89,6 @@ def table_server(tmp_path: pathlib.Path) -> Iterator[TableServer]:
         interceptors=[AioAuthInterceptor(SECRET, METHOD_ROLES)],
         extra_error_mapping=TABLE_ERROR_MAPPING,
     )
-    yield TableServer(running.port, engine, session_factory)
+    yield TableServer(running.port, engine, session_factory, servicer)
     running.stop(0)
     database.dispose()

@@ -18,6 +18,7 @@ import pytest
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong.v1 import table_service_pb2_grpc
 from mjctl.bots import choose_command
+from mjctl.client import answers_of
 
 from .conftest import TableServer
 from .test_claim_window_deadline import window_asking_several
@@ -31,10 +32,18 @@ REFUSALS = (grpc.StatusCode.FAILED_PRECONDITION.value[0], grpc.StatusCode.ABORTE
 class PlayClient:
     """One Play stream over the sync client: commands go in through a queue."""
 
-    def __init__(self, stub: table_service_pb2_grpc.TableServiceStub, table_id: str, after: int = 0) -> None:
+    def __init__(
+        self,
+        stub: table_service_pb2_grpc.TableServiceStub,
+        table_id: str,
+        after: int = 0,
+        options: messages.PlayOptions | None = None,
+    ) -> None:
         self._requests: queue.Queue[messages.PlayRequest | None] = queue.Queue()
         self._requests.put(
-            messages.PlayRequest(open=messages.WatchViewRequest(table_id=table_id, after_sequence=after))
+            messages.PlayRequest(
+                open=messages.WatchViewRequest(table_id=table_id, after_sequence=after), options=options
+            )
         )
         self.responses: Iterator[messages.PlayResponse] = stub.Play(
             iter(self._requests.get, None), timeout=600
@@ -55,14 +64,16 @@ def next_of(client: PlayClient, kind: str) -> messages.PlayResponse:
     raise AssertionError(f"the stream ended before a {kind}")
 
 
-def play_on_play_streams(server: TableServer, table_id: str) -> dict[str, list[messages.PlayResponse]]:
-    """Four bots play on their Play streams only (no other call); each keeps what it received and
-    the keys it sent."""
+def play_on_play_streams(
+    server: TableServer, table_id: str, options: messages.PlayOptions | None = None
+) -> dict[str, list[messages.PlayResponse]]:
+    """Four bots play on their Play streams only (no other call; opened with `options`); each
+    keeps what it received and the keys it sent."""
     received: dict[str, list[messages.PlayResponse]] = {player: [] for player in PLAYERS}
     sent: dict[str, list[str]] = {player: [] for player in PLAYERS}
 
     def bot(player: str) -> None:
-        client = PlayClient(server.stub_for(player), table_id)
+        client = PlayClient(server.stub_for(player), table_id, options=options)
         for response in client.responses:
             received[player].append(response)
             if response.WhichOneof("response") != "update":
@@ -84,9 +95,7 @@ def play_on_play_streams(server: TableServer, table_id: str) -> dict[str, list[m
         thread.join(600)
     assert all(not thread.is_alive() for thread in threads), "the game did not end"
     for player in PLAYERS:
-        answered = [
-            r.answer.idempotency_key for r in received[player] if r.WhichOneof("response") == "answer"
-        ]
+        answered = [answer.idempotency_key for r in received[player] for answer in answers_of(r)]
         assert sorted(answered) == sorted(sent[player]), f"{player}: one answer per command"
     return received
 
@@ -210,11 +219,16 @@ def test_play_is_for_seated_players_and_starts_with_open(table_server: TableServ
     assert unauthenticated.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def privacy_records_on_play(server: TableServer, table_id: str) -> dict[int, SeatRecord]:
-    """`test_claim_window_privacy.play`, with every seat on one Play stream: its updates are the
-    feed, its commands (and the probe after each discard) go in on it and wait for their answers."""
+def privacy_records_on_play(
+    server: TableServer, table_id: str, options: messages.PlayOptions | None = None
+) -> dict[int, SeatRecord]:
+    """`test_claim_window_privacy.play`, with every seat on one Play stream (opened with
+    `options`): its updates are the feed, its commands (and the probe after each discard) go in on
+    it and wait for their answers."""
     records = {seat: SeatRecord() for seat in range(4)}
-    clients = {seat: PlayClient(server.stub_for(PLAYERS[seat]), table_id) for seat in range(4)}
+    clients = {
+        seat: PlayClient(server.stub_for(PLAYERS[seat]), table_id, options=options) for seat in range(4)
+    }
     answers: dict[int, dict[str, messages.PlayAnswer]] = {seat: {} for seat in range(4)}
     arrived = {seat: threading.Condition() for seat in range(4)}
     ended = threading.Event()
@@ -222,14 +236,14 @@ def privacy_records_on_play(server: TableServer, table_id: str) -> dict[int, Sea
 
     def read(seat: int) -> None:
         for response in clients[seat].responses:
+            with arrived[seat]:
+                for answer in answers_of(response):  # riding on an update: they come before it
+                    answers[seat][answer.idempotency_key] = answer
+                arrived[seat].notify_all()
             if response.WhichOneof("response") == "update":
                 records[seat].updates.append(response.update)
                 if response.update.view.phase == "ended":
                     ended.set()
-            else:
-                with arrived[seat]:
-                    answers[seat][response.answer.idempotency_key] = response.answer
-                    arrived[seat].notify_all()
         with arrived[seat]:
             closed.add(seat)  # the game is over: the server ended the stream after its last answers
             arrived[seat].notify_all()

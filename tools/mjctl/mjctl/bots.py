@@ -42,6 +42,9 @@ from mahjong_platform.grpc_client import bearer_metadata
 from mjctl import client
 
 GAME_MAX_SECONDS = 600.0
+PLAY_WAIT_FOR_TABLE_MS = 10_000
+"""How long the table service waits for a table matchmaking just formed to open before a bot's
+Play stream is NOT_FOUND (then asked again, `client.PlaySession`): one call, not one per pause."""
 CALL_TIMEOUT_SECONDS = 30.0
 TABLE_OPEN_MAX_SECONDS = 120.0  # a table opens in well under a second; longer only while a consumer recovers
 
@@ -541,7 +544,13 @@ class AsyncBotPlayer:
         """Play the table to its end on its Play stream (resumed after any reconnect); return
         the final view."""
         session = client.PlaySession(
-            self._table, table_id, self._backoff, timeout_seconds=GAME_MAX_SECONDS, metadata=self._metadata
+            self._table,
+            table_id,
+            self._backoff,
+            timeout_seconds=GAME_MAX_SECONDS,
+            metadata=self._metadata,
+            answers_with_updates=True,
+            wait_for_table_ms=PLAY_WAIT_FOR_TABLE_MS,
         )
         decisions = client.Decisions()
         sent: dict[str, tuple[float, str]] = {}
@@ -564,9 +573,10 @@ class AsyncBotPlayer:
 
         try:
             async for response in session.responses():
-                if response.WhichOneof("response") == "answer":
+                answers = client.answers_of(response)
+                if answers:
                     arrived = time.perf_counter()
-                    answer = response.answer
+                for answer in answers:
                     command = sent.pop(answer.idempotency_key, None)
                     if command is not None:
                         started, kind = command
@@ -583,10 +593,14 @@ class AsyncBotPlayer:
                         )
                     if not answer.code:
                         acted_through = max(acted_through, answer.result.sequence)
+                if response.WhichOneof("response") == "answer":
                     if sent or waiting is None:
                         continue
                     view, waiting = waiting, None
                 else:
+                    # Answers riding on this update came before it: a view kept while they were
+                    # owed is older than this one.
+                    waiting = None
                     update = response.update
                     if update.events:
                         received = time.time()

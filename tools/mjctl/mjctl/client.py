@@ -36,7 +36,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -307,12 +307,16 @@ class PlaySession:
     """One seat's ``Play`` stream (``grpc.aio``) that survives reconnects.
 
     ``responses()`` yields every ``PlayResponse``: the feed's updates (each event once, as
-    ``watch_view``) and the answers to the commands given to ``send``. While the table engine has
-    not opened the table yet (NOT_FOUND before any response), the stream is opened again after
-    pauses from 0.05 s doubling up to 1 s, for ``TABLE_OPENS_WITHIN_SECONDS`` (rule 3). After a
-    failure it reopens from the last view seen and sends every command not answered yet again,
-    with its key, so each is applied at most once (rules 1, 2). Ends after the ``ended`` view and
-    the answers the server sent with it."""
+    ``watch_view``) and the answers to the commands given to ``send`` (``answers_of`` gives a
+    response's answers). While the table engine has not opened the table yet (NOT_FOUND before
+    any response), the stream is opened again after pauses from 0.05 s doubling up to 1 s, for
+    ``TABLE_OPENS_WITHIN_SECONDS`` (rule 3); with ``wait_for_table_ms`` the server itself waits
+    that long for the table to open before it answers NOT_FOUND (``PlayOptions``), so a table
+    that opens within the wait costs no second call. After a failure it reopens from the last view
+    seen and sends every command not answered yet again, with its key, so each is applied at
+    most once (rules 1, 2). With ``answers_with_updates`` answers ride on the updates when they
+    can (``PlayResponse.answers``). Ends after the ``ended`` view and the answers the server sent
+    with it."""
 
     def __init__(
         self,
@@ -323,6 +327,8 @@ class PlaySession:
         after_sequence: int = 0,
         timeout_seconds: float = 600.0,
         metadata: Any = None,
+        answers_with_updates: bool = False,
+        wait_for_table_ms: int = 0,
     ) -> None:
         self._stub = stub
         self._table_id = table_id
@@ -330,6 +336,9 @@ class PlaySession:
         self._seen = after_sequence
         self._timeout_seconds = timeout_seconds
         self._metadata = metadata
+        self._options = table_messages.PlayOptions(
+            answers_with_updates=answers_with_updates, wait_for_table_ms=wait_for_table_ms
+        )
         self._unanswered: dict[str, table_messages.ActRequest] = {}
         self._outgoing: asyncio.Queue[table_messages.ActRequest | None] | None = None
 
@@ -346,7 +355,8 @@ class PlaySession:
         self, outgoing: asyncio.Queue[table_messages.ActRequest | None]
     ) -> AsyncIterator[table_messages.PlayRequest]:
         yield table_messages.PlayRequest(
-            open=table_messages.WatchViewRequest(table_id=self._table_id, after_sequence=self._seen)
+            open=table_messages.WatchViewRequest(table_id=self._table_id, after_sequence=self._seen),
+            options=self._options,
         )
         while (request := await outgoing.get()) is not None:
             yield table_messages.PlayRequest(act=request)
@@ -368,9 +378,9 @@ class PlaySession:
                 async for response in stream:
                     opened = True
                     self._backoff.reset()
-                    if response.WhichOneof("response") == "answer":
-                        self._unanswered.pop(response.answer.idempotency_key, None)
-                    else:
+                    for answer in answers_of(response):
+                        self._unanswered.pop(answer.idempotency_key, None)
+                    if response.WhichOneof("response") == "update":
                         self._seen = max(self._seen, response.update.view.sequence)
                         ended = ended or response.update.view.phase == "ended"
                     yield response
@@ -395,3 +405,11 @@ class PlaySession:
                 stream.cancel()
             # Closed without an error before the end (the server is shutting down): reopen.
             await asyncio.sleep(self._backoff.pause_for(_ended_early(what), what))
+
+
+def answers_of(response: table_messages.PlayResponse) -> Sequence[table_messages.PlayAnswer]:
+    """The answers a ``PlayResponse`` carries, in order: its ``answer``, or those riding on its
+    update (``PlayOptions.answers_with_updates``); they come before the update's events."""
+    if response.WhichOneof("response") == "answer":
+        return (response.answer,)
+    return response.answers

@@ -63,10 +63,10 @@ class ScriptedSession:
 
     async def responses(self) -> AsyncIterator[messages.PlayResponse]:
         async for response in ScriptedSession.script(self):
-            if response.WhichOneof("response") == "answer":
-                keys = [request.idempotency_key for request in self.sent]
-                self.log.append(f"answer {keys.index(response.answer.idempotency_key) + 1}")
-            elif self.log_updates:
+            keys = [request.idempotency_key for request in self.sent]
+            for answered in client.answers_of(response):  # alone, or riding on an update
+                self.log.append(f"answer {keys.index(answered.idempotency_key) + 1}")
+            if response.WhichOneof("response") == "update" and self.log_updates:
                 self.log.append(f"update {response.update.view.sequence}")
             yield response
 
@@ -107,6 +107,34 @@ def test_a_view_built_before_the_accepted_command_counted_is_not_decided_on(
     session = play(monkeypatch, script)
     assert [request.expected_sequence for request in session.sent] == [1]
     assert session.log == ["send 1", "answer 1"]
+
+
+def test_an_answer_riding_on_an_update_is_read_first_and_the_update_decided_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def script(session: ScriptedSession) -> AsyncIterator[messages.PlayResponse]:
+        yield discard_view(1)
+        first = await session.next_command(1)
+        yield discard_view(2)  # another seat's event, the view before the discard counted
+        riding = discard_view(4)  # the update after the discard, its answer riding on it
+        riding.answers.append(answer(first, sequence=3).answer)
+        yield riding
+        second = await asyncio.wait_for(session.next_command(2), 60)  # not sent: the bot is stuck
+        yield answer(second, sequence=5)
+        yield discard_view(6, asked=False, phase="ended")
+
+    session = play(monkeypatch, script, log_updates=True)
+    assert [request.expected_sequence for request in session.sent] == [1, 4]
+    assert session.log == [
+        "update 1",
+        "send 1",
+        "update 2",
+        "answer 1",
+        "update 4",
+        "send 2",
+        "answer 2",
+        "update 6",
+    ]
 
 
 def test_after_a_refusal_the_view_that_came_meanwhile_is_decided_on(monkeypatch: pytest.MonkeyPatch) -> None:

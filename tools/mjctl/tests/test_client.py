@@ -285,3 +285,68 @@ def test_a_play_session_waits_for_the_table_resumes_and_sends_an_unanswered_comm
     assert [r.answer.idempotency_key for r in received if r.WhichOneof("response") == "answer"] == ["k-1"]
     assert servicer.opened_after == [0, 0, 2]
     assert servicer.commands == ["k-1", "k-1"]  # sent again, with its key, after the reconnect
+
+
+class RidingPlayTable(table_service_pb2_grpc.TableServiceServicer):
+    """Play (grpc.aio) for a session opened with both options: answers its first command riding
+    on an update, then breaks (UNAVAILABLE); after the reopen it answers the next command it is
+    sent (alone) and ends the game."""
+
+    def __init__(self) -> None:
+        self.opens: list[messages.PlayRequest] = []
+        self.commands: list[str] = []
+
+    async def Play(self, requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        iterator = requests.__aiter__()
+        opening = await iterator.__anext__()
+        self.opens.append(opening)
+        if len(self.opens) == 1:
+            yield messages.PlayResponse(update=update(1, 2))
+            command = (await iterator.__anext__()).act.idempotency_key
+            self.commands.append(command)
+            yield messages.PlayResponse(
+                update=update(3, 3), answers=[messages.PlayAnswer(idempotency_key=command)]
+            )
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "Stream removed")
+        yield messages.PlayResponse(update=update(4, 4))
+        command = (await iterator.__anext__()).act.idempotency_key
+        self.commands.append(command)
+        yield messages.PlayResponse(answer=messages.PlayAnswer(idempotency_key=command))
+        yield messages.PlayResponse(update=update(5, 5, phase="ended"))
+
+
+def test_a_play_session_asks_for_its_options_and_counts_an_answer_riding_on_an_update_as_answered() -> None:
+    servicer = RidingPlayTable()
+
+    async def run() -> list[messages.PlayResponse]:
+        server = grpc.aio.server()
+        table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        received: list[messages.PlayResponse] = []
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = table_service_pb2_grpc.TableServiceStub(channel)
+                session = client.PlaySession(
+                    stub,
+                    "t",
+                    client.Backoff(first_pause_seconds=0.01),
+                    answers_with_updates=True,
+                    wait_for_table_ms=5_000,
+                )
+                async for response in session.responses():
+                    received.append(response)
+                    sequence = response.update.view.sequence
+                    if response.WhichOneof("response") == "update" and sequence in (2, 4):
+                        session.send(messages.ActRequest(idempotency_key=f"k-{sequence}"))
+        finally:
+            await server.stop(None)
+        return received
+
+    received = asyncio.run(run())
+    assert [answer.idempotency_key for r in received for answer in client.answers_of(r)] == ["k-2", "k-4"]
+    assert [opening.options for opening in servicer.opens] == 2 * [
+        messages.PlayOptions(answers_with_updates=True, wait_for_table_ms=5_000)
+    ]
+    assert servicer.opens[1].open.after_sequence == 3
+    assert servicer.commands == ["k-2", "k-4"]  # k-2 was answered (riding): not sent again

@@ -394,6 +394,7 @@ class PlayRequest(_message.Message):
 
     OPEN_FIELD_NUMBER: _builtins.int
     ACT_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___WatchViewRequest:
         """Which table to play (the caller must be seated there) and the sequence to resume after."""
@@ -404,21 +405,63 @@ class PlayRequest(_message.Message):
         stream's table is meant). Its idempotency_key is required and matches the answer.
         """
 
+    @_builtins.property
+    def options(self) -> Global___PlayOptions:
+        """Only with `open` (ignored on later requests): how this stream answers. Unset, every option
+        keeps the contract above.
+        """
+
     def __init__(
         self,
         *,
         open: Global___WatchViewRequest | None = ...,
         act: Global___ActRequest | None = ...,
+        options: Global___PlayOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["act", b"act", "open", b"open", "request", b"request"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["act", b"act", "open", b"open", "options", b"options", "request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["act", b"act", "open", b"open", "request", b"request"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["act", b"act", "open", b"open", "options", b"options", "request", b"request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["open", "act"]  # noqa: Y015
     _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
 
 Global___PlayRequest: _TypeAlias = PlayRequest  # noqa: Y015
+
+@_typing.final
+class PlayOptions(_message.Message):
+    """Opt-in changes of how a Play stream answers (a client that sets none gets the contract above)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_WITH_UPDATES_FIELD_NUMBER: _builtins.int
+    WAIT_FOR_TABLE_MS_FIELD_NUMBER: _builtins.int
+    answers_with_updates: _builtins.bool
+    """Answers ride on updates: when an update goes out while answers are ready, they go in it
+    (PlayResponse.answers), one message instead of one each. A refused command's answer (and a
+    retry's first answer) goes out alone as `answer` at once; an applied command's answer waits
+    at most 5 ms for the update showing it (a claim window not asking the seat holds updates
+    back), then goes alone too. Every answer is the same as without the option.
+    """
+    wait_for_table_ms: _builtins.int
+    """Wait up to this many milliseconds (0..30000) for a table matchmaking has just formed to
+    open, instead of NOT_FOUND at once: the stream starts as the table opens. Still NOT_FOUND
+    when no table opens within the wait; PERMISSION_DENIED as soon as it opens, to a caller not
+    seated there (as without the wait); more than 30000 is INVALID_ARGUMENT.
+    """
+    def __init__(
+        self,
+        *,
+        answers_with_updates: _builtins.bool = ...,
+        wait_for_table_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_with_updates", b"answers_with_updates", "wait_for_table_ms", b"wait_for_table_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlayOptions: _TypeAlias = PlayOptions  # noqa: Y015
 
 @_typing.final
 class PlayResponse(_message.Message):
@@ -430,6 +473,7 @@ class PlayResponse(_message.Message):
 
     UPDATE_FIELD_NUMBER: _builtins.int
     ANSWER_FIELD_NUMBER: _builtins.int
+    ANSWERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def update(self) -> Global___TableUpdate:
         """The new events and the view after them, exactly as WatchView sends them."""
@@ -438,15 +482,23 @@ class PlayResponse(_message.Message):
     def answer(self) -> Global___PlayAnswer:
         """The answer to one command sent on this stream."""
 
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlayAnswer]:
+        """Only with PlayOptions.answers_with_updates, beside an `update`: the answers that were ready
+        when it went out, in the order they became ready; they come before the update (as separate
+        `answer`s would have), each exactly what `answer` would carry.
+        """
+
     def __init__(
         self,
         *,
         update: Global___TableUpdate | None = ...,
         answer: Global___PlayAnswer | None = ...,
+        answers: _abc.Iterable[Global___PlayAnswer] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "response", b"response", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "response", b"response", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "answers", b"answers", "response", b"response", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["update", "answer"]  # noqa: Y015
     _WhichOneofArgType_response: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015

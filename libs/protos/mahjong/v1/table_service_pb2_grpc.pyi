@@ -60,6 +60,7 @@ class TableServiceStub:
     the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
     decision is not a call of its own. Reopen after a failure with after_sequence = the last view
     seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
+    Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
     """
 
 @_typing.type_check_only
@@ -93,6 +94,7 @@ class TableServiceAsyncStub(TableServiceStub):
     the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
     decision is not a call of its own. Reopen after a failure with after_sequence = the last view
     seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
+    Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
     """
 
 class TableServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -153,6 +155,7 @@ class TableServiceServicer(metaclass=_abc_1.ABCMeta):
         the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
         decision is not a call of its own. Reopen after a failure with after_sequence = the last view
         seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
+        Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
         """
 
 def add_TableServiceServicer_to_server(servicer: TableServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
