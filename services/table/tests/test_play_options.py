@@ -23,9 +23,13 @@ import grpc
 import pytest
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.database import transaction
+from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.tracked_consumer import BatchApplier, Delivery, MessagePosition, per_event
 from mahjong_table import servicer as servicer_module
 from mahjong_table.core.commands import Discard, Pass, TableCommand
+from mahjong_table.projection import table_opening_handler
 from mahjong_table.selfplay import greedy_command
+from mahjong_table.testing import table_assigned
 from mjctl.bots import choose_command
 from mjctl.client import answers_of
 
@@ -311,3 +315,32 @@ def test_a_wait_out_of_range_is_invalid(table_server: TableServer, wait_for_tabl
         next(PlayClient(table_server.stub_for("east"), table_id, options=options).responses)
     assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "wait_for_table_ms" in (invalid.value.details() or "")
+
+
+def test_a_table_the_match_consumer_opens_wakes_the_stream_waiting_for_it_once_committed(
+    table_server: TableServer,
+) -> None:
+    """The consumer's transaction opens the table; its watchers here are told after the commit
+    (never before: a stream woken then would find no table), so a waiting stream starts at once."""
+    table_id = str(uuid.uuid4())
+    out: list[object] = []
+    thread = _first_response(
+        table_server, "east", table_id, messages.PlayOptions(wait_for_table_ms=30_000), out
+    )
+    _until(lambda: _opening_waits(table_server) == 1, "the stream did not wait")
+    engine = table_server.engine
+    assigned = new_envelope(table_assigned(table_id, PLAYERS), stream_id=table_id, clock=utc_now)
+    applier = BatchApplier(
+        table_server.session_factory,  # type: ignore[arg-type]
+        "table-openings",
+        per_event(table_opening_handler(engine)),
+        lambda _delivery, error: pytest.fail(error),
+        before_commit=lambda _position: out.append(engine.changes.version(table_id)),
+    )
+    delivery = Delivery(assigned, MessagePosition("match", 0, 0))
+    assert applier.apply([delivery], [delivery.position]).applied == 1
+    assert out[0] == 0, "told before the commit"
+    assert engine.changes.version(table_id) > 0, "not told after the commit"
+    thread.join(60)
+    assert isinstance(out[1], messages.PlayResponse), out
+    assert out[1].update.view == table_server.view("east", table_id)
