@@ -222,6 +222,15 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
         ),
     ]
     rows.append(("Enqueue refused / game (seat not freed yet)", f"{figures['enqueue_refused'] / games:.2f}"))
+    if "play_opens" in figures:
+        commands = max(1, figures["act_calls"])
+        rows.append(
+            (
+                "Play streams opened / game; responses / command (answers riding)",
+                f"{figures['play_opens'] / games:.2f}; {figures['play_responses'] / commands:.2f} "
+                f"({figures['play_riding_answers'] / commands:.2f})",
+            )
+        )
     for name, seconds in figures["server_cpu_seconds"].items():
         rows.append((f"CPU s / game: {name}", f"{seconds / games:.3f}"))
     rows.append(

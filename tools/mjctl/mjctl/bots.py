@@ -335,6 +335,12 @@ class BotRunReport:
     act_samples: list[ActSample] = dataclasses.field(default_factory=list)
     enqueue_refusals: int = 0
     """Enqueues refused because matchmaking had not freed the bot's seat of its last game yet."""
+    play_opens: int = 0
+    """Play streams opened (`client.PlaySession.opens`), reopened ones and NOT_FOUND ones included."""
+    play_responses: int = 0
+    """Play responses received (`client.PlaySession.received`): the messages the table sent."""
+    play_riding_answers: int = 0
+    """Answers that came riding on updates (`client.PlaySession.riding`), no message of their own."""
 
     def summary_lines(self) -> list[str]:
         latencies = sorted(self.act_latencies_seconds) or [0.0]
@@ -474,6 +480,9 @@ class AsyncBotPlayer:
         self._stopped = False
         self._key_prefix = f"{uuid.uuid4().hex}-"
         self.enqueue_refusals = 0
+        self.play_opens = 0
+        self.play_responses = 0
+        self.play_riding_answers = 0
         self._key_counter = itertools.count()
 
     @property
@@ -633,6 +642,9 @@ class AsyncBotPlayer:
         finally:
             if thinking is not None:
                 thinking.cancel()
+            self.play_opens += session.opens
+            self.play_responses += session.received
+            self.play_riding_answers += session.riding
         if final is None:
             raise RuntimeError(f"{self.player_id}: the feed of table {table_id} ended before the game")
         return final
@@ -722,6 +734,9 @@ async def run_bots_async(
         sum(bot.retries for bot in bots),
         [sample for bot in bots for sample in bot.act_samples],
         sum(bot.enqueue_refusals for bot in bots),
+        sum(bot.play_opens for bot in bots),
+        sum(bot.play_responses for bot in bots),
+        sum(bot.play_riding_answers for bot in bots),
     )
 
 

@@ -341,6 +341,12 @@ class PlaySession:
         )
         self._unanswered: dict[str, table_messages.ActRequest] = {}
         self._outgoing: asyncio.Queue[table_messages.ActRequest | None] | None = None
+        self.opens = 0
+        """How many times the stream was opened (each a call; a NOT_FOUND before the table opened too)."""
+        self.received = 0
+        """How many responses the stream brought (each a message)."""
+        self.riding = 0
+        """How many answers came riding on updates (``answers_with_updates``)."""
 
     def send(self, request: table_messages.ActRequest) -> None:
         """Send a command (its ``idempotency_key`` set); its answer comes through ``responses``.
@@ -370,12 +376,15 @@ class PlaySession:
             for request in self._unanswered.values():
                 outgoing.put_nowait(request)
             self._outgoing = outgoing
+            self.opens += 1
             stream = self._stub.Play(
                 self._requests(outgoing), timeout=self._timeout_seconds, metadata=self._metadata
             )
             ended = False
             try:
                 async for response in stream:
+                    self.received += 1
+                    self.riding += len(response.answers)
                     opened = True
                     self._backoff.reset()
                     for answer in answers_of(response):

@@ -138,6 +138,9 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
                 "delivery_latencies_seconds": report.delivery_latencies_seconds,
                 "act_samples": [dataclasses.astuple(sample) for sample in report.act_samples],
                 "enqueue_refusals": report.enqueue_refusals,
+                "play_opens": report.play_opens,
+                "play_responses": report.play_responses,
+                "play_riding_answers": report.play_riding_answers,
             },
         )
     )
@@ -204,6 +207,9 @@ def run_load(arguments: argparse.Namespace) -> int:
         "delivery_p99_ms": percentile(delivery, 0.99) * 1000,
         "act_by_kind": kinds,
         "enqueue_refused": sum(report["enqueue_refusals"] for report in reports),
+        "play_opens": sum(report["play_opens"] for report in reports),
+        "play_responses": sum(report["play_responses"] for report in reports),
+        "play_riding_answers": sum(report["play_riding_answers"] for report in reports),
     }
     print(f"{games} games in {seconds:.1f} s = {games / seconds:.2f} games/s ({processes} bot processes)")
     act_p50, act_p99 = figures["act_p50_ms"], figures["act_p99_ms"]
@@ -212,6 +218,11 @@ def run_load(arguments: argparse.Namespace) -> int:
     print(
         f"Enqueue refused while matchmaking had not freed the seat yet: {figures['enqueue_refused']} "
         f"({figures['enqueue_refused'] / max(1, games):.2f} per game)"
+    )
+    print(
+        f"Play streams: {figures['play_opens']} opened, {figures['play_responses']} responses received "
+        f"for {len(act)} commands ({figures['play_responses'] / max(1, len(act)):.2f} per command; "
+        f"{figures['play_riding_answers']} answers rode on updates)"
     )
     print("\n".join(act_kind_lines(kinds)))
     # The bots' CPU while they played (the lag probe's read of the ledger topic comes after).

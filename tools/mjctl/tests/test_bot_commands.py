@@ -43,6 +43,7 @@ class ScriptedSession:
     may wait for the bot's commands (`sent`, in order; `log`, sends and answers interleaved)."""
 
     script: Any = None
+    opens = received = riding = 0  # `client.PlaySession`'s counts
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         self.sent: list[messages.ActRequest] = []

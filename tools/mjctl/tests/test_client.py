@@ -317,6 +317,7 @@ class RidingPlayTable(table_service_pb2_grpc.TableServiceServicer):
 
 def test_a_play_session_asks_for_its_options_and_counts_an_answer_riding_on_an_update_as_answered() -> None:
     servicer = RidingPlayTable()
+    counts: list[tuple[int, int, int]] = []
 
     async def run() -> list[messages.PlayResponse]:
         server = grpc.aio.server()
@@ -339,6 +340,7 @@ def test_a_play_session_asks_for_its_options_and_counts_an_answer_riding_on_an_u
                     sequence = response.update.view.sequence
                     if response.WhichOneof("response") == "update" and sequence in (2, 4):
                         session.send(messages.ActRequest(idempotency_key=f"k-{sequence}"))
+                counts.append((session.opens, session.received, session.riding))
         finally:
             await server.stop(None)
         return received
@@ -350,3 +352,4 @@ def test_a_play_session_asks_for_its_options_and_counts_an_answer_riding_on_an_u
     ]
     assert servicer.opens[1].open.after_sequence == 3
     assert servicer.commands == ["k-2", "k-4"]  # k-2 was answered (riding): not sent again
+    assert counts == [(2, 5, 1)]  # opened twice; five responses, one answer riding on an update
