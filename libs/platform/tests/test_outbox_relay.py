@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 import sqlalchemy
+from kafka.errors import KafkaTimeoutError
 from mahjong.v1 import envelope_pb2, table_events_pb2
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
@@ -141,13 +142,13 @@ def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
     new_tracked_consumer: Callable[..., TrackedConsumer],
     poll_consumer_until: Callable[..., None],
 ) -> None:
-    """The first relay holds its batch's rows locked while it publishes; the second (another
-    replica) publishes nothing until the first is done, so each stream stays in order on Kafka."""
+    """The first relay holds the relay lock while it publishes and after; the second (another
+    replica) publishes nothing until the first has closed, so each stream stays in order on Kafka."""
     append_events(postgresql_engine, kafka_topics, {"table-1": 5})
     first_published = threading.Event()
     second_finished = threading.Event()
 
-    def hold_locks_until_second_finished(_messages: Sequence[OutboxMessage]) -> None:
+    def hold_until_second_finished(_messages: Sequence[OutboxMessage]) -> None:
         first_published.set()
         assert second_finished.wait(timeout=20)
 
@@ -155,7 +156,7 @@ def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
         postgresql_engine,
         kafka_bootstrap_servers,
         publish_timeout_ms=PUBLISH_TIMEOUT_MS,
-        before_mark_sent=hold_locks_until_second_finished,
+        before_mark_sent=hold_until_second_finished,
     )
     second_relay = OutboxRelay(
         postgresql_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS
@@ -165,12 +166,14 @@ def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
     try:
         first_thread.start()
         assert first_published.wait(timeout=20)
-        # Rows committed meanwhile are not locked, but the second relay waits its turn: publishing
+        # Rows committed meanwhile are unsent, but the second relay waits its turn: publishing
         # them now could put them on Kafka ahead of the first relay's batch.
         append_events(postgresql_engine, kafka_topics, {"table-2": 3})
         assert second_relay.run_once() == 0
         second_finished.set()
         first_thread.join(timeout=20)
+        assert second_relay.run_once() == 0  # between the first relay's rounds too
+        first_relay.close()
         assert second_relay.run_once() == 3
     finally:
         second_finished.set()
@@ -183,6 +186,115 @@ def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
     poll_consumer_until(consumer, lambda: _stored_offsets_total(postgresql_engine) >= 8)
     consumer.poll_once(timeout_ms=300)
     assert _stored_offsets_total(postgresql_engine) == 8  # Each message is on the topic once.
+
+
+def test_a_postgresql_relay_killed_before_marking_hands_over_to_the_next_one(
+    postgresql_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> None:
+    """A relay that dies between publishing and marking ends its session, and with it the lock: the
+    next relay (a restart, another replica) publishes the whole batch again and marks it."""
+    append_events(postgresql_engine, kafka_topics, {"table-1": 4})
+
+    def kill_after_publish(_messages: Sequence[OutboxMessage]) -> None:
+        raise _RelayKilledError
+
+    with (
+        OutboxRelay(
+            postgresql_engine,
+            kafka_bootstrap_servers,
+            publish_timeout_ms=PUBLISH_TIMEOUT_MS,
+            before_mark_sent=kill_after_publish,
+        ) as doomed_relay,
+        pytest.raises(_RelayKilledError),
+    ):
+        doomed_relay.run_once()
+    assert unsent_count(postgresql_engine) == 4
+    with OutboxRelay(
+        postgresql_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    ) as relay:
+        assert relay.run_once() == 4
+    assert unsent_count(postgresql_engine) == 0
+
+
+def test_a_postgresql_relay_that_cannot_publish_lets_another_replica_publish(
+    postgresql_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> None:
+    """A Kafka failure releases the relay lock for the retry pause (an hour here), so a replica
+    that can reach Kafka is not held up by one that cannot."""
+    append_events(postgresql_engine, kafka_topics, {"table-1": 3})
+    failed = threading.Event()
+
+    def fail_to_publish(_messages: Sequence[OutboxMessage]) -> None:
+        failed.set()
+        raise KafkaTimeoutError("the broker did not acknowledge")
+
+    stop_event = threading.Event()
+    failing_relay = OutboxRelay(
+        postgresql_engine,
+        kafka_bootstrap_servers,
+        publish_timeout_ms=PUBLISH_TIMEOUT_MS,
+        before_mark_sent=fail_to_publish,
+    )
+    thread = threading.Thread(target=failing_relay.run_forever, args=(stop_event, 3_600_000))
+    other_relay = OutboxRelay(
+        postgresql_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    )
+    try:
+        thread.start()
+        assert failed.wait(timeout=60)
+        published: list[int] = []
+        for _attempt in range(600):  # the failing relay releases the lock right after its error
+            published.append(other_relay.run_once())
+            if published[-1]:
+                break
+            time.sleep(0.05)
+        assert sum(published) == 3
+    finally:
+        stop_event.set()
+        thread.join(timeout=60)
+        failing_relay.close()
+        other_relay.close()
+    assert not thread.is_alive()
+    assert unsent_count(postgresql_engine) == 0
+
+
+def test_a_postgresql_relay_round_is_two_statements_outside_any_transaction(
+    postgresql_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> None:
+    """Once it holds the lock, a round reads and marks on the relay's own connection in autocommit:
+    no pool check-out (and its ping), no BEGIN or COMMIT, no lock statement; each of these was a
+    round trip, and in a busy service each round trip waits for the GIL."""
+    recording = threading.Event()
+    statements: list[str] = []
+    in_transaction: list[bool] = []
+    checkouts: list[object] = []
+
+    def record_statement(
+        connection: sqlalchemy.Connection, _cursor: object, statement: str, *_: object
+    ) -> None:
+        if recording.is_set():
+            statements.append(statement.split()[0])
+            status = connection.connection.dbapi_connection.info.transaction_status  # type: ignore[union-attr]
+            in_transaction.append(status.name != "IDLE")
+
+    def record_checkout(*arguments: object) -> None:
+        if recording.is_set():
+            checkouts.append(arguments)
+
+    sqlalchemy.event.listen(postgresql_engine, "after_cursor_execute", record_statement)
+    sqlalchemy.event.listen(postgresql_engine.pool, "checkout", record_checkout)
+    with OutboxRelay(
+        postgresql_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    ) as relay:
+        relay.run_once()  # connects, sets its keepalives and takes the lock
+        append_events(postgresql_engine, kafka_topics, {"table-1": 3})
+        recording.set()
+        assert relay.run_once() == 3
+        recording.clear()
+    assert statements == ["SELECT", "UPDATE"]
+    assert in_transaction == [False, False]
+    assert checkouts == []
+    assert unsent_count(postgresql_engine) == 0
 
 
 def test_relay_and_consumer_run_forever_in_background_threads_until_stopped(
