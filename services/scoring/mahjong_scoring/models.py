@@ -1,8 +1,12 @@
 """The scoring service's own tables (SQLAlchemy Core), next to the platform's event store and outbox.
 
 - `scoring_games`: one row per table: room, coefficient N, whether scoring settles its variant
-  (always true now that both families settle; kept until a migration drops it), the last table
-  event sequence applied, the number of settlement lines, and whether `GameSettled` was emitted.
+  (always true now that both families settle; kept until a migration drops it), the number of
+  settlement lines, whether `GameSettled` was emitted, and `last_sequence`: the sequence of the
+  table event that last changed the row (its `TableOpened`, an event with settlement lines, the
+  `GameEnded`), so the row is written when its figures change, not for every batch of events.
+  (It used to be the last event applied, written on every batch: the same value once a game has
+  ended, `GameEnded` being its last event. The last event applied is the inbox's highest.)
 - `scoring_table_events`: the table events of every game as received (the consumer's inbox), so
   the in-memory fold of a game can be rebuilt after a restart without re-reading Kafka.
 - `scoring_lines`: every `SettlementInstructed`, keyed by its instruction id, in line order, with

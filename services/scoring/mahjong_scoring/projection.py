@@ -18,15 +18,18 @@ for scoring (one row per table event, and a query per batch, less). A crash re-r
 positions stored in the batch's transaction; a re-send of the relay reaches the inbox check.
 
 A batch costs a fixed number of statements, whatever its size: one query for each game's last
-sequence (an event at or before it is looked up in the inbox, as above), then the folds run in memory, and one
-multi-row insert (or executemany) each for the inbox, the lines, the settlement events, the new
-games and players, and one update per game and per changed seat with the game's state after the
-batch. `apply_table_event` is a batch of one.
+sequence in the inbox (an event at or before it is looked up there, as above), then the folds run
+in memory, and one multi-row insert (or executemany) each for the inbox, the lines, the
+settlement events, the new games and players, and one update each for the games and seats whose
+figures the batch changed (a settlement line or `GameSettled`; most events change none: a game's
+row is written at its opening, kongs, wins and end, not in every batch it appears in).
+`apply_table_event` is a batch of one.
 
 The fold of a game in progress is kept in memory between events, keyed by table id and checked
-against the stored `last_sequence` before use: after a rollback (a failed handler, a crash before
-commit) or a restart the memory no longer matches the database and the fold is rebuilt from the
-inbox, so the memory can never make the projection diverge from what was committed.
+against the game's last sequence in the inbox before use: after a rollback (a failed handler, a
+crash before commit) or a restart the memory no longer matches the database and the fold is
+rebuilt from the inbox, so the memory can never make the projection diverge from what was
+committed.
 """
 
 from __future__ import annotations
@@ -133,7 +136,9 @@ class _Game:
     first_sequence: int
     last_sequence: int
     state: GameSettlementState
-    totals_changed: bool = False
+    changed_at: int = 0
+    """The sequence of the batch's last event that changed the game's row (its opening, or one
+    with settlement events), 0 for none: what the row's `last_sequence` records."""
     settlement_events: list[envelope_pb2.Envelope] = dataclasses.field(default_factory=list)
 
 
@@ -200,6 +205,7 @@ def _fold(game: _Game, table_id: str, envelope: envelope_pb2.Envelope) -> None:
             f"table {table_id}: event {envelope.event_id} has sequence {envelope.sequence}, "
             f"but sequence {game.last_sequence} was already applied with another event id"
         )
+    opened_before = game.state.opened is not None
     game.state, output = settle_table_event(game.state, envelope)
     for notice in output.notices:
         logger.warning(
@@ -209,7 +215,8 @@ def _fold(game: _Game, table_id: str, envelope: envelope_pb2.Envelope) -> None:
         )
     game.last_sequence = envelope.sequence
     game.settlement_events.extend(output.envelopes)
-    game.totals_changed = game.totals_changed or bool(output.envelopes)
+    if output.envelopes or not opened_before:
+        game.changed_at = envelope.sequence
 
 
 def _append_settlement_events(session: Session, event_store: EventStore, games: dict[str, _Game]) -> None:
@@ -286,21 +293,23 @@ def _line_row(instruction: settlement_events_pb2.SettlementInstructed) -> dict[s
 
 
 def _store_games(session: Session, games: dict[str, _Game]) -> None:
-    """Each game's row and seats as the batch left them: inserted when new, else updated."""
+    """The rows and seats of the games whose figures the batch changed, as it left them: inserted
+    when new, else updated. The row's `last_sequence` is the sequence of the event that last
+    changed it, so the rows do not depend on where the batches were cut (a rebuild compares)."""
     new_games: list[dict[str, object]] = []
     new_players: list[dict[str, object]] = []
     game_updates: list[dict[str, object]] = []
     player_updates: list[dict[str, object]] = []
     for table_id, game in games.items():
-        if game.last_sequence == game.first_sequence:
-            continue  # Only duplicates of this game in the batch: nothing changed.
+        if not game.changed_at:
+            continue  # Nothing the row shows changed (the events are in the inbox).
         opened = game.state.opened
         assert opened is not None, "settle_table_event raised for an event before TableOpened"
         values = {
             "room_id": opened.room_id,
             "coefficient": opened.options.coefficient,
             "settles": True,
-            "last_sequence": game.last_sequence,
+            "last_sequence": game.changed_at,
             "line_count": game.state.line_count,
             "settled": game.state.settled,
         }
@@ -316,10 +325,9 @@ def _store_games(session: Session, games: dict[str, _Game]) -> None:
             )
             continue
         game_updates.append({"game_of": table_id, **values})
-        if game.totals_changed:
-            player_updates.extend(
-                {"game_of": table_id, "seat_of": seat, **totals} for seat, totals in enumerate(seats)
-            )
+        player_updates.extend(
+            {"game_of": table_id, "seat_of": seat, **totals} for seat, totals in enumerate(seats)
+        )
     insert_rows(session, scoring_games, new_games)
     insert_rows(session, scoring_players, new_players)
     for statement, rows in ((_UPDATE_GAME, game_updates), (_UPDATE_PLAYER, player_updates)):

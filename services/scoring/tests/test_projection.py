@@ -16,7 +16,7 @@ from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
 from mahjong_scoring.game_facts import GameFactsError
 from mahjong_scoring.game_settlement import new_game_settlement, settle_table_events
-from mahjong_scoring.models import PROJECTION_TABLES, scoring_games, scoring_metadata
+from mahjong_scoring.models import PROJECTION_TABLES, scoring_games, scoring_lines, scoring_metadata
 from mahjong_scoring.projection import SettlementProjection
 from mahjong_scoring.testing import TableScript, room_rules
 from sqlalchemy.engine import Engine
@@ -300,3 +300,44 @@ def test_the_live_consumer_keeps_no_processed_ids_and_applies_re_sent_events_onc
     assert projection_rows(session_factory) == _fresh_rows(events)
     with transaction(session_factory) as session:
         assert session.execute(sqlalchemy.select(processed_events)).all() == []
+
+
+def _game_row_writes(engine: Engine) -> list[str]:
+    """Record the statements that write a game's row or its seats."""
+    writes: list[str] = []
+
+    @sqlalchemy.event.listens_for(engine, "before_cursor_execute")
+    def _note(_connection: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if statement.startswith(("UPDATE scoring_games", "UPDATE scoring_players")):
+            writes.append(statement.split()[1])
+
+    return writes
+
+
+def test_a_game_row_is_written_only_when_its_figures_change(
+    scoring_engine: Engine, session_factory: SessionFactory
+) -> None:
+    """Draws and discards change no figure of the game's row: a batch of only those writes no row
+    (it used to update the game on every batch); the kong's batch writes the game and its seats,
+    and `last_sequence` is the kong's, the event that changed the row, whatever the batches."""
+    script = whole_game()
+    writes = _game_row_writes(scoring_engine)
+    projection = SettlementProjection(EventStore())
+    payloads = [envelope.WhichOneof("payload") for envelope in script.events]
+    kong = payloads.index("kong_declared")
+    quiet = [Delivery(envelope, POSITION) for envelope in script.events[3:kong]]
+    assert {payloads[index] for index in range(3, kong)} <= {"tile_discarded", "tile_drawn"}
+    for batch in (script.events[:3], script.events[3:kong]):
+        with transaction(session_factory) as session:
+            projection.apply_batch(session, [Delivery(envelope, POSITION) for envelope in batch])
+    assert quiet and writes == []
+    with transaction(session_factory) as session:
+        projection.apply_batch(
+            session, [Delivery(envelope, POSITION) for envelope in script.events[kong : kong + 3]]
+        )
+        game = session.execute(sqlalchemy.select(scoring_games)).one()
+        lines = session.execute(
+            sqlalchemy.select(sqlalchemy.func.count()).select_from(scoring_lines)
+        ).scalar()
+    assert writes == ["scoring_games", "scoring_players"]
+    assert game.line_count == lines > 0 and game.last_sequence == script.events[kong].sequence
