@@ -437,8 +437,9 @@ class LedgerRepository:
         if not keys:
             return {}
         wanted = {(kind.value, order_key) for kind, order_key in keys}
-        query = sqlalchemy.select(ledger_transfers).where(
-            ledger_transfers.c.order_key.in_(sorted({order_key for _, order_key in wanted}))
+        query = sqlalchemy.select(ledger_transfers).where(  # (kind, order_key): the unique index
+            ledger_transfers.c.kind.in_(sorted({kind for kind, _ in wanted})),
+            ledger_transfers.c.order_key.in_(sorted({order_key for _, order_key in wanted})),
         )
         rows = [row for row in session.execute(query).mappings() if (row["kind"], row["order_key"]) in wanted]
         return {(record.kind, record.order_key): record for record in self._records(session, rows)}
@@ -458,7 +459,11 @@ class LedgerRepository:
     ) -> dict[tuple[str, str], str]:
         """The request digest stored for each of the requests' keys posted before."""
         rows = session.execute(
-            _POSTED_DIGESTS(session), {"order_keys": sorted({request.order_key for request in requests})}
+            _POSTED_DIGESTS(session),
+            {
+                "kinds": sorted({request.kind.value for request in requests}),
+                "order_keys": sorted({request.order_key for request in requests}),
+            },
         )
         return {(row.kind, row.order_key): row.request_digest for row in rows}
 
@@ -760,10 +765,15 @@ _CREDITED = PerDialect(
         ledger_postings.c.beans > 0,
     )
 )
+# By kind and order key, the unique index's columns in its order: by order key alone the
+# index cannot be searched (kind leads it), and SQLite and PostgreSQL read every transfer ever posted.
 _POSTED_DIGESTS = PerDialect(
     lambda dialect_name: sqlalchemy.select(
         ledger_transfers.c.kind, ledger_transfers.c.order_key, ledger_transfers.c.request_digest
-    ).where(one_of(ledger_transfers.c.order_key, "order_keys", dialect_name))
+    ).where(
+        one_of(ledger_transfers.c.kind, "kinds", dialect_name),
+        one_of(ledger_transfers.c.order_key, "order_keys", dialect_name),
+    )
 )
 
 

@@ -25,6 +25,7 @@ from mahjong_platform.database import (
     transaction,
 )
 from mahjong_platform.event_store import EventStore
+from mahjong_platform.query_plans import StatementRecorder, plans_for
 from mahjong_platform.schema import stored_events
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -181,3 +182,42 @@ def test_an_account_is_opened_at_the_earliest_event_time_whatever_the_arrival_or
             sqlalchemy.select(ledger_accounts.c.opened_at).where(ledger_accounts.c.account == "house:escape")
         ).scalar_one()
     assert opened_at.replace(tzinfo=datetime.UTC) == FIXED_TIME + datetime.timedelta(seconds=5)
+
+
+def test_the_posting_lookups_search_the_transfer_key_instead_of_scanning(backend_urls: list[str]) -> None:
+    """Every posting looks its keys up among the transfers ever posted (idempotency, repeats, kong
+    income): by order keys alone the unique (kind, order_key) index cannot be searched and each
+    batch read the whole table. The databases' own plans of every statement that deposits, posts
+    a game in batches and repeats a deposit run must search an index."""
+    url = backend_urls[0]
+    migrate(url)
+    engine = create_engine_for(url)
+    session_factory = create_session_factory(engine)
+    repository = LedgerRepository(EventStore(Topics.with_prefix("test.")), clock=lambda: FIXED_TIME)
+    projection = SettlementProjection(repository)
+    envelopes = game_stream()
+    recorder = StatementRecorder()
+    recorder.label(url, "ledger")
+    recorder.start()
+    try:
+        for order in (DepositOrder(PLAYERS[0], 20_000, "fund"), DepositOrder(PLAYERS[0], 20_000, "fund")):
+            with transaction(session_factory) as session:
+                repository.deposit(session, order)  # the second: the stored transfer, not a new one
+        for start in range(0, len(envelopes), 3):
+            batch = [
+                Delivery(envelope, MessagePosition("test.mahjong.settlement.v1", 0, start + index))
+                for index, envelope in enumerate(envelopes[start : start + 3])
+            ]
+            with transaction(session_factory) as session:
+                projection.handle_batch(session, batch)
+    finally:
+        (statements,) = recorder.stop().values()
+        engine.dispose()
+    assert not recorder.failures, recorder.failures
+    lookups = [text for text in statements if "FROM ledger_transfers" in text]
+    assert len(lookups) >= 2, lookups  # the batch's digests, the repeated deposit's record
+    with sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool).connect() as connection:
+        plans = plans_for(connection, bounded=())
+        for recorded in statements.values():
+            for parameters in recorded.parameters:
+                assert plans.scans(recorded.statement, parameters) == [], recorded.statement
