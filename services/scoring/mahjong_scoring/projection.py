@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 from collections.abc import Sequence
 from typing import Final
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, settlement_events_pb2
-from mahjong_platform.database import PerDialect, insert_rows, one_of
+from mahjong_platform.database import PerDialect, insert_rows
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -240,14 +241,28 @@ def _append_settlement_events(session: Session, event_store: EventStore, games: 
 _RECEIVED = sqlalchemy.select(scoring_table_events.c.event_id).where(
     scoring_table_events.c.event_id == sqlalchemy.bindparam("wanted_event_id")
 )
-_LAST_SEQUENCES = PerDialect(
-    lambda dialect_name: sqlalchemy.select(
-        scoring_table_events.c.table_id,
-        sqlalchemy.func.max(scoring_table_events.c.sequence).label("last_sequence"),
+
+
+def _last_sequences_statement(dialect_name: str) -> sqlalchemy.TextClause:
+    """Each listed game's highest sequence in the inbox (NULL for none), one correlated ``max``
+    per game: both databases read it from the end of the game's range of the (table id,
+    sequence) primary key. The ``GROUP BY`` over ``table_id IN (...)`` it replaces read every
+    event received of each game of the batch: for 32 games of 250 events, ~89,000 VM steps and
+    1.9 ms on SQLite (650 steps and 0.2-0.5 ms now), 8,000 rows and 1.9 ms on PostgreSQL (32
+    backward index probes, 0.5 ms now); one query per batch, a fifth of scoring's Python samples
+    at saturation. The ids are one parameter: a JSON array on SQLite, an array on PostgreSQL."""
+    ids, table_id = (
+        ("json_each(:table_ids) AS ids", "ids.value")
+        if dialect_name == "sqlite"
+        else ("unnest(CAST(:table_ids AS VARCHAR[])) AS ids(table_id)", "ids.table_id")
     )
-    .where(one_of(scoring_table_events.c.table_id, "table_ids", dialect_name))
-    .group_by(scoring_table_events.c.table_id)
-)
+    return sqlalchemy.text(
+        f"SELECT {table_id} AS table_id, (SELECT max(events.sequence) FROM scoring_table_events AS"
+        f" events WHERE events.table_id = {table_id}) AS last_sequence FROM {ids}"
+    )
+
+
+_LAST_SEQUENCES = PerDialect(_last_sequences_statement)
 _RECEIVED_OF_GAME = (
     sqlalchemy.select(scoring_table_events.c.envelope)
     .where(scoring_table_events.c.table_id == sqlalchemy.bindparam("rebuilt_table_id"))
@@ -265,10 +280,14 @@ def _received(session: Session, event_id: str) -> bool:
 
 
 def _last_sequences(session: Session, table_ids: Sequence[str]) -> dict[str, int]:
-    sequences = dict.fromkeys(table_ids, 0)
-    for row in session.execute(_LAST_SEQUENCES(session), {"table_ids": list(table_ids)}):
-        sequences[row.table_id] = int(row.last_sequence)
-    return sequences
+    """Each game's last sequence received, 0 for a game with nothing received yet."""
+    statement = _LAST_SEQUENCES(session)
+    ids: object = (
+        json.dumps(list(table_ids)) if session.get_bind().dialect.name == "sqlite" else list(table_ids)
+    )
+    return {
+        row.table_id: int(row.last_sequence or 0) for row in session.execute(statement, {"table_ids": ids})
+    }
 
 
 def _rebuild(session: Session, table_id: str) -> GameSettlementState:

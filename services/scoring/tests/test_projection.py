@@ -341,3 +341,49 @@ def test_a_game_row_is_written_only_when_its_figures_change(
         ).scalar()
     assert writes == ["scoring_games", "scoring_players"]
     assert game.line_count == lines > 0 and game.last_sequence == script.events[kong].sequence
+
+
+def test_the_last_sequences_query_does_not_read_every_event_of_a_game(tmp_path: pathlib.Path) -> None:
+    """Each batch asks for its games' last received sequences: SQLite answers it from the end of
+    each game's range of the inbox key, so its work (virtual machine steps, counted by the
+    driver's progress handler: no clock) is the same for games of 400 events as for games of 4.
+    The GROUP BY it replaced read every event received of each game."""
+    from mahjong_scoring.models import scoring_table_events
+    from mahjong_scoring.projection import _last_sequences
+
+    table_ids = [f"table-{number}" for number in range(32)]
+
+    def steps_with(events_per_game: int) -> int:
+        engine = migrated_engine(sqlite_url(tmp_path / str(events_per_game), "scoring"))
+        try:
+            with engine.begin() as connection:
+                connection.execute(
+                    scoring_table_events.insert(),
+                    [
+                        {
+                            "table_id": table_id,
+                            "sequence": sequence,
+                            "event_id": f"{table_id}/{sequence}",
+                            "envelope": b"",
+                        }
+                        for table_id in table_ids
+                        for sequence in range(1, events_per_game + 1)
+                    ],
+                )
+            with transaction(create_session_factory(engine)) as session:
+                driver = session.connection().connection.dbapi_connection
+                steps = [0]
+
+                def count_step() -> int:
+                    steps[0] += 1
+                    return 0
+
+                driver.set_progress_handler(count_step, 1)
+                sequences = _last_sequences(session, [*table_ids, "table-unseen"])
+                driver.set_progress_handler(None, 1)
+            assert sequences == {**dict.fromkeys(table_ids, events_per_game), "table-unseen": 0}
+            return steps[0]
+        finally:
+            engine.dispose()
+
+    assert steps_with(400) == steps_with(4)
