@@ -1,6 +1,7 @@
 """Steps that tests on the real broker and database take again and again, in one place: put
 envelopes on a topic, poll a tracked consumer until it has handled so many messages, relay an
-outbox until it is empty. Nothing here is used by a service; each step only does what a test
+outbox until it is empty, apply batches as a service's consumer does. Nothing here is used by a
+service; each step only does what a test
 would write by hand, and fails (an `AssertionError` naming what was missing) instead of waiting
 forever."""
 
@@ -12,10 +13,11 @@ from collections.abc import Iterable
 from mahjong.v1 import envelope_pb2
 from sqlalchemy.engine import Engine
 
-from mahjong_platform.database import create_session_factory, transaction
+from mahjong_platform.database import SessionFactory, create_session_factory, transaction
 from mahjong_platform.envelopes import serialize_envelope
 from mahjong_platform.outbox import OutboxRelay, count_unsent_outbox_messages, create_idempotent_producer
-from mahjong_platform.tracked_consumer import TrackedConsumer
+from mahjong_platform.service_runtime import ConsumerDefinition
+from mahjong_platform.tracked_consumer import BatchApplier, FailureHook, TrackedConsumer, per_event
 
 FIRST_ASSIGNMENT_SECONDS = 300.0
 """How long a consumer may take to handle its messages: the first consumer group on a fresh
@@ -57,3 +59,21 @@ def relay_until_drained(engine: Engine, bootstrap_servers: str) -> None:
             with transaction(session_factory) as session:
                 if count_unsent_outbox_messages(session) == 0:
                     return
+
+
+def batch_applier_of(
+    consumer: ConsumerDefinition, session_factory: SessionFactory, on_failure: FailureHook
+) -> BatchApplier:
+    """The transaction logic of the tracked consumer the service runtime runs for `consumer` (its
+    handler, `idempotent_handler`), without Kafka: batches applied as the service applies them."""
+    handler = consumer.batch_handler
+    if handler is None:
+        assert consumer.handler is not None, consumer.group_id
+        handler = per_event(consumer.handler)
+    return BatchApplier(
+        session_factory,
+        consumer.group_id,
+        handler,
+        on_failure,
+        idempotent_handler=consumer.idempotent_handler,
+    )

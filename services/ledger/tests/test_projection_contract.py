@@ -417,24 +417,18 @@ def test_the_live_consumer_keeps_no_processed_ids_and_posts_re_sent_events_once(
     from mahjong_ledger.settings import LedgerSettings
     from mahjong_platform.config import load_settings
     from mahjong_platform.schema import processed_events
+    from mahjong_platform.testing import batch_applier_of
     from mahjong_platform.topics import Topics
-    from mahjong_platform.tracked_consumer import BatchApplier, Delivery
+    from mahjong_platform.tracked_consumer import Delivery
 
     fund(session_factory, repository, {"player:a": 10_000})
     (consumer,) = definition(LedgerSettings()).consumers(
         engine, load_settings({}), Topics.with_prefix("test.")
     )
-    assert consumer.batch_handler is not None
     win = instruction_envelope("instruction-1", "player:a", [payee("player:b", 400)])
     settled = game_settled_envelope("table-1", instruction_count=1, sequence=2)
     failures: list[str] = []
-    applier = BatchApplier(
-        session_factory,
-        consumer.group_id,
-        consumer.batch_handler,
-        lambda delivery, error: failures.append(error),
-        idempotent_handler=consumer.idempotent_handler,
-    )
+    applier = batch_applier_of(consumer, session_factory, lambda delivery, error: failures.append(error))
     offsets = iter(range(100))
     for batch in ([win, settled, win], [settled, win]):
         deliveries = [Delivery(event, MessagePosition(POSITION.topic, 0, next(offsets))) for event in batch]

@@ -276,23 +276,16 @@ def test_the_live_consumer_keeps_no_processed_ids_and_applies_re_sent_events_onc
     some in a later one), give the rows of each event applied once, and no `processed_events`."""
     from mahjong_platform.config import load_settings
     from mahjong_platform.schema import processed_events
-    from mahjong_platform.tracked_consumer import BatchApplier
+    from mahjong_platform.testing import batch_applier_of
     from mahjong_scoring.app import consumers
 
     (definition,) = consumers(scoring_engine, load_settings({}), Topics())
-    assert definition.batch_handler is not None
     events = _two_games_interleaved()
     sent = [envelope for index, envelope in enumerate(events) for _ in range(2 if index % 5 == 3 else 1)]
     sent += events[::7]
     deliveries = [Delivery(event, MessagePosition("table", 0, offset)) for offset, event in enumerate(sent)]
     failures: list[str] = []
-    applier = BatchApplier(
-        session_factory,
-        definition.group_id,
-        definition.batch_handler,
-        lambda delivery, error: failures.append(error),
-        idempotent_handler=definition.idempotent_handler,
-    )
+    applier = batch_applier_of(definition, session_factory, lambda delivery, error: failures.append(error))
     for start in range(0, len(deliveries), 4):
         batch = deliveries[start : start + 4]
         applier.apply(batch, [delivery.position for delivery in batch])
