@@ -9,7 +9,9 @@ consumer group, the time) and moves on. An entry is named by its place on the de
 database, through the group's own handler, in one transaction that also
 
 - skips the event when the group has applied it meanwhile (its id in `processed_events`: the
-  same guard the consumer uses, so a re-drive and a live re-delivery never both apply it),
+  same guard the consumer uses, so a re-drive and a live re-delivery never both apply it; a
+  group whose consumer has an idempotent handler, scoring's and the ledger's, records no ids, and
+  its handler's own keys skip such an event, which the re-drive then reports as applied),
 - records the event id as processed (so a later re-delivery of the original is skipped), and
 - records the entry in `dead_letter_redrives` (primary key: the entry's dead letter topic,
   partition and offset), so re-driving the same entry again changes nothing and says when it
