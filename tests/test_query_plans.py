@@ -85,6 +85,14 @@ ALLOWED_SCANS: tuple[AllowedScan, ...] = (
         "index; with seq scans off PostgreSQL joins it to the whole primary key in a merge join",
         dialects=frozenset({"postgresql"}),
     ),
+    AllowedScan(
+        r"^SELECT ids\.value AS table_id, \(SELECT max\(events\.sequence\) FROM scoring_table_events "
+        r"AS events WHERE events\.table_id = ids\.value\) AS last_sequence FROM json_each\(\?\) AS ids$",
+        "scoring's last sequences of a batch's games: the scan is of json_each over the batch's table "
+        "ids (one parameter, a JSON array), each probing scoring_table_events by its primary key",
+        services=frozenset({"scoring"}),
+        dialects=frozenset({"sqlite"}),
+    ),
 )
 """Statements that may scan a growing table, each with its reason (maintenance, reconcile,
 retention); an entry no statement of the run needed fails the test, so none outlives its use."""
