@@ -183,6 +183,7 @@ def test_no_hot_path_statement_scans_a_table_that_grows_with_history(
     play_the_hot_path(services)
     recorded_by_url = recorder.stop()
     assert not recorder.failures, recorder.failures
+    assert not recorder.unlabelled, recorder.unlabelled  # every engine of the process is audited
     findings: list[str] = []
     allowed_used: set[AllowedScan] = set()
     for url, statements in recorded_by_url.items():

@@ -47,6 +47,7 @@ class StatementRecorder:
         self.by_url: dict[str, dict[str, Recorded]] = {}
         self.labels: dict[str, str] = {}
         self.failures: list[str] = []
+        self.unlabelled: set[str] = set()  # databases that ran statements nobody asked to record
         self._lock = threading.Lock()
 
     def label(self, url: str, name: str) -> None:
@@ -74,7 +75,10 @@ class StatementRecorder:
     def _record(self, connection: Any, statement: str, parameters: Any, many: bool) -> None:
         url = connection.engine.url.render_as_string(hide_password=False)
         label = self.labels.get(url)
-        if label is None or not _explainable(statement):
+        if label is None:
+            self.unlabelled.add(url)
+            return
+        if not _explainable(statement):
             return
         rows = many and isinstance(parameters, (list, tuple)) and parameters
         if rows and isinstance(parameters[0], (tuple, list, dict)):
