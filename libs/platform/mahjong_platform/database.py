@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import select
 import sqlite3
 import threading
 import weakref
@@ -65,8 +66,9 @@ def create_engine_for(
     version, then append) could fail with "database is locked" without waiting for the busy
     timeout; taking the write lock up front makes writers queue instead.
 
-    PostgreSQL (`postgresql+psycopg://`): a bounded pool with pre-ping, a connect timeout and a
-    statement timeout.
+    PostgreSQL (`postgresql+psycopg://`): a bounded pool, a connect timeout and a statement
+    timeout; a pooled connection the server has closed is replaced at check-out
+    (`_replace_a_closed_connection`).
     """
     parsed_url = sqlalchemy.make_url(url)
     if parsed_url.get_backend_name() == "sqlite":
@@ -74,10 +76,9 @@ def create_engine_for(
     if parsed_url.get_backend_name() == "postgresql":
         if parsed_url.get_driver_name() != "psycopg":
             raise ValueError(f"use the psycopg 3 driver: postgresql+psycopg://, not {parsed_url.drivername}")
-        return sqlalchemy.create_engine(
+        engine = sqlalchemy.create_engine(
             parsed_url,
             echo=echo,
-            pool_pre_ping=True,
             pool_size=POSTGRESQL_POOL_SIZE,
             max_overflow=POSTGRESQL_POOL_MAX_OVERFLOW,
             pool_timeout=POSTGRESQL_POOL_TIMEOUT_SECONDS,
@@ -86,7 +87,32 @@ def create_engine_for(
                 "options": f"-c statement_timeout={postgresql_statement_timeout_ms}",
             },
         )
+        event.listen(engine, "checkout", _replace_a_closed_connection)
+        return engine
     raise ValueError(f"unsupported database {parsed_url.drivername!r}: use sqlite or postgresql+psycopg")
+
+
+def _replace_a_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """PostgreSQL: refuse a pooled connection the server has closed, so the pool connects anew
+    (SQLAlchemy's pessimistic disconnect handling, `DisconnectionError` at check-out).
+
+    The server says so on the socket: a restart, `pg_terminate_backend`, an idle timeout or a
+    proxy's failover send an error and close, so an idle connection's socket with anything to read
+    is one to drop (anything else unasked on an idle connection, e.g. a changed setting's report,
+    only costs a reconnect). This replaces `pool_pre_ping`, whose ``SELECT 1`` was one more round
+    trip per transaction: in a busy service each round trip waits for the GIL to come back.
+    Neither finds a server that vanished without closing (the ping waited for it too).
+    """
+    if dbapi_connection.closed or dbapi_connection.broken:
+        raise sqlalchemy.exc.DisconnectionError("the connection is closed")
+    try:
+        socket_fd = dbapi_connection.pgconn.socket
+    except Exception as error:  # psycopg.OperationalError: the connection is bad
+        raise sqlalchemy.exc.DisconnectionError("the connection has no socket") from error
+    readable = select.poll()
+    readable.register(socket_fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    if readable.poll(0):
+        raise sqlalchemy.exc.DisconnectionError("the server closed the connection or sent something unasked")
 
 
 def create_session_factory(engine: Engine) -> SessionFactory:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import pathlib
+import time
 
 import pytest
 import sqlalchemy
@@ -107,6 +108,63 @@ def test_postgresql_connections_have_a_statement_timeout(postgres_database_url: 
             assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "2500ms"
     finally:
         engine.dispose()
+
+
+@pytest.mark.integration
+def test_a_pooled_postgresql_connection_the_server_closed_is_replaced_at_check_out(
+    postgres_database_url: str,
+) -> None:
+    """A restart or `pg_terminate_backend` closes pooled connections: the next unit of work gets
+    a new one and succeeds, instead of failing on the dead one."""
+    engine = create_engine_for(postgres_database_url)
+    admin = sqlalchemy.create_engine(postgres_database_url, isolation_level="AUTOCOMMIT")
+    backend_pid = sqlalchemy.text("SELECT pg_backend_pid()")
+    try:
+        with transaction(create_session_factory(engine)) as session:
+            old_pid = session.execute(backend_pid).scalar_one()
+        with admin.connect() as connection:
+            assert connection.execute(sqlalchemy.text(f"SELECT pg_terminate_backend({old_pid})")).scalar_one()
+            gone = sqlalchemy.text(f"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = {old_pid}")
+            for _attempt in range(500):
+                if connection.execute(gone).scalar_one():
+                    break
+                time.sleep(0.02)
+        with transaction(create_session_factory(engine)) as session:
+            new_pid = session.execute(backend_pid).scalar_one()
+    finally:
+        engine.dispose()
+        admin.dispose()
+    assert new_pid != old_pid
+
+
+@pytest.mark.integration
+def test_a_postgresql_check_out_sends_nothing_to_the_server(
+    postgres_database_url: str, tmp_path: pathlib.Path
+) -> None:
+    """No ping per check-out (`pool_pre_ping` sent a ``SELECT 1``, one round trip per transaction):
+    the wire trace of a pooled connection shows only the unit of work's own statements."""
+    engine = create_engine_for(postgres_database_url)
+    trace_path = tmp_path / "libpq.trace"
+    try:
+        with engine.connect() as connection:  # the pool's one connection, now made
+            dbapi_connection = connection.connection.dbapi_connection
+        assert dbapi_connection is not None
+        with trace_path.open("wb") as trace:
+            dbapi_connection.pgconn.trace(trace.fileno())
+            try:
+                with engine.connect() as connection:
+                    assert connection.connection.dbapi_connection is dbapi_connection
+                with engine.connect() as connection:
+                    connection.exec_driver_sql("SELECT 7").scalar_one()
+            finally:
+                dbapi_connection.pgconn.untrace()
+    finally:
+        engine.dispose()
+    # libpq's trace: time, F (sent by us) or B (by the server), length, message, its content.
+    sent = [
+        line.split("\t")[3:] for line in trace_path.read_text().splitlines() if line.split("\t")[1] == "F"
+    ]
+    assert sent == [["Query", ' "BEGIN"'], ["Query", ' "SELECT 7"'], ["Query", ' "ROLLBACK"']]
 
 
 def test_a_read_transaction_does_not_wait_for_a_writer_on_sqlite(tmp_path: pathlib.Path) -> None:
