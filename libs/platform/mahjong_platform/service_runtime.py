@@ -94,6 +94,8 @@ class ConsumerDefinition:
     # The handler skips re-sent events by its own keys: no `processed_events` rows (see
     # `TrackedConsumer`'s `idempotent_handler`).
     idempotent_handler: bool = False
+    # The Kafka consumer group, when not `group_id` (`TrackedConsumer`'s `kafka_group_id`).
+    kafka_group_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,6 +419,7 @@ def _consumer_factory(
             on_assignment=consumer.on_assignment,
             linger_ms=consumer.linger_ms,
             idempotent_handler=consumer.idempotent_handler,
+            kafka_group_id=consumer.kafka_group_id,
         )
 
     return create

@@ -384,6 +384,7 @@ class TrackedConsumer:
         on_assignment: AssignmentHook | None = None,
         linger_ms: int = 0,
         idempotent_handler: bool = False,
+        kafka_group_id: str | None = None,
     ) -> None:
         if not 0 < len(group_id) <= CONSUMER_GROUP_MAX_LENGTH:
             raise ValueError(f"group id must be 1..{CONSUMER_GROUP_MAX_LENGTH} characters")
@@ -421,8 +422,12 @@ class TrackedConsumer:
         self._metrics = ConsumerMetrics(metrics_for_engine(engine), group_id)
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap_servers,
-            group_id=group_id,
-            client_id=f"mahjong-consumer-{group_id}",
+            # The Kafka group only shares out the partitions; positions and processed ids are
+            # `group_id`'s in the database. Two consumers of different topics may share those (one
+            # projection) without sharing a Kafka group, whose leader assigns only the topics it
+            # subscribed to itself (kafka-python): a mixed group can leave a topic unassigned.
+            group_id=kafka_group_id or group_id,
+            client_id=f"mahjong-consumer-{kafka_group_id or group_id}",
             enable_auto_commit=False,
             # Only used if a seek is somehow missed; the stored positions decide where to read.
             auto_offset_reset="earliest",
