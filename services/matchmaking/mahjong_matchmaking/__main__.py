@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
 from mahjong_platform.config import Settings, load_settings
@@ -18,11 +19,16 @@ from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.ledger_client import LedgerBalances
 from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
 from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer, TicketChanges
+from mahjong_matchmaking.table_topic_backlog import TableTopicBacklog
 
-CONSUMER_LINGER_MS = 25
-"""A poll that brought table events waits this long for more (`TrackedConsumer`'s `linger_ms`): the
-table topic's events arrive a few at a time and each poll costs a fetch; a seat is freed at most
-this much later (its players' Enqueue retries are refused by a read meanwhile)."""
+SEATS_GROUP = "matchmaking-seats"
+"""The seat-release consumer group (its positions and processed event ids): it read
+`mahjong.table.v1` before `mahjong.seats.v1` existed; the same group on both keeps one set of
+processed event ids (`table_topic_backlog`)."""
+SEATS_KAFKA_GROUP = "matchmaking-seats-topic"
+"""The Kafka group of the seats topic's consumer: not `SEATS_GROUP`, which the table topic's
+consumers of an older matchmaking still join while a deployment upgrades (kafka-python's group
+leader assigns only the topics it subscribed to itself)."""
 
 
 _SEAT_RELEASES: weakref.WeakKeyDictionary[Engine, TicketChanges] = weakref.WeakKeyDictionary()
@@ -52,15 +58,32 @@ def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[Se
 
 
 def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
+    """The seat releases, from the seats topic alone: ~2 events a game where the table topic has
+    ~250 (a poll applies what it brought at once: a player waits for the release to enqueue)."""
     return [
         ConsumerDefinition(
-            "matchmaking-seats",
-            lambda topics: [topics.table],
+            SEATS_GROUP,
+            lambda topics: [topics.seats],
             seat_release_handler(on_released=seat_releases(engine).notify),
             wants=releases_a_seat,
-            linger_ms=CONSUMER_LINGER_MS,
+            kafka_group_id=SEATS_KAFKA_GROUP,
         )
     ]
+
+
+def extra_workers(
+    engine: Engine, settings: Settings, topics: Topics
+) -> list[tuple[str, Callable[[], TableTopicBacklog]]]:
+    """The releases a deployment that read the table topic may still have there, applied once."""
+    handler = seat_release_handler(on_released=seat_releases(engine).notify)
+
+    def backlog() -> TableTopicBacklog:
+        bootstrap_servers = list(settings.kafka_bootstrap_servers)
+        return TableTopicBacklog(
+            engine, bootstrap_servers, topics, SEATS_GROUP, handler, wants=releases_a_seat
+        )
+
+    return [("table-topic-backlog", backlog)]
 
 
 DEFINITION = ServiceDefinition(
@@ -69,6 +92,7 @@ DEFINITION = ServiceDefinition(
     registrations=registrations,
     method_roles=METHOD_ROLES,
     consumers=consumers,
+    extra_workers=extra_workers,
 )
 
 

@@ -1,5 +1,5 @@
-"""Matchmaking's tables: tickets (the projection of ticket events), per-room queue counters, and the
-first answer of every idempotent call."""
+"""Matchmaking's tables: tickets (the projection of ticket events), per-room queue counters, the
+first answer of every idempotent call, and the input topics the seat-release consumer no longer reads."""
 
 from __future__ import annotations
 
@@ -58,3 +58,14 @@ idempotent_answers = Table(
     Column("request_digest", String(64), nullable=True),
     PrimaryKeyConstraint("player_id", "method", "idempotency_key"),
 )
+
+retired_inputs = Table(
+    "retired_inputs",
+    metadata,
+    Column("consumer_group", String(200), nullable=False),
+    Column("topic", String(249), nullable=False),
+    Column("retired_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("consumer_group", "topic"),
+)
+"""A topic a consumer group read before and reads no more, once everything it had there is applied:
+the seat releases moved from `mahjong.table.v1` to `mahjong.seats.v1` (`table_topic_backlog`)."""

@@ -1,4 +1,5 @@
-"""Matchmaking's view of `mahjong.table.v1`: a seat is live until its game ends or its player leaves."""
+"""Matchmaking's view of the table events that free seats (`mahjong.seats.v1`, where the table's
+event store copies them): a seat is live until its game ends or its player leaves."""
 
 from __future__ import annotations
 
@@ -45,5 +46,6 @@ SEAT_RELEASING_EVENTS = frozenset(SEAT_RELEASES)
 
 
 def releases_a_seat(envelope: envelope_pb2.Envelope) -> bool:
-    """The only table events matchmaking applies; the rest of the table topic is skipped cheaply."""
+    """The only table events matchmaking applies (all the seats topic carries; while the table
+    topic's backlog is applied, `table_topic_backlog`, the rest of it is skipped cheaply)."""
     return envelope.WhichOneof("payload") in SEAT_RELEASING_EVENTS

@@ -1,0 +1,230 @@
+"""Seats are freed from `mahjong.seats.v1` alone, and a deployment that read the table topic before
+applies what it left there, once (`table_topic_backlog`); on the real broker.
+
+The seat rule is unchanged (README "Matchmaking"): a seated player's ticket is finished when the
+table's `GameEnded` (every seat) or the seat's `PlayerLeft` is applied, exactly once per event id.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy
+from mahjong.v1 import envelope_pb2, table_events_pb2
+from mahjong_matchmaking import tickets
+from mahjong_matchmaking.__main__ import DEFINITION, SEATS_GROUP, SEATS_KAFKA_GROUP
+from mahjong_matchmaking.catalog import load_catalog
+from mahjong_matchmaking.models import TICKET_FINISHED, TICKET_SEATED, retired_inputs
+from mahjong_matchmaking.models import tickets as tickets_table
+from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
+from mahjong_matchmaking.table_topic_backlog import TableTopicBacklog
+from mahjong_platform.config import load_settings
+from mahjong_platform.database import (
+    SessionFactory,
+    create_engine_for,
+    create_session_factory,
+    read_transaction,
+    sqlite_url,
+    transaction,
+)
+from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.event_store import EventStore
+from mahjong_platform.schema import consumer_positions, processed_events
+from mahjong_platform.service_runtime import migrate, start_service
+from mahjong_platform.testing import FIRST_ASSIGNMENT_SECONDS, poll_until_handled, produce_envelopes
+from mahjong_platform.topics import Topics, ensure_topics
+from mahjong_platform.tracked_consumer import TrackedConsumer
+from sqlalchemy.engine import Engine
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 2
+TEST_CONSUMER_OPTIONS = {
+    "session_timeout_ms": 6_000,
+    "heartbeat_interval_ms": 500,
+    "metadata_max_age_ms": 1_000,
+}
+SECRET = "seat-release-test-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def topics(kafka_bootstrap_servers: str, unique_prefix: str) -> Topics:
+    topics = Topics.with_prefix(unique_prefix)
+    ensure_topics(kafka_bootstrap_servers, topics.all_names(), partitions=PARTITIONS)
+    return topics
+
+
+@pytest.fixture
+def engine(tmp_path: pathlib.Path) -> Iterator[Engine]:
+    database_url = sqlite_url(tmp_path, "matchmaking")
+    migrate(DEFINITION, database_url)
+    engine = create_engine_for(database_url)
+    yield engine
+    engine.dispose()
+
+
+def seat_a_table(session_factory: SessionFactory, topics: Topics, name: str) -> str:
+    """Four players enqueued in one room: seated at a new table, whose id is returned."""
+    room = load_catalog()["sichuan-novice"]
+    with transaction(session_factory) as session:
+        for seat in range(4):
+            _ticket, events = tickets.enqueue(session, EventStore(topics), room, f"{name}-{seat}", utc_now)
+    assert events[-1].WhichOneof("payload") == "table_assigned"
+    return str(events[-1].stream_id)
+
+
+def game_ended(table_id: str) -> envelope_pb2.Envelope:
+    return new_envelope(table_events_pb2.GameEnded(), stream_id=table_id, sequence=2, clock=utc_now)
+
+
+def tile_drawn(table_id: str) -> envelope_pb2.Envelope:
+    return new_envelope(table_events_pb2.TileDrawn(seat=0), stream_id=table_id, sequence=1, clock=utc_now)
+
+
+def ticket_states(session_factory: SessionFactory, table_id: str) -> set[str]:
+    with read_transaction(session_factory) as session:
+        query = sqlalchemy.select(tickets_table.c.state).where(tickets_table.c.table_id == table_id)
+        return set(session.execute(query).scalars())
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + FIRST_ASSIGNMENT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {FIRST_ASSIGNMENT_SECONDS} s"
+        time.sleep(0.1)
+
+
+def group_rows(session_factory: SessionFactory, table: sqlalchemy.Table, column: str) -> list[object]:
+    with read_transaction(session_factory) as session:
+        query = sqlalchemy.select(table.c[column]).where(table.c.consumer_group == SEATS_GROUP)
+        return list(session.execute(query).scalars())
+
+
+def test_the_service_frees_seats_from_the_seats_topic_and_reads_no_table_topic(
+    tmp_path: pathlib.Path, kafka_bootstrap_servers: str, unique_prefix: str, topics: Topics
+) -> None:
+    database_url = sqlite_url(tmp_path, "matchmaking")
+    settings = load_settings(
+        {
+            "MAHJONG_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers,
+            "MAHJONG_TOPIC_PREFIX": unique_prefix,
+            "MAHJONG_TOPIC_PARTITIONS": str(PARTITIONS),
+            "MAHJONG_JWT_SECRET": SECRET,
+            "MAHJONG_MATCHMAKING_DATABASE_URL": database_url,
+        }
+    )
+    service = start_service(DEFINITION, settings, address="127.0.0.1:0")
+    engine = create_engine_for(database_url)
+    try:
+        session_factory = create_session_factory(engine)
+        table_id = seat_a_table(session_factory, topics, "p")
+        assert ticket_states(session_factory, table_id) == {TICKET_SEATED}
+        # What the table's event store publishes for a game's end: the event on both topics.
+        produce_envelopes(kafka_bootstrap_servers, topics.seats, [game_ended(table_id)], client_id="t")
+        wait_until(lambda: ticket_states(session_factory, table_id) == {TICKET_FINISHED}, "seats freed")
+        # A new deployment has no table-topic backlog: retired at once, and never read.
+        wait_until(lambda: group_rows(session_factory, retired_inputs, "topic") == [topics.table], "retired")
+        assert set(group_rows(session_factory, consumer_positions, "topic")) == {topics.seats}
+    finally:
+        service.stop(0)
+        engine.dispose()
+
+
+def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_once_then_retires_it(
+    engine: Engine, kafka_bootstrap_servers: str, topics: Topics
+) -> None:
+    session_factory = create_session_factory(engine)
+    handler = seat_release_handler()
+    read_before, left_behind, both_topics = (seat_a_table(session_factory, topics, name) for name in "abc")
+    # The old consumer (same group, table topic) applied the first game's end and stopped.
+    read_before_end = game_ended(read_before)
+    produce_envelopes(
+        kafka_bootstrap_servers, topics.table, [tile_drawn(read_before), read_before_end], client_id="t"
+    )
+    old = TrackedConsumer(
+        engine,
+        kafka_bootstrap_servers,
+        SEATS_GROUP,
+        [topics.table],
+        handler,
+        topics.dead_letter,
+        wants=releases_a_seat,
+        **TEST_CONSUMER_OPTIONS,  # type: ignore[arg-type]
+    )
+    try:
+        poll_until_handled(old, 2)
+    finally:
+        old.close()
+    assert ticket_states(session_factory, read_before) == {TICKET_FINISHED}
+    # An old table engine then ended a game: on the table topic only, after the stored positions.
+    left_behind_end = game_ended(left_behind)
+    produce_envelopes(
+        kafka_bootstrap_servers, topics.table, [tile_drawn(left_behind), left_behind_end], client_id="t"
+    )
+
+    backlog = TableTopicBacklog(
+        engine,
+        kafka_bootstrap_servers,
+        topics,
+        SEATS_GROUP,
+        handler,
+        wants=releases_a_seat,
+        consumer_options=TEST_CONSUMER_OPTIONS,
+    )
+    stop = threading.Event()
+    finished: list[bool] = []
+    worker = threading.Thread(target=lambda: finished.append(backlog.apply_backlog(stop)))
+    worker.start()
+    try:
+        wait_until(
+            lambda: ticket_states(session_factory, left_behind) == {TICKET_FINISHED}, "backlog applied"
+        )
+        # The seats topic is empty: no table engine of this version writes there yet, so the table
+        # topic is still read (an old engine's next release must not be missed).
+        assert not backlog.retired() and worker.is_alive()
+        # A table engine of this version ends a game: the event on both topics, one event id.
+        ended = game_ended(both_topics)
+        produce_envelopes(kafka_bootstrap_servers, topics.table, [ended], client_id="t")
+        produce_envelopes(kafka_bootstrap_servers, topics.seats, [ended], client_id="t")
+        seats = TrackedConsumer(
+            engine,
+            kafka_bootstrap_servers,
+            SEATS_GROUP,
+            [topics.seats],
+            handler,
+            topics.dead_letter,
+            wants=releases_a_seat,
+            kafka_group_id=SEATS_KAFKA_GROUP,
+            **TEST_CONSUMER_OPTIONS,  # type: ignore[arg-type]
+        )
+        try:
+            poll_until_handled(seats, 1)
+        finally:
+            seats.close()
+        worker.join(FIRST_ASSIGNMENT_SECONDS)
+        assert finished == [True]
+    finally:
+        stop.set()
+        worker.join(FIRST_ASSIGNMENT_SECONDS)
+        backlog.close()
+    assert backlog.retired()
+    assert ticket_states(session_factory, both_topics) == {TICKET_FINISHED}
+    # Each release applied once, though one was read on both topics.
+    applied = group_rows(session_factory, processed_events, "event_id")
+    assert sorted(applied) == sorted([read_before_end.event_id, left_behind_end.event_id, ended.event_id])
+    # Retired: a restart reads the table topic no more.
+    again = TableTopicBacklog(engine, kafka_bootstrap_servers, topics, SEATS_GROUP, handler)
+    assert again.apply_backlog(threading.Event()) is True
+    assert again.stalled_seconds() == 0.0  # no consumer was made
+    again.close()
+
+
+def test_a_deployment_that_never_read_the_table_topic_retires_it_without_reading(engine: Engine) -> None:
+    backlog = TableTopicBacklog(engine, "127.0.0.1:1", Topics(), SEATS_GROUP, seat_release_handler())
+    assert not backlog.retired()
+    assert backlog.apply_backlog(threading.Event()) is True  # no broker was asked: none is there
+    assert backlog.retired()
+    backlog.close()
