@@ -124,13 +124,17 @@ It must only write through the session (no commits, no other side effects), so a
 everything it did.
 """
 
-BatchHandler = Callable[[Session, Sequence[Delivery]], None]
+BatchHandler = Callable[[Session, Sequence[Delivery]], Sequence[Delivery] | None]
 """Applies a batch of events, in order, to the projection using the given session (set-based SQL).
 
 The events are new to the consumer group (duplicates already removed; for an idempotent handler
 only the repeats within the batch, the handler skips the rest itself). The same rules as for a
 `Handler`: only write through the session. Raising rolls the batch back; the events are then
 applied again one per call, and the one that still raises is dead-lettered.
+
+An idempotent handler returns the deliveries it applied (those it skipped as applied before are
+counted as duplicates and not told to the service's applied-event observers, as if the consumer
+had skipped them); None means all of them.
 """
 
 Relevance = Callable[[envelope_pb2.Envelope], bool]
@@ -279,7 +283,7 @@ class BatchApplier:
         if not fresh:
             return BatchOutcome(duplicates=duplicates)
         try:
-            self._handler(session, fresh)
+            applied = self._handler(session, fresh)
             # Flush inside the try, so a constraint the handler's rows violate counts as its failure.
             session.flush()
         except (OperationalError, InterfaceError, UnavailableError):
@@ -291,10 +295,11 @@ class BatchApplier:
             raise _HandlerFailedError(f"handler failed: {type(error).__name__}: {error}") from error
         if not self._idempotent_handler:
             self._record_processed(session, fresh)
+        applied = fresh if applied is None else applied
         return BatchOutcome(
-            applied=len(fresh),
-            duplicates=duplicates,
-            applied_events=[delivery.envelope for delivery in fresh],
+            applied=len(applied),
+            duplicates=duplicates + len(fresh) - len(applied),
+            applied_events=[delivery.envelope for delivery in applied],
         )
 
     def _record_processed(self, session: Session, fresh: Sequence[Delivery]) -> None:

@@ -57,27 +57,38 @@ class SettlementProjection:
         """Apply one event from the settlement topic (a batch of one)."""
         self.handle_batch(session, [Delivery(envelope, position)])
 
-    def handle_batch(self, session: Session, deliveries: Sequence[Delivery]) -> None:
-        """Apply a batch of settlement-topic events in order (the tracked consumer's `BatchHandler`)."""
-        requests: list[PostRequest] = []
-        games: list[dict[str, object]] = []
-        for delivery in deliveries:
+    def handle_batch(self, session: Session, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Apply a batch of settlement-topic events in order (the tracked consumer's `BatchHandler`);
+        the deliveries applied: all but the instructions posted before and the games recorded
+        before (re-sends, skipped by their keys)."""
+        requests: dict[int, PostRequest] = {}
+        games: dict[int, dict[str, object]] = {}
+        for index, delivery in enumerate(deliveries):
             envelope = delivery.envelope
             payload = envelope.WhichOneof("payload")
             if payload == "settlement_instructed":
-                requests.append(settlement_request_of(envelope))
+                requests[index] = settlement_request_of(envelope)
             elif payload == "game_settled":
-                games.append(game_settled_row(envelope))
+                games[index] = game_settled_row(envelope)
             else:
                 # Another producer's event on this topic: not the ledger's business, and not an error.
                 logger.debug("ignored event", extra={"payload": payload, "event_id": envelope.event_id})
-        posted = self._repository.post_batch(session, requests)
-        self._repository.record_games_settled(session, games)
+        posted = {id(request) for request in self._repository.post_new(session, list(requests.values()))}
+        recorded = set(self._repository.record_games_settled(session, list(games.values())))
         if requests:
             logger.info(
                 "settlement instructions posted",
-                extra={"posted": posted, "already_posted": len(requests) - posted},
+                extra={"posted": len(posted), "already_posted": len(requests) - len(posted)},
             )
+
+        def applied(index: int) -> bool:
+            if index in requests:
+                return id(requests[index]) in posted
+            if index in games:
+                return games[index]["table_id"] in recorded
+            return True  # another producer's event: handled by ignoring it
+
+        return [delivery for index, delivery in enumerate(deliveries) if applied(index)]
 
 
 def settlement_request_of(envelope: envelope_pb2.Envelope) -> PostRequest:

@@ -246,11 +246,16 @@ class LedgerRepository:
 
         The same postings, without reading back posting ids or the stored transfers of repeats.
         """
+        return len(self.post_new(session, requests))
+
+    def post_new(self, session: Session, requests: Sequence[PostRequest]) -> list[PostRequest]:
+        """`post_batch`, answering the requests that moved beans now (not the repeats of a key
+        posted before or earlier in the batch), in order."""
         if not requests:
-            return 0
+            return []
         plan = self._plan(session, requests)
         self._write(session, plan, posting_ids=False)
-        return len(plan.transfers)
+        return [request for request in requests if plan.is_new(request)]
 
     def _plan(self, session: Session, requests: Sequence[PostRequest]) -> _Plan:
         balances = self._open_and_lock(session, requests)
@@ -296,13 +301,19 @@ class LedgerRepository:
             ],
         )
 
-    def record_games_settled(self, session: Session, games: Sequence[Mapping[str, object]]) -> None:
-        """`record_game_settled` for many ``ledger_games`` rows in one statement (first report wins)."""
-        first: dict[object, Mapping[str, object]] = {}
+    def record_games_settled(self, session: Session, games: Sequence[Mapping[str, object]]) -> list[str]:
+        """`record_game_settled` for many ``ledger_games`` rows (first report wins): one look-up of
+        the games recorded before and one insert of the others; the table ids recorded now."""
+        first: dict[str, Mapping[str, object]] = {}
         for game in games:
-            first.setdefault(game["table_id"], game)
-        if first:
-            session.execute(_INSERT_GAMES_FIRST_WINS(session), list(first.values()))
+            first.setdefault(str(game["table_id"]), game)
+        if not first:
+            return []
+        known = set(session.execute(_RECORDED_GAMES(session), {"table_ids": sorted(first)}).scalars())
+        new = {table_id: game for table_id, game in first.items() if table_id not in known}
+        if new:
+            session.execute(_INSERT_GAMES_FIRST_WINS(session), list(new.values()))
+        return list(new)
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -789,6 +800,11 @@ def _insert_ignoring_conflicts(table: sqlalchemy.Table, key: str) -> PerDialect[
 
 
 _INSERT_GAMES_FIRST_WINS = _insert_ignoring_conflicts(ledger_games, "table_id")
+_RECORDED_GAMES = PerDialect(
+    lambda dialect_name: sqlalchemy.select(ledger_games.c.table_id).where(
+        one_of(ledger_games.c.table_id, "table_ids", dialect_name)
+    )
+)
 _INSERT_MISSING_ACCOUNTS = _insert_ignoring_conflicts(ledger_accounts, "account")
 
 

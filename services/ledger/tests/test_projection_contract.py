@@ -411,7 +411,8 @@ def test_the_live_consumer_keeps_no_processed_ids_and_posts_re_sent_events_once(
     """The consumer the ledger runs (`app.definition`) leaves re-sent events to the repository's
     idempotency keys: an instruction and its game's `GameSettled`, each sent again within the batch
     and in a later one, move the beans once, announce one `TransferPosted`, record the game once,
-    and leave no `processed_events`."""
+    and leave no `processed_events`; the re-sends count as duplicates, not as applied (so the
+    settlement lag is observed once per game)."""
     from mahjong_ledger.app import definition
     from mahjong_ledger.models import ledger_games
     from mahjong_ledger.settings import LedgerSettings
@@ -430,10 +431,13 @@ def test_the_live_consumer_keeps_no_processed_ids_and_posts_re_sent_events_once(
     failures: list[str] = []
     applier = batch_applier_of(consumer, session_factory, lambda delivery, error: failures.append(error))
     offsets = iter(range(100))
+    outcomes = []
     for batch in ([win, settled, win], [settled, win]):
         deliveries = [Delivery(event, MessagePosition(POSITION.topic, 0, next(offsets))) for event in batch]
-        applier.apply(deliveries, [delivery.position for delivery in deliveries])
+        outcomes.append(applier.apply(deliveries, [delivery.position for delivery in deliveries]))
     assert failures == []
+    assert [(outcome.applied, outcome.duplicates) for outcome in outcomes] == [(2, 1), (0, 2)]
+    assert outcomes[0].applied_events == [win, settled]
     assert balances(session_factory) == {"world": -10_000, "player:a": 9_600, "player:b": 400}
     assert len(transfer_posted_messages(session_factory)) == 2  # the deposit and the win
     assert_books_balance(session_factory)

@@ -85,14 +85,16 @@ class SettlementProjection:
         """Apply one table event (a batch of one); other payloads are ignored."""
         self.apply_batch(session, [Delivery(envelope, position)])
 
-    def apply_batch(self, session: Session, deliveries: Sequence[Delivery]) -> None:
-        """Apply a batch of table events in order (the tracked consumer's `BatchHandler`)."""
-        apply_table_events(
+    def apply_batch(self, session: Session, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Apply a batch of table events in order (the tracked consumer's `BatchHandler`); the
+        deliveries applied: all but the events received before (re-sends, see the module)."""
+        received_before = apply_table_events(
             session,
             self._event_store,
             [delivery.envelope for delivery in deliveries if is_table_event(delivery.envelope)],
             self,
         )
+        return [delivery for delivery in deliveries if delivery.envelope.event_id not in received_before]
 
     def cached(self, table_id: str, last_sequence: int) -> GameSettlementState | None:
         """The game's fold in memory, if it is the fold of exactly the stored events."""
@@ -148,10 +150,12 @@ def apply_table_events(
     event_store: EventStore,
     envelopes: Sequence[envelope_pb2.Envelope],
     cache: SettlementProjection | None = None,
-) -> None:
-    """Apply table events in order through `session` with set-based SQL (no commit)."""
+) -> set[str]:
+    """Apply table events in order through `session` with set-based SQL (no commit); the ids of
+    those skipped as received before."""
+    received_before: set[str] = set()
     if not envelopes:
-        return
+        return received_before
     table_ids = sorted({envelope.stream_id for envelope in envelopes})
     stored_sequences = _last_sequences(session, table_ids)
     games: dict[str, _Game] = {}
@@ -169,6 +173,7 @@ def apply_table_events(
             # A re-sent duplicate (the tracked consumer leaves them to this check, see
             # IDEMPOTENT_HANDLER): the inbox is read only for an event that is not after its
             # game's last one, not for every batch.
+            received_before.add(envelope.event_id)
             continue
         _fold(game, table_id, envelope)
         inbox_rows.append(
@@ -180,13 +185,14 @@ def apply_table_events(
             }
         )
     if not inbox_rows:
-        return
+        return received_before
     insert_rows(session, scoring_table_events, inbox_rows)
     _append_settlement_events(session, event_store, games)
     _store_games(session, games)
     if cache is not None:
         for table_id, game in games.items():
             cache.remember(table_id, game.last_sequence, game.state)
+    return received_before
 
 
 def _load_game(

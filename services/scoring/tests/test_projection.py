@@ -273,7 +273,8 @@ def test_the_live_consumer_keeps_no_processed_ids_and_applies_re_sent_events_onc
 ) -> None:
     """The consumer the service runs (`app.consumers`) leaves re-sent events to the inbox check:
     two games in batches of 4, every fifth event sent again at a later offset (some within a batch,
-    some in a later one), give the rows of each event applied once, and no `processed_events`."""
+    some in a later one), give the rows of each event applied once, and no `processed_events`;
+    each is applied once and counted a duplicate every other time."""
     from mahjong_platform.config import load_settings
     from mahjong_platform.schema import processed_events
     from mahjong_platform.testing import batch_applier_of
@@ -286,10 +287,16 @@ def test_the_live_consumer_keeps_no_processed_ids_and_applies_re_sent_events_onc
     deliveries = [Delivery(event, MessagePosition("table", 0, offset)) for offset, event in enumerate(sent)]
     failures: list[str] = []
     applier = batch_applier_of(definition, session_factory, lambda delivery, error: failures.append(error))
+    applied: list[str] = []
+    duplicates = 0
     for start in range(0, len(deliveries), 4):
         batch = deliveries[start : start + 4]
-        applier.apply(batch, [delivery.position for delivery in batch])
+        outcome = applier.apply(batch, [delivery.position for delivery in batch])
+        applied += [envelope.event_id for envelope in outcome.applied_events]
+        duplicates += outcome.duplicates
     assert failures == []
+    assert applied == [envelope.event_id for envelope in events]
+    assert duplicates == len(sent) - len(events)
     assert projection_rows(session_factory) == _fresh_rows(events)
     with transaction(session_factory) as session:
         assert session.execute(sqlalchemy.select(processed_events)).all() == []
