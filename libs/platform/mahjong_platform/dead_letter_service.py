@@ -31,6 +31,7 @@ from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.dead_letters import (
     Redrive,
     RedriveError,
+    RedriveHandler,
     parse_entry_id,
     read_dead_letters,
     redrive,
@@ -64,20 +65,22 @@ class RedriveTarget:
     """A consumer group of this process, as it applies one event."""
 
     group_id: str
-    handler: Handler
+    handler: RedriveHandler
     wants: Callable[[envelope_pb2.Envelope], bool] | None = None
 
 
-def one_event_handler(handler: Handler | None, batch_handler: BatchHandler | None) -> Handler:
-    """The group's handler for one event: its handler, or its batch handler with a batch of one."""
+def one_event_handler(handler: Handler | None, batch_handler: BatchHandler | None) -> RedriveHandler:
+    """The group's handler for one event: its handler, or its batch handler with a batch of one
+    (False when it answers that it applied nothing: its own keys found the event applied before)."""
     if handler is not None:
         return handler
     assert batch_handler is not None, "a consumer has a handler or a batch handler"
 
     def handle(
         session: sqlalchemy.orm.Session, envelope: envelope_pb2.Envelope, position: MessagePosition
-    ) -> None:
-        batch_handler(session, [Delivery(envelope, position)])
+    ) -> bool | None:
+        applied = batch_handler(session, [Delivery(envelope, position)])
+        return None if applied is None else bool(applied)
 
     return handle
 

@@ -10,8 +10,8 @@ database, through the group's own handler, in one transaction that also
 
 - skips the event when the group has applied it meanwhile (its id in `processed_events`: the
   same guard the consumer uses, so a re-drive and a live re-delivery never both apply it; a
-  group whose consumer has an idempotent handler, scoring's and the ledger's, records no ids, and
-  its handler's own keys skip such an event, which the re-drive then reports as applied),
+  group whose consumer has an idempotent handler, scoring's and the ledger's, records no ids: its
+  handler's own keys skip such an event and say so, `RedriveHandler`),
 - records the event id as processed (so a later re-delivery of the original is skipped), and
 - records the entry in `dead_letter_redrives` (primary key: the entry's dead letter topic,
   partition and offset), so re-driving the same entry again changes nothing and says when it
@@ -42,9 +42,13 @@ from sqlalchemy.orm import Session
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
 from mahjong_platform.schema import dead_letter_redrives, processed_events
-from mahjong_platform.tracked_consumer import Handler, MessagePosition
+from mahjong_platform.tracked_consumer import MessagePosition
 
 READ_TIMEOUT_SECONDS: Final = 30.0
+
+RedriveHandler = Callable[[Session, envelope_pb2.Envelope, MessagePosition], bool | None]
+"""A consumer group's handler for one event (`tracked_consumer.Handler`); an idempotent one returns
+False when its own keys found the event applied before (nothing written), else None or True."""
 
 Outcome = Literal["applied", "already_applied", "not_wanted"]
 
@@ -184,7 +188,7 @@ def redrives_recorded(engine: Engine, entries: Sequence[DeadLetterEntry]) -> dic
 def redrive(
     engine: Engine,
     entry: DeadLetterEntry,
-    handler: Handler,
+    handler: RedriveHandler,
     *,
     wants: Callable[[envelope_pb2.Envelope], bool] | None = None,
     clock: Clock = utc_now,
@@ -247,7 +251,7 @@ def _apply_once(
     group: str,
     envelope: envelope_pb2.Envelope,
     source: MessagePosition,
-    handler: Handler,
+    handler: RedriveHandler,
     wants: Callable[[envelope_pb2.Envelope], bool] | None,
     clock: Clock,
 ) -> Outcome:
@@ -262,10 +266,12 @@ def _apply_once(
         return "not_wanted"
     try:
         with session.begin_nested():
-            handler(session, envelope, source)
+            applied = handler(session, envelope, source)
             session.flush()
     except Exception as error:  # what the consumer would dead-letter again
         raise RedriveError(f"the handler of {group} still fails: {type(error).__name__}: {error}") from error
+    if applied is False:
+        return "already_applied"  # an idempotent handler's own keys: nothing written
     session.execute(
         processed_events.insert().values(
             consumer_group=group, event_id=envelope.event_id, processed_at=clock()
