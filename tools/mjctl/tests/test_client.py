@@ -6,8 +6,9 @@ answers are not retried."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -257,26 +258,32 @@ class FlakyPlayTable(table_service_pb2_grpc.TableServiceServicer):
         yield messages.PlayResponse(update=update(opening.open.after_sequence + 1, 5, phase="ended"))
 
 
+@contextlib.asynccontextmanager
+async def serving(servicer: Any) -> AsyncIterator[table_service_pb2_grpc.TableServiceStub]:
+    """A stub of `servicer` served by an in-process ``grpc.aio`` server."""
+    server = grpc.aio.server()
+    table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield table_service_pb2_grpc.TableServiceStub(channel)
+    finally:
+        await server.stop(None)
+
+
 def test_a_play_session_waits_for_the_table_resumes_and_sends_an_unanswered_command_again() -> None:
     servicer = FlakyPlayTable()
 
     async def run() -> list[messages.PlayResponse]:
-        server = grpc.aio.server()
-        table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
         received: list[messages.PlayResponse] = []
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = table_service_pb2_grpc.TableServiceStub(channel)
-                session = client.PlaySession(stub, "t", client.Backoff(first_pause_seconds=0.01))
-                async for response in session.responses():
-                    received.append(response)
-                    if response.WhichOneof("response") == "update" and response.update.view.sequence == 2:
-                        session.send(messages.ActRequest(idempotency_key="k-1"))
-                        session.send(messages.ActRequest(idempotency_key="k-1"))  # not sent twice
-        finally:
-            await server.stop(None)
+        async with serving(servicer) as stub:
+            session = client.PlaySession(stub, "t", client.Backoff(first_pause_seconds=0.01))
+            async for response in session.responses():
+                received.append(response)
+                if response.WhichOneof("response") == "update" and response.update.view.sequence == 2:
+                    session.send(messages.ActRequest(idempotency_key="k-1"))
+                    session.send(messages.ActRequest(idempotency_key="k-1"))  # not sent twice
         return received
 
     received = asyncio.run(run())
@@ -320,29 +327,21 @@ def test_a_play_session_asks_for_its_options_and_counts_an_answer_riding_on_an_u
     counts: list[tuple[int, int, int]] = []
 
     async def run() -> list[messages.PlayResponse]:
-        server = grpc.aio.server()
-        table_service_pb2_grpc.add_TableServiceServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
         received: list[messages.PlayResponse] = []
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = table_service_pb2_grpc.TableServiceStub(channel)
-                session = client.PlaySession(
-                    stub,
-                    "t",
-                    client.Backoff(first_pause_seconds=0.01),
-                    answers_with_updates=True,
-                    wait_for_table_ms=5_000,
-                )
-                async for response in session.responses():
-                    received.append(response)
-                    sequence = response.update.view.sequence
-                    if response.WhichOneof("response") == "update" and sequence in (2, 4):
-                        session.send(messages.ActRequest(idempotency_key=f"k-{sequence}"))
-                counts.append((session.opens, session.received, session.riding))
-        finally:
-            await server.stop(None)
+        async with serving(servicer) as stub:
+            session = client.PlaySession(
+                stub,
+                "t",
+                client.Backoff(first_pause_seconds=0.01),
+                answers_with_updates=True,
+                wait_for_table_ms=5_000,
+            )
+            async for response in session.responses():
+                received.append(response)
+                sequence = response.update.view.sequence
+                if response.WhichOneof("response") == "update" and sequence in (2, 4):
+                    session.send(messages.ActRequest(idempotency_key=f"k-{sequence}"))
+            counts.append((session.opens, session.received, session.riding))
         return received
 
     received = asyncio.run(run())
