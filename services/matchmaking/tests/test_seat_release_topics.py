@@ -97,10 +97,32 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.1)
 
 
-def group_rows(session_factory: SessionFactory, table: sqlalchemy.Table, column: str) -> list[object]:
+def group_rows(session_factory: SessionFactory, table: sqlalchemy.Table, column: str) -> list[str]:
     with read_transaction(session_factory) as session:
         query = sqlalchemy.select(table.c[column]).where(table.c.consumer_group == SEATS_GROUP)
         return list(session.execute(query).scalars())
+
+
+def apply_from(
+    engine: Engine, bootstrap_servers: str, topics: Topics, topic: str, kafka_group: str, *, handled: int
+) -> None:
+    """A seat-release consumer of `topic` (as the service runs it: group `SEATS_GROUP`, joining
+    `kafka_group`) polled until it handled `handled` messages, then closed."""
+    consumer = TrackedConsumer(
+        engine,
+        bootstrap_servers,
+        SEATS_GROUP,
+        [topic],
+        seat_release_handler(),
+        topics.dead_letter,
+        wants=releases_a_seat,
+        kafka_group_id=kafka_group,
+        **TEST_CONSUMER_OPTIONS,  # type: ignore[arg-type]
+    )
+    try:
+        poll_until_handled(consumer, handled)
+    finally:
+        consumer.close()
 
 
 def test_the_service_frees_seats_from_the_seats_topic_and_reads_no_table_topic(
@@ -144,20 +166,7 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
     produce_envelopes(
         kafka_bootstrap_servers, topics.table, [tile_drawn(read_before), read_before_end], client_id="t"
     )
-    old = TrackedConsumer(
-        engine,
-        kafka_bootstrap_servers,
-        SEATS_GROUP,
-        [topics.table],
-        handler,
-        topics.dead_letter,
-        wants=releases_a_seat,
-        **TEST_CONSUMER_OPTIONS,  # type: ignore[arg-type]
-    )
-    try:
-        poll_until_handled(old, 2)
-    finally:
-        old.close()
+    apply_from(engine, kafka_bootstrap_servers, topics, topics.table, SEATS_GROUP, handled=2)
     assert ticket_states(session_factory, read_before) == {TICKET_FINISHED}
     # An old table engine then ended a game: on the table topic only, after the stored positions.
     left_behind_end = game_ended(left_behind)
@@ -189,21 +198,7 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
         ended = game_ended(both_topics)
         produce_envelopes(kafka_bootstrap_servers, topics.table, [ended], client_id="t")
         produce_envelopes(kafka_bootstrap_servers, topics.seats, [ended], client_id="t")
-        seats = TrackedConsumer(
-            engine,
-            kafka_bootstrap_servers,
-            SEATS_GROUP,
-            [topics.seats],
-            handler,
-            topics.dead_letter,
-            wants=releases_a_seat,
-            kafka_group_id=SEATS_KAFKA_GROUP,
-            **TEST_CONSUMER_OPTIONS,  # type: ignore[arg-type]
-        )
-        try:
-            poll_until_handled(seats, 1)
-        finally:
-            seats.close()
+        apply_from(engine, kafka_bootstrap_servers, topics, topics.seats, SEATS_KAFKA_GROUP, handled=1)
         worker.join(FIRST_ASSIGNMENT_SECONDS)
         assert finished == [True]
     finally:
