@@ -143,7 +143,7 @@ class Envelope(_message.Message):
 
     @_builtins.property
     def player_left(self) -> _table_events_pb2.PlayerLeft:
-        """A player left (escaped) before the end."""
+        """A player left (escaped) before the end. Also on mahjong.seats.v1 (frees the seat)."""
 
     @_builtins.property
     def turn_timed_out(self) -> _table_events_pb2.TurnTimedOut:
@@ -155,7 +155,7 @@ class Envelope(_message.Message):
 
     @_builtins.property
     def game_ended(self) -> _table_events_pb2.GameEnded:
-        """The game is over; hands revealed."""
+        """The game is over; hands revealed. Also on mahjong.seats.v1 (frees the seats)."""
 
     @_builtins.property
     def chow_claimed(self) -> _table_events_pb2.ChowClaimed:
