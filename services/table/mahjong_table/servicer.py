@@ -288,11 +288,11 @@ PLAY_ANSWERS_UNSENT_MAX = 16
 """Answers a Play stream may hold unsent (its client not reading) before it stops reading commands."""
 PLAY_ANSWER_RIDE_SECONDS = 0.005
 """With `PlayOptions.answers_with_updates`: how long an applied command's answer waits for an
-update to ride on before it goes alone. No update is ready when a claim window that does not ask
-the seat is open (its discard can be claimed; another asked seat still decides): without a wait,
-an answer going alone would tell the seat so at once. Without the option, the update that does
-not follow its answer within a moment tells it the same, and no sooner; a window lasts as long
-as a claimant decides, far longer than this (`visibility`)."""
+update to ride on before it goes alone, while no claim window hides the seat's updates (the
+update is then normally ready at once). While a window that does not ask the seat is open (its
+discard can be claimed; another asked seat still decides) the answer waits for the window
+however long it lasts, and rides on the update after it: an answer going alone would tell the
+seat that another hand can claim, from the shape of what it receives (`visibility`)."""
 PLAY_WAIT_FOR_TABLE_MS_MAX = 30_000
 """The longest `PlayOptions.wait_for_table_ms` (a table opens well under a second after matchmaking
 formed it, unless the table engine's consumer is recovering: then the client asks again)."""
@@ -337,7 +337,8 @@ class _PlayStream:
     future its wait is on).
 
     `answers_with_updates` (`PlayOptions`): the answers ride on the next update. An applied
-    command's answer waits for it at most PLAY_ANSWER_RIDE_SECONDS, then goes alone; any other
+    command's answer waits for it at most PLAY_ANSWER_RIDE_SECONDS, then goes alone, except
+    while a claim window hidden from the seat is open: then it rides on the update after it; any other
     answer (a refusal, a retry's first answer: no update follows them) makes every answer not
     sent yet go at once (`ride_seconds`)."""
 
@@ -368,6 +369,11 @@ class _PlayStream:
         self.room_for_answers.set()
         self._alone_now = False
         return wire.play_answered_update_bytes(update, answers)
+
+    def rides_past_windows(self) -> bool:
+        """Whether the answers not sent yet wait for the update after a claim window hidden from
+        the seat (opted in, and none of them is one that goes alone at once)."""
+        return self.answers_with_updates and not self._alone_now
 
     def ride_seconds(self) -> float:
         """How much longer the answers not sent yet may wait for an update to ride on (at most
@@ -677,7 +683,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         while time.monotonic() - started < WATCH_MAX_SECONDS:
             state = await self._state(table_id)
             envelopes: list[envelope_pb2.Envelope] | None = None
-            if window_hidden_from(state, seat):
+            hidden = window_hidden_from(state, seat)
+            if hidden:
                 # No update while a window that does not ask this seat is open: the discard then
                 # arrives with what followed it, exactly as when nobody could claim.
                 wait_past = state.version
@@ -690,7 +697,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 # None: never a view ahead of its events; look again once the store shows them.
                 wait_past = state.version
             if envelopes is None:
-                if play is None or not play.answers:
+                if play is None or not play.answers or (hidden and play.rides_past_windows()):
                     await self._wait(table_id, wait_past, play)
                 elif (ride_seconds := play.ride_seconds()) > 0:
                     await self._wait(table_id, wait_past, play, ride_seconds)

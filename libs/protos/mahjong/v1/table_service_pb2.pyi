@@ -440,8 +440,10 @@ class PlayOptions(_message.Message):
     """Answers ride on updates: when an update goes out while answers are ready, they go in it
     (PlayResponse.answers), one message instead of one each. A refused command's answer (and a
     retry's first answer) goes out alone as `answer` at once; an applied command's answer waits
-    at most 5 ms for the update showing it (a claim window not asking the seat holds updates
-    back), then goes alone too. Every answer is the same as without the option.
+    at most 5 ms for the update showing it, then goes alone too, except while a claim window
+    that does not ask the seat is open: then it rides on the update after the window, however
+    long the window lasts (an answer alone would tell the seat that another hand can claim).
+    Every answer is the same as without the option.
     """
     wait_for_table_ms: _builtins.int
     """Wait up to this many milliseconds (0..30000) for a table matchmaking has just formed to
