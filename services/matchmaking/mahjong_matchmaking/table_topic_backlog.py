@@ -120,7 +120,8 @@ class TableTopicBacklog:
         while not stop_event.is_set():
             self._consumer.poll_once(POLL_TIMEOUT_MS)
             if self.retired():
-                return True  # another process finished the backlog
+                self.close()  # another process finished the backlog: leave the Kafka group
+                return True
             if snapshot is None and any(self._offsets.end_offsets(seats).values()):
                 # Taken once the seats topic is written to, so that every release before is in.
                 beginnings = self._offsets.beginning_offsets(table)
@@ -130,6 +131,7 @@ class TableTopicBacklog:
                 }
             if snapshot is not None and self._caught_up(snapshot):
                 self._retire()
+                self.close()  # read no more: leave the Kafka group, stop reporting a stall
                 logger.info("the table topic's seat releases are applied; reading only the seats topic")
                 return True
         return False
@@ -168,17 +170,21 @@ class TableTopicBacklog:
             )
 
     def stalled_seconds(self) -> float:
-        """The table topic consumer's (the supervisor replaces a stuck one); 0 when not reading."""
-        return 0.0 if self._consumer is None else self._consumer.stalled_seconds()
+        """The table topic consumer's (the supervisor replaces a stuck one); 0 when not reading
+        (before it starts, and once the table topic is retired: `run_forever` then only waits)."""
+        consumer = self._consumer  # read once: the worker thread may close it meanwhile
+        return 0.0 if consumer is None else consumer.stalled_seconds()
 
     def close(self) -> None:
+        """Close the table topic's consumer and offsets client (none once closed: idempotent)."""
+        consumer, offsets = self._consumer, self._offsets
+        self._consumer = self._offsets = None  # not reading from here on (`stalled_seconds` is 0)
         try:
-            if self._consumer is not None:
-                self._consumer.close()
+            if consumer is not None:
+                consumer.close()
         finally:
-            if self._offsets is not None:
-                self._offsets.close()
-            self._consumer = self._offsets = None
+            if offsets is not None:
+                offsets.close()
 
 
 _RETIRED = sqlalchemy.select(retired_inputs.c.topic).where(

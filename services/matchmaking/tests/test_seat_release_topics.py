@@ -11,11 +11,13 @@ import pathlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy
+from kafka import TopicPartition
 from mahjong.v1 import envelope_pb2, table_events_pb2
-from mahjong_matchmaking import tickets
+from mahjong_matchmaking import table_topic_backlog, tickets
 from mahjong_matchmaking.__main__ import DEFINITION, SEATS_GROUP, SEATS_KAFKA_GROUP
 from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.models import TICKET_FINISHED, TICKET_SEATED, retired_inputs
@@ -223,3 +225,94 @@ def test_a_deployment_that_never_read_the_table_topic_retires_it_without_reading
     assert backlog.apply_backlog(threading.Event()) is True  # no broker was asked: none is there
     assert backlog.retired()
     backlog.close()
+
+
+class FakeTableConsumer:
+    """Stands in for the backlog's `TrackedConsumer` of the table topic: each poll runs `on_poll`;
+    its stall report is what a consumer left unpolled would give a second later."""
+
+    on_poll: ClassVar[Callable[[], None]] = staticmethod(lambda: None)
+    made: ClassVar[list[FakeTableConsumer]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.closed = False
+        FakeTableConsumer.made.append(self)
+
+    def poll_once(self, timeout_ms: int) -> None:
+        assert not self.closed, "polled after close"
+        FakeTableConsumer.on_poll()
+
+    def stalled_seconds(self) -> float:
+        return 1.0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeOffsets:
+    """Stands in for the offsets client: one partition per topic, one message on each (so the seats
+    topic is written to, and the table topic ends at offset 1)."""
+
+    made: ClassVar[list[FakeOffsets]] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.closed = False
+        FakeOffsets.made.append(self)
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(partitions, 0)
+
+    def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(partitions, 1)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("retired_by", ["this process", "another process"])
+def test_once_the_table_topic_is_retired_its_consumer_is_closed_and_reports_no_stall(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, retired_by: str
+) -> None:
+    """After `apply_backlog` returns True, `run_forever` only waits for the stop: the table topic's
+    consumer must leave its Kafka group and the supervisor must not see a stall growing (it would
+    replace the worker after WORKER_STALL_SECONDS, logging an ERROR)."""
+    monkeypatch.setattr(table_topic_backlog, "TrackedConsumer", FakeTableConsumer)
+    monkeypatch.setattr(table_topic_backlog, "KafkaConsumer", FakeOffsets)
+    monkeypatch.setattr(FakeTableConsumer, "made", [])
+    monkeypatch.setattr(FakeOffsets, "made", [])
+    topics = Topics()
+    session_factory = create_session_factory(engine)
+    # The old consumer stored a position on the table topic: at its end (1) if this process is to
+    # find the backlog applied, before it (0) if another process is the one that retires it.
+    with transaction(session_factory) as session:
+        session.execute(
+            consumer_positions.insert().values(
+                consumer_group=SEATS_GROUP,
+                topic=topics.table,
+                partition=0,
+                next_offset=1 if retired_by == "this process" else 0,
+                updated_at=utc_now(),
+            )
+        )
+
+    def another_process_retires_it() -> None:
+        with transaction(session_factory) as session:
+            session.execute(
+                retired_inputs.insert().values(
+                    consumer_group=SEATS_GROUP, topic=topics.table, retired_at=utc_now()
+                )
+            )
+
+    if retired_by == "another process":
+        monkeypatch.setattr(FakeTableConsumer, "on_poll", staticmethod(another_process_retires_it))
+    backlog = TableTopicBacklog(engine, "127.0.0.1:1", topics, SEATS_GROUP, seat_release_handler())
+    assert backlog.apply_backlog(threading.Event()) is True
+    assert backlog.retired()
+    (consumer,) = FakeTableConsumer.made
+    (offsets,) = FakeOffsets.made
+    assert consumer.closed and offsets.closed
+    assert backlog.stalled_seconds() == 0.0
+    backlog.close()  # the supervisor's close after the stop: nothing left to close
