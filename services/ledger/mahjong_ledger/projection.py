@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from mahjong.v1 import envelope_pb2
@@ -73,22 +73,37 @@ class SettlementProjection:
             else:
                 # Another producer's event on this topic: not the ledger's business, and not an error.
                 logger.debug("ignored event", extra={"payload": payload, "event_id": envelope.event_id})
-        posted = {id(request) for request in self._repository.post_new(session, list(requests.values()))}
-        recorded = set(self._repository.record_games_settled(session, list(games.values())))
+        applied, posted = _apply_indexed(self._repository, session, deliveries, requests, games)
         if requests:
             logger.info(
                 "settlement instructions posted",
-                extra={"posted": len(posted), "already_posted": len(requests) - len(posted)},
+                extra={"posted": posted, "already_posted": len(requests) - posted},
             )
+        return applied
 
-        def applied(index: int) -> bool:
-            if index in requests:
-                return id(requests[index]) in posted
-            if index in games:
-                return games[index]["table_id"] in recorded
-            return True  # another producer's event: handled by ignoring it
 
-        return [delivery for index, delivery in enumerate(deliveries) if applied(index)]
+def _apply_indexed(
+    repository: LedgerRepository,
+    session: Session,
+    deliveries: Sequence[Delivery],
+    requests: Mapping[int, PostRequest],
+    games: Mapping[int, dict[str, object]],
+) -> tuple[list[Delivery], int]:
+    """Post `requests` and record `games` (keyed by their delivery's index in `deliveries`), in
+    order. Answers the deliveries applied (all but the requests posted before and the games
+    recorded before: re-sends, skipped by their keys; a delivery of neither is handled by ignoring
+    it) and how many requests were posted now."""
+    posted = {id(request) for request in repository.post_new(session, list(requests.values()))}
+    recorded = set(repository.record_games_settled(session, list(games.values())))
+
+    def applied(index: int) -> bool:
+        if index in requests:
+            return id(requests[index]) in posted
+        if index in games:
+            return games[index]["table_id"] in recorded
+        return True
+
+    return [delivery for index, delivery in enumerate(deliveries) if applied(index)], len(posted)
 
 
 def settlement_request_of(envelope: envelope_pb2.Envelope) -> PostRequest:
@@ -124,23 +139,26 @@ class LedgerReplay:
         self._repository = repository
         self._ledger_topic = ledger_topic
 
-    def handle_batch(self, session: Session, deliveries: Sequence[Delivery]) -> None:
-        """Post the batch's settlements and deposits in order with set-based SQL."""
-        requests: list[PostRequest] = []
-        games: list[dict[str, object]] = []
-        for delivery in deliveries:
+    def handle_batch(self, session: Session, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Post the batch's settlements and deposits in order with set-based SQL; the deliveries
+        applied, as the live `SettlementProjection.handle_batch` answers them (a re-sent event,
+        skipped by its key, is a duplicate; a settlement's `TransferPosted`, rebuilt from its
+        instruction, is handled by ignoring it)."""
+        requests: dict[int, PostRequest] = {}
+        games: dict[int, dict[str, object]] = {}
+        for index, delivery in enumerate(deliveries):
             envelope = delivery.envelope
             payload = envelope.WhichOneof("payload")
             if delivery.position.topic == self._ledger_topic:
                 request = deposit_request_of(envelope) if payload == "transfer_posted" else None
                 if request is not None:
-                    requests.append(request)
+                    requests[index] = request
             elif payload == "settlement_instructed":
-                requests.append(settlement_request_of(envelope))
+                requests[index] = settlement_request_of(envelope)
             elif payload == "game_settled":
-                games.append(game_settled_row(envelope))
-        self._repository.post_batch(session, requests)
-        self._repository.record_games_settled(session, games)
+                games[index] = game_settled_row(envelope)
+        applied, _posted = _apply_indexed(self._repository, session, deliveries, requests, games)
+        return applied
 
 
 def deposit_request_of(envelope: envelope_pb2.Envelope) -> PostRequest | None:

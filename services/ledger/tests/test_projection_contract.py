@@ -444,3 +444,46 @@ def test_the_live_consumer_keeps_no_processed_ids_and_posts_re_sent_events_once(
     with transaction(session_factory) as session:
         assert len(session.execute(sqlalchemy.select(ledger_games)).all()) == 1
         assert session.execute(sqlalchemy.select(processed_events)).all() == []
+
+
+def test_the_rebuild_counts_re_sent_events_as_duplicates_as_the_live_consumer_does(
+    session_factory: SessionFactory, repository: LedgerRepository
+) -> None:
+    """`mjctl rebuild ledger` applies batches with `LedgerReplay` (`rebuild_target`): a deposit's
+    `TransferPosted`, an instruction and its game's `GameSettled`, each sent again, are applied once
+    and the re-sends count as duplicates, as the live consumer counts them (not "applied, 0
+    duplicates")."""
+    from mahjong_ledger.rebuild import rebuild_target
+    from mahjong_platform.topics import Topics
+    from mahjong_platform.tracked_consumer import BatchApplier, Delivery
+
+    fund(session_factory, repository, {"player:a": 10_000})
+    (deposit,) = transfer_posted_messages(session_factory)  # posted already: its re-send is a repeat
+    win = instruction_envelope("instruction-1", "player:a", [payee("player:b", 400)])
+    settled = game_settled_envelope("table-1", instruction_count=1, sequence=2)
+    target = rebuild_target()
+    topics = Topics.with_prefix("test.")
+    failures: list[str] = []
+    applier = BatchApplier(
+        session_factory,
+        target.consumer_group,
+        target.handler(topics),
+        lambda delivery, error: failures.append(error),
+        idempotent_handler=target.idempotent_handler,
+    )
+    offsets = iter(range(100))
+    outcomes = []
+    for batch in ([deposit, win, settled, win], [settled, win, deposit]):
+        deliveries = [
+            Delivery(
+                event,
+                MessagePosition(topics.ledger if event is deposit else POSITION.topic, 0, next(offsets)),
+            )
+            for event in batch
+        ]
+        outcomes.append(applier.apply(deliveries, [delivery.position for delivery in deliveries]))
+    assert failures == []
+    assert [(outcome.applied, outcome.duplicates) for outcome in outcomes] == [(2, 2), (0, 3)]
+    assert outcomes[0].applied_events == [win, settled]
+    assert balances(session_factory) == {"world": -10_000, "player:a": 9_600, "player:b": 400}
+    assert_books_balance(session_factory)
