@@ -194,16 +194,40 @@ def create_retention_indexes(op: Any) -> None:
     built CONCURRENTLY (outside the migration's transaction), so a deploy onto tables that grew for
     a long time does not block the outbox and the consumers while they build.
     """
+    _create_index_concurrently(op, "ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"])
+    _create_index_concurrently(op, "ix_processed_events_processed_at", "processed_events", ["processed_at"])
+
+
+def _create_index_concurrently(
+    op: Any, name: str, table: str, columns: list[str], *, unique: bool = False
+) -> None:
+    """Create an index, on PostgreSQL CONCURRENTLY (in an autocommit block), so that it can be
+    retried after a failed attempt.
+
+    The build of a large table outlasts the engine's statement timeout (`create_engine_for`), so it
+    runs with none (reset afterwards: the connection goes back to the pool). A cancelled or crashed
+    CONCURRENTLY build leaves an INVALID index of that name, which made every later upgrade fail
+    ("already exists"): such a leftover is dropped first; a valid one (built, but the revision's
+    later steps failed) is kept (IF NOT EXISTS).
+    """
     with op.get_context().autocommit_block():
-        op.create_index(
-            "ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"], postgresql_concurrently=True
-        )
-        op.create_index(
-            "ix_processed_events_processed_at",
-            "processed_events",
-            ["processed_at"],
-            postgresql_concurrently=True,
-        )
+        if op.get_bind().dialect.name != "postgresql":
+            op.create_index(name, table, columns, unique=unique)
+            return
+        op.execute("SET statement_timeout = 0")
+        try:
+            if op.get_bind().execute(_INDEX_IS_INVALID, {"name": name}).scalar():
+                op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            op.create_index(
+                name, table, columns, unique=unique, postgresql_concurrently=True, if_not_exists=True
+            )
+        finally:
+            op.execute("RESET statement_timeout")
+
+
+_INDEX_IS_INVALID = sqlalchemy.text(
+    "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"
+)
 
 
 def drop_retention_indexes(op: Any) -> None:
@@ -249,14 +273,9 @@ def make_outbox_unique_per_topic(op: Any) -> None:
     again, the partial one with its WHERE).
     """
     if op.get_bind().dialect.name == "postgresql":
-        with op.get_context().autocommit_block():
-            op.create_index(
-                _OUTBOX_EVENT_ID_TOPIC_UNIQUE,
-                "outbox_messages",
-                ["event_id", "topic"],
-                unique=True,
-                postgresql_concurrently=True,
-            )
+        _create_index_concurrently(
+            op, _OUTBOX_EVENT_ID_TOPIC_UNIQUE, "outbox_messages", ["event_id", "topic"], unique=True
+        )
         op.execute(
             f"ALTER TABLE outbox_messages ADD CONSTRAINT {_OUTBOX_EVENT_ID_TOPIC_UNIQUE} "
             f"UNIQUE USING INDEX {_OUTBOX_EVENT_ID_TOPIC_UNIQUE}"

@@ -5,11 +5,14 @@ from __future__ import annotations
 import datetime
 import pathlib
 import threading
+import time
+from typing import Any
 
 import pytest
 import sqlalchemy
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from mahjong_platform import migrations
 from mahjong_platform.database import create_engine_for
 from mahjong_platform.migrations import current_revision, downgrade, upgrade
 from mahjong_platform.schema import outbox_messages, platform_metadata
@@ -160,5 +163,121 @@ def test_schema_version_4_keeps_the_outbox_and_allows_one_message_per_event_and_
         downgrade(database_url, alembic_example_directory, "0004")
         with engine.begin() as connection, pytest.raises(sqlalchemy.exc.IntegrityError):
             connection.execute(outbox_messages.insert(), [message("e1", "seats")])
+    finally:
+        engine.dispose()
+
+
+# Each index built CONCURRENTLY on PostgreSQL: (the revision that builds it, the one before, its
+# name, its table and columns).
+CONCURRENT_INDEXES = [
+    ("0003", "0002", "ix_outbox_messages_sent_at", "outbox_messages (sent_at)"),
+    ("0005", "0004", "uq_outbox_messages_event_id_topic", "outbox_messages (event_id, topic)"),
+]
+
+
+def index_is_valid(engine: sqlalchemy.Engine, name: str) -> bool | None:
+    with engine.connect() as connection:
+        valid: bool | None = connection.execute(
+            sqlalchemy.text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
+            {"name": name},
+        ).scalar()
+        return valid
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("revision", "previous", "index", "definition"), CONCURRENT_INDEXES)
+def test_an_upgrade_rebuilds_an_invalid_index_a_failed_concurrent_build_left(
+    postgres_database_url: str,
+    alembic_example_directory: pathlib.Path,
+    revision: str,
+    previous: str,
+    index: str,
+    definition: str,
+) -> None:
+    """A cancelled CREATE INDEX CONCURRENTLY leaves an INVALID index of that name; the next upgrade
+    must drop and build it again (it failed with "already exists", and the service never started)."""
+    upgrade(postgres_database_url, alembic_example_directory, revision=previous)
+    engine = create_engine_for(postgres_database_url)
+    try:
+        with engine.begin() as connection:  # What a cancelled build leaves (the server marks it so).
+            connection.execute(sqlalchemy.text(f"CREATE INDEX {index} ON {definition}"))
+            connection.execute(
+                sqlalchemy.text(
+                    "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:name)"
+                ),
+                {"name": index},
+            )
+        assert index_is_valid(engine, index) is False
+        upgrade(postgres_database_url, alembic_example_directory)
+        assert current_revision(postgres_database_url) == "0005"
+        assert index_is_valid(engine, index) is True
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("revision", "previous", "index", "definition"), CONCURRENT_INDEXES)
+def test_a_concurrent_index_build_is_not_cut_short_by_the_engines_statement_timeout(
+    postgres_database_url: str,
+    alembic_example_directory: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    revision: str,
+    previous: str,
+    index: str,
+    definition: str,
+) -> None:
+    """A build that takes longer than the engine's statement timeout (a large outbox) completes, and
+    the timeout is back on the connection afterwards.
+
+    The build is made long without a large table: CONCURRENTLY waits for a transaction that writes
+    the table, which is held open for several statement timeouts after the build is seen waiting.
+    """
+    upgrade(postgres_database_url, alembic_example_directory, revision=previous)
+    timeout_ms = 300
+    returned_timeouts: list[str] = []  # Each connection's statement timeout as it went back to its pool.
+
+    def record_timeout(dbapi_connection: Any, _record: Any) -> None:
+        if dbapi_connection is not None:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SHOW statement_timeout")
+                returned_timeouts.append(cursor.fetchone()[0])
+
+    def short_timeout_engine(url: str) -> sqlalchemy.Engine:
+        short_timeout = create_engine_for(url, postgresql_statement_timeout_ms=timeout_ms)
+        sqlalchemy.event.listen(short_timeout, "checkin", record_timeout)
+        return short_timeout
+
+    monkeypatch.setattr(migrations, "create_engine_for", short_timeout_engine)
+    engine = create_engine_for(postgres_database_url)
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(postgres_database_url, alembic_example_directory, revision=revision)
+        except BaseException as error:
+            errors.append(error)
+
+    try:
+        with engine.connect() as writer:
+            writer.execute(outbox_messages.delete())  # Takes the table's ROW EXCLUSIVE lock, held open.
+            migration = threading.Thread(target=migrate)
+            migration.start()
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as observer:
+                while not observer.execute(
+                    sqlalchemy.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock' AND query ILIKE 'CREATE %INDEX CONCURRENTLY%'"
+                    )
+                ).scalar_one():
+                    assert migration.is_alive(), errors
+                    time.sleep(0.05)
+            time.sleep(10 * timeout_ms / 1000)  # The build waits well past the engine's timeout.
+            writer.rollback()
+        migration.join()
+        assert errors == []
+        assert current_revision(postgres_database_url) == revision
+        assert index_is_valid(engine, index) is True
+        assert returned_timeouts != []
+        assert set(returned_timeouts) == {f"{timeout_ms}ms"}
     finally:
         engine.dispose()
