@@ -10,8 +10,7 @@ from end to end:
   the whole index: it counts too, unless `i` is a partial index, whose predicate bounds it), an
   ``AUTOMATIC`` index (SQLite builds it by scanning the table, per statement) and a skip-scan
   (``ANY(column)``).
-* PostgreSQL: ``EXPLAIN (FORMAT JSON)`` after ``ANALYZE`` of the growing tables (so the plan does
-  not depend on whether autovacuum got there first) with ``enable_seqscan = off``, so the planner takes any
+* PostgreSQL: ``EXPLAIN (FORMAT JSON)`` with ``enable_seqscan = off``, so the planner takes any
   index that can answer the statement however few rows a test left: a ``Seq Scan`` that remains
   means no index can. An index scan counts as a scan unless its ``Index Cond`` bounds the index's
   leading column (or the index is partial): without it the scan walks the whole index, which is
@@ -201,13 +200,6 @@ class PostgresPlans:
             " WHERE tab.relnamespace = current_schema()::regnamespace"
         ).all()
         self.indexes = {name: (table, leading, partial) for name, table, leading, partial in rows}
-        # The planner's choice between two indexes that both answer a statement (say a LIMIT
-        # query's primary key walked backwards with a filter, against the index on the filtered
-        # column) follows the tables' statistics; whether autovacuum had analysed a table by the
-        # time of the EXPLAIN made the plan differ between runs. Analysed now, every table's
-        # statistics describe the rows the game left, as a running database's would.
-        for table in sorted(self.growing):
-            connection.exec_driver_sql(f'ANALYZE "{table}"')
         connection.exec_driver_sql("SET enable_seqscan = off")
 
     def scans(self, statement: str, parameters: Any) -> list[str]:
