@@ -75,6 +75,8 @@ class AllowedScan:
     reason: str
     services: frozenset[str] = frozenset(SERVICES)
     dialects: frozenset[str] = frozenset({"sqlite", "postgresql"})
+    planner_may_choose: bool = False  # the scan is one of two plans the planner picks between by
+    # its statistics of the test's few rows: the entry may go unused in a run (not stale then)
 
 
 ALLOWED_SCANS: tuple[AllowedScan, ...] = (
@@ -84,6 +86,18 @@ ALLOWED_SCANS: tuple[AllowedScan, ...] = (
         "retention (maintenance, hourly, off the hot path): the batch is picked by the processed_at "
         "index; with seq scans off PostgreSQL joins it to the whole primary key in a merge join",
         dialects=frozenset({"postgresql"}),
+    ),
+    AllowedScan(
+        r"(?s)^SELECT ledger_postings\.posting_id, .*\bWHERE ledger_postings\.account = "
+        r".*ORDER BY ledger_postings\.posting_id DESC\s+LIMIT",
+        "ListEntries' first page: the (account, posting_id) index answers it, but on the test's few "
+        "accounts PostgreSQL may walk the posting primary key backwards under the LIMIT instead, "
+        "depending on whether autovacuum has analysed the table (the clean-clone CI at 344dd09 and "
+        "79f0b8f); with many accounts the account condition is selective and the index wins. "
+        "SQLite, which plans without statistics, is held to the index",
+        services=frozenset({"ledger"}),
+        dialects=frozenset({"postgresql"}),
+        planner_may_choose=True,
     ),
     AllowedScan(
         r"^SELECT ids\.value AS table_id, \(SELECT max\(events\.sequence\) FROM scoring_table_events "
@@ -225,7 +239,11 @@ def test_no_hot_path_statement_scans_a_table_that_grows_with_history(
     assert all(not tables for tables in missing.values()), f"no statement touched: {missing}"
     assert not findings, "statements that scan a growing table:\n" + "\n".join(findings)
     dialect = sqlalchemy.make_url(settings.database_url("table")).get_backend_name()
-    stale = [entry for entry in ALLOWED_SCANS if dialect in entry.dialects and entry not in allowed_used]
+    stale = [
+        entry
+        for entry in ALLOWED_SCANS
+        if dialect in entry.dialects and entry not in allowed_used and not entry.planner_may_choose
+    ]
     assert not stale, f"allow-list entries no statement needed: {stale}"
 
 
