@@ -370,15 +370,16 @@ class _PlayStream:
         self._alone_now = False
         return wire.play_answered_update_bytes(update, answers)
 
-    def rides_past_windows(self) -> bool:
-        """Whether the answers not sent yet wait for the update after a claim window hidden from
-        the seat (opted in, and none of them is one that goes alone at once)."""
+    def rides(self) -> bool:
+        """Whether the answers not sent yet wait for an update to ride on (opted in, and none of
+        them is one that goes alone at once): up to `ride_seconds`, or past a claim window hidden
+        from the seat however long it lasts."""
         return self.answers_with_updates and not self._alone_now
 
     def ride_seconds(self) -> float:
         """How much longer the answers not sent yet may wait for an update to ride on (at most
         0: send them now)."""
-        if not self.answers_with_updates or self._alone_now:
+        if not self.rides():
             return 0.0
         return self._ride_until - time.monotonic()
 
@@ -697,7 +698,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 # None: never a view ahead of its events; look again once the store shows them.
                 wait_past = state.version
             if envelopes is None:
-                if play is None or not play.answers or (hidden and play.rides_past_windows()):
+                if play is None or not play.answers or (hidden and play.rides()):
                     await self._wait(table_id, wait_past, play)
                 elif (ride_seconds := play.ride_seconds()) > 0:
                     await self._wait(table_id, wait_past, play, ride_seconds)
