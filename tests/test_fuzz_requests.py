@@ -1,8 +1,8 @@
 """Fuzzing every request of every service (issue 17): bad input is a clear error, never INTERNAL.
 
 All four services run in process on migrated SQLite databases, with the production role tables,
-error mappings and auth interceptors: matchmaking, scoring and ledger in one thread-pool server, the
-table service on its asyncio server (matchmaking asks an in-process ledger for balances).
+error mappings and auth interceptors: scoring and ledger in one thread-pool server, the table and
+matchmaking services each on its asyncio server (matchmaking asks an in-process ledger for balances).
 Hypothesis builds every request message of every method from the generated descriptors, field by
 field, mixing random values with hand-picked edge values (huge and negative
 integers, very long strings, unknown enum numbers, out-of-range timestamps, SQL-looking ids, the
@@ -216,8 +216,10 @@ class Stack:
     ledger: RunningServer
     scoring: RunningServer
     table: AioRunningServer
+    matchmaking: AioRunningServer
     channel: grpc.Channel
     table_channel: grpc.Channel
+    matchmaking_channel: grpc.Channel
     table_id: str
     databases: dict[str, Path]
     """Each service's database, by the service's full name."""
@@ -279,7 +281,6 @@ def start_stack(directory: Path) -> Stack:
     table_engine = TableEngine(EventStore(topics), utc_now)
     table_process = TableProcess(table_engine, Presence())
     registrations = [
-        *MATCHMAKING.registrations(engines["matchmaking"], with_ledger, topics),
         *SCORING.registrations(engines["scoring"], with_ledger, topics),
         *ledger_process.registrations(engines["ledger"], with_ledger, topics),
     ]
@@ -287,8 +288,14 @@ def start_stack(directory: Path) -> Stack:
         registrations,
         "127.0.0.1:0",
         with_ledger,
-        interceptors=[AuthInterceptor(SECRET, {**MATCHMAKING_ROLES, **SCORING_ROLES, **LEDGER_ROLES})],
+        interceptors=[AuthInterceptor(SECRET, {**SCORING_ROLES, **LEDGER_ROLES})],
         extra_error_mapping=LEDGER_ERRORS,
+    )
+    matchmaking = serve_aio(
+        MATCHMAKING.registrations(engines["matchmaking"], with_ledger, topics),
+        "127.0.0.1:0",
+        with_ledger,
+        interceptors=[AioAuthInterceptor(SECRET, MATCHMAKING_ROLES)],
     )
     table = serve_aio(
         table_process.registrations(engines["table"], with_ledger, topics),
@@ -300,13 +307,16 @@ def start_stack(directory: Path) -> Stack:
     table_id = open_table(table_engine, engines["table"])
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     table_channel = grpc.insecure_channel(f"127.0.0.1:{table.port}")
+    matchmaking_channel = grpc.insecure_channel(f"127.0.0.1:{matchmaking.port}")
     return Stack(
         server,
         ledger,
         scoring,
         table,
+        matchmaking,
         channel,
         table_channel,
+        matchmaking_channel,
         table_id,
         {f"mahjong.v1.{name.capitalize()}Service": directory / f"{name}.sqlite3" for name in urls},
     )
@@ -318,7 +328,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     yield running
     running.channel.close()
     running.table_channel.close()
+    running.matchmaking_channel.close()
     running.table.stop(0)
+    running.matchmaking.stop(0)
     running.server.stop(0)
     running.ledger.stop(0)
     running.scoring.stop(0)
@@ -352,7 +364,10 @@ def call(stack: Stack, method: MethodDescriptor, request: Any, identity: str) ->
     path = f"/{method.containing_service.full_name}/{method.name}"
     response_class = message_factory.GetMessageClass(method.output_type)
     metadata = metadata_of(identity)
-    channel = stack.table_channel if method.containing_service.name == "TableService" else stack.channel
+    channel = {
+        "TableService": stack.table_channel,
+        "MatchmakingService": stack.matchmaking_channel,
+    }.get(method.containing_service.name, stack.channel)
     try:
         if method.server_streaming:
             stream = channel.unary_stream(

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.ledger_client import LedgerBalances
 from mahjong_matchmaking.projection import releases_a_seat, seat_release_handler
-from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer, TicketChanges
+from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer, SeatReleases
 from mahjong_matchmaking.table_topic_backlog import TableTopicBacklog
 
 SEATS_GROUP = "matchmaking-seats"
@@ -31,13 +31,13 @@ consumers of an older matchmaking still join while a deployment upgrades (kafka-
 leader assigns only the topics it subscribed to itself)."""
 
 
-_SEAT_RELEASES: weakref.WeakKeyDictionary[Engine, TicketChanges] = weakref.WeakKeyDictionary()
+_SEAT_RELEASES: weakref.WeakKeyDictionary[Engine, SeatReleases] = weakref.WeakKeyDictionary()
 
 
-def seat_releases(engine: Engine) -> TicketChanges:
+def seat_releases(engine: Engine) -> SeatReleases:
     """What the process's seat-release consumer notifies and its Enqueue calls wait on (one per
     database: the runtime gives the servicer and the consumer the same engine)."""
-    return _SEAT_RELEASES.setdefault(engine, TicketChanges())
+    return _SEAT_RELEASES.setdefault(engine, SeatReleases())
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
@@ -93,6 +93,7 @@ DEFINITION = ServiceDefinition(
     method_roles=METHOD_ROLES,
     consumers=consumers,
     extra_workers=extra_workers,
+    asyncio_server=True,
 )
 
 

@@ -1,12 +1,25 @@
-"""MatchmakingService over gRPC: validate, call the use case in a transaction, map back."""
+"""MatchmakingService on `grpc.aio` (`mahjong_platform.aio_grpc_server`): validate, run the use case
+in a transaction, map back.
+
+Every call is a coroutine on the server's event loop; a WatchTicket stream waits there for its own
+ticket's next change (`TicketWatchers`) instead of holding a pool thread and waking at every
+Enqueue of the process. Reads (a ticket, an earlier answer) run on the loop: one short read
+transaction that never waits for a writer (WAL on SQLite). The write transactions (Enqueue,
+Cancel) run in `WRITE_THREADS` threads, so that a commit's fsync or a wait for the room's lock
+never holds up the loop; the ledger's balance is awaited on the loop (`LedgerBalances`).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import grpc
+import grpc.aio
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import matchmaking_service_pb2_grpc
 from mahjong_platform.auth import EVERY_CALLER, current_identity, role_table
@@ -21,6 +34,7 @@ from mahjong_platform.errors import (
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import request_digest
+from sqlalchemy.exc import IntegrityError
 
 from mahjong_matchmaking import tickets
 from mahjong_matchmaking.catalog import Room
@@ -34,36 +48,101 @@ METHOD_ROLES = role_table(
 )
 """Who may call what (deny by default): any player; tickets are checked against their owner."""
 WATCH_POLL_SECONDS = 0.25
+"""How often a WatchTicket stream re-reads its ticket for a change another replica made (this
+process's changes wake it at once)."""
 SEAT_RELEASE_WAIT_SECONDS = 1.0
 """How long an Enqueue of a seated player waits for the seat to be freed before it is refused."""
 SEAT_RECHECK_SECONDS = 0.1
 WATCH_MAX_SECONDS = 3600.0
+WRITE_THREADS = 2
+"""Threads running the write transactions (SQLite takes one writer at a time anyway; on
+PostgreSQL two rooms' enqueues may commit at once)."""
+
+_T = TypeVar("_T")
 
 
-class TicketChanges:
-    """Wakes WatchTicket streams of this process when a ticket changes; other processes' changes
-    are seen by the streams' periodic re-read."""
+def _release(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class SeatReleases:
+    """What this process's seat-release consumer (a thread) notifies once it freed seats, and the
+    Enqueue calls of seated players (coroutines) wait on; the seats other replicas free are seen at
+    the calls' periodic re-read."""
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
         self._generation = 0
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def generation(self) -> int:
-        with self._condition:
+        with self._lock:
             return self._generation
 
     def notify(self) -> None:
-        with self._condition:
+        """Any thread: wake every waiter (on its loop)."""
+        with self._lock:
             self._generation += 1
-            self._condition.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits there
+                loop.call_soon_threadsafe(_release, future)
 
-    def wait(self, seen_generation: int, timeout_seconds: float) -> int:
-        with self._condition:
-            self._condition.wait_for(lambda: self._generation != seen_generation, timeout_seconds)
-            return self._generation
+    async def wait(self, seen_generation: int, timeout_seconds: float) -> int:
+        """The generation, once it is past `seen_generation` or after `timeout_seconds`."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        waiter = (loop, future)
+        with self._lock:
+            if self._generation != seen_generation:
+                return self._generation
+            self._waiters.append(waiter)
+        timer = loop.call_later(timeout_seconds, _release, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            with self._lock, contextlib.suppress(ValueError):  # notified: no longer listed
+                self._waiters.remove(waiter)
+        return self.generation()
+
+
+class TicketWatchers:
+    """The WatchTicket streams of this process waiting for their tickets' next change, by ticket:
+    an Enqueue that seats four tickets wakes those four streams, a Cancel its ticket's, and no
+    other. Used on the server's event loop only."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+
+    def expect(self, ticket_id: str) -> asyncio.Future[None]:
+        """A future done at the ticket's next `changed` (register it before reading the ticket,
+        so a change between the read and the wait is not missed); give it back to `forget`."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(ticket_id, set()).add(future)
+        return future
+
+    def forget(self, ticket_id: str, future: asyncio.Future[None]) -> None:
+        waiters = self._waiters.get(ticket_id)
+        if waiters is not None:
+            waiters.discard(future)
+            if not waiters:
+                del self._waiters[ticket_id]
+
+    def changed(self, ticket_ids: Iterable[str]) -> None:
+        for ticket_id in ticket_ids:
+            for future in self._waiters.pop(ticket_id, ()):
+                _release(future)
+
+    def watched(self) -> int:
+        """How many tickets have a stream waiting (for tests)."""
+        return len(self._waiters)
 
 
 class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceServicer):
+    """The asyncio servicer (see the module docstring)."""
+
     def __init__(
         self,
         session_factory: SessionFactory,
@@ -71,8 +150,8 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         store: EventStore,
         balance_of: tickets.BalanceLookup | None = None,
         clock: Clock = utc_now,
-        changes: TicketChanges | None = None,
-        seat_releases: TicketChanges | None = None,
+        watchers: TicketWatchers | None = None,
+        seat_releases: SeatReleases | None = None,
         seat_release_wait_seconds: float = SEAT_RELEASE_WAIT_SECONDS,
     ) -> None:
         assert seat_release_wait_seconds >= 0, seat_release_wait_seconds
@@ -81,13 +160,18 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         self._store = store
         self._balance_of = balance_of
         self._clock = clock
-        self.changes = changes or TicketChanges()
-        self.seat_releases = seat_releases or TicketChanges()
+        self.watchers = watchers or TicketWatchers()
+        self.seat_releases = seat_releases or SeatReleases()
         """Notified by this process's seat-release consumer (`projection.seat_release_handler`)."""
         self.seat_release_wait_seconds = seat_release_wait_seconds
+        self._writes = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="matchmaking-writes")
 
-    def ListRooms(
-        self, request: messages.ListRoomsRequest, context: grpc.ServicerContext
+    async def _written(self, function: Callable[..., _T], *arguments: object) -> _T:
+        """`function(*arguments)` (a write transaction) in a write thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._writes, function, *arguments)
+
+    async def ListRooms(
+        self, request: messages.ListRoomsRequest, context: grpc.aio.ServicerContext
     ) -> messages.ListRoomsResponse:
         member = current_identity().member
         return messages.ListRoomsResponse(
@@ -99,12 +183,13 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             ]
         )
 
-    def Enqueue(
-        self, request: messages.EnqueueRequest, context: grpc.ServicerContext
+    async def Enqueue(
+        self, request: messages.EnqueueRequest, context: grpc.aio.ServicerContext
     ) -> messages.EnqueueResponse:
         identity = current_identity()
         player_id = identity.player_id
-        tickets.check_idempotency_key(request.idempotency_key)
+        key = request.idempotency_key
+        tickets.check_idempotency_key(key)
         room = self._rooms.get(request.room_id)
         if room is None:
             raise InvalidArgumentError(
@@ -123,34 +208,55 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         digest = request_digest(request)
         releases_seen = self.seat_releases.generation()
         with read_transaction(self._session_factory) as session:
-            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key, digest)
+            earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
             live = None if earlier is not None else tickets.live_ticket(session, player_id)
         if earlier is not None:
             return messages.EnqueueResponse.FromString(earlier)
         if live is not None and live.state == TICKET_SEATED:
-            live = self._wait_until_unseated(player_id, releases_seen, context)
+            live = await self._wait_until_unseated(player_id, releases_seen, context)
         if live is not None:
             # Refused here, without the ledger call and the write transaction; `enqueue` checks
             # again under the room's lock.
             raise tickets.live_player_refused(player_id, live)
         # Asked before the write transaction, so no database lock is held across a network call.
-        balance_beans = None if self._balance_of is None else self._balance_of(player_id)
-        with transaction(self._session_factory) as session:
-            earlier = tickets.first_answer(session, player_id, "Enqueue", request.idempotency_key, digest)
-            if earlier is not None:
-                return messages.EnqueueResponse.FromString(earlier)
-            ticket, _events = tickets.enqueue(
-                session, self._store, room, player_id, self._clock, balance_beans
-            )
-            answer = messages.EnqueueResponse(ticket_id=ticket.ticket_id)
-            tickets.remember_answer(
-                session, player_id, "Enqueue", request.idempotency_key, digest, answer.SerializeToString()
-            )
-        self.changes.notify()
+        balance_beans = None if self._balance_of is None else await self._balance_of(player_id)
+        answer, seated = await self._written(self._enqueue, player_id, room, key, digest, balance_beans)
+        self.watchers.changed(seated)
         return answer
 
-    def _wait_until_unseated(
-        self, player_id: str, generation: int, context: grpc.ServicerContext
+    def _enqueue(
+        self, player_id: str, room: Room, key: str, digest: str, balance_beans: int | None
+    ) -> tuple[messages.EnqueueResponse, list[str]]:
+        """The Enqueue's write transaction (a write thread): its answer, and the tickets it seated.
+
+        The earlier answer of this key was looked for just before; a retry racing its first call
+        (both past that look) finds the first call's ticket live under the room's lock, or its key
+        taken when it stores the answer: it rolls back, and answers the first call's answer."""
+        try:
+            with transaction(self._session_factory) as session:
+                ticket, events = tickets.enqueue(
+                    session, self._store, room, player_id, self._clock, balance_beans
+                )
+                answer = messages.EnqueueResponse(ticket_id=ticket.ticket_id)
+                tickets.remember_answer(
+                    session, player_id, "Enqueue", key, digest, answer.SerializeToString()
+                )
+        except (FailedPreconditionError, IntegrityError):
+            with read_transaction(self._session_factory) as session:
+                earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
+            if earlier is None:
+                raise
+            return messages.EnqueueResponse.FromString(earlier), []
+        seated = [
+            seat.ticket_id
+            for event in events
+            if event.WhichOneof("payload") == "table_assigned"
+            for seat in event.table_assigned.seats
+        ]
+        return answer, seated
+
+    async def _wait_until_unseated(
+        self, player_id: str, generation: int, context: grpc.aio.ServicerContext
     ) -> tickets.LiveTicket | None:
         """The player's live ticket after waiting at most `seat_release_wait_seconds` (and the
         client's deadline) while they are seated: matchmaking frees a seat when it reads the
@@ -159,29 +265,37 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         again every few tens of milliseconds, spares those calls and seats the player sooner; a
         player still seated after the wait is refused as before. Re-read when this process's
         consumer frees a seat (`seat_releases`), and every SEAT_RECHECK_SECONDS for the seats
-        another replica frees. `generation`: `seat_releases`' before the read that found the seat."""
+        another replica frees. `generation`: `seat_releases`' before the read that found the seat.
+        A client that cancels the call ends the wait (the task is cancelled)."""
         budget = (
             time_budget_seconds(context, self.seat_release_wait_seconds)
             if self.seat_release_wait_seconds
             else 0
         )
-        deadline = time.monotonic() + budget
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining > 0 and context.is_active():
-                generation = self.seat_releases.wait(generation, min(remaining, SEAT_RECHECK_SECONDS))
+            remaining = deadline - loop.time()
+            if remaining > 0:
+                generation = await self.seat_releases.wait(generation, min(remaining, SEAT_RECHECK_SECONDS))
             with read_transaction(self._session_factory) as session:
                 live = tickets.live_ticket(session, player_id)
-            if live is None or live.state != TICKET_SEATED or remaining <= 0 or not context.is_active():
+            if live is None or live.state != TICKET_SEATED or remaining <= 0:
                 return live
 
-    def Cancel(
-        self, request: messages.CancelRequest, context: grpc.ServicerContext
+    async def Cancel(
+        self, request: messages.CancelRequest, context: grpc.aio.ServicerContext
     ) -> messages.CancelResponse:
         player_id = current_identity().player_id
         tickets.check_idempotency_key(request.idempotency_key)
         if not request.ticket_id:
             raise InvalidArgumentError("ticket_id is required")
+        answer = await self._written(self._cancel, player_id, request)
+        self.watchers.changed([request.ticket_id])
+        return answer
+
+    def _cancel(self, player_id: str, request: messages.CancelRequest) -> messages.CancelResponse:
+        """The Cancel's write transaction (a write thread)."""
         digest = request_digest(request)
         with transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Cancel", request.idempotency_key, digest)
@@ -192,28 +306,36 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             tickets.remember_answer(
                 session, player_id, "Cancel", request.idempotency_key, digest, answer.SerializeToString()
             )
-        self.changes.notify()
         return answer
 
-    def WatchTicket(
-        self, request: messages.WatchTicketRequest, context: grpc.ServicerContext
-    ) -> Iterator[messages.TicketUpdate]:
+    async def WatchTicket(
+        self, request: messages.WatchTicketRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[messages.TicketUpdate]:
         player_id = current_identity().player_id
-        generation = 0
+        ticket_id = request.ticket_id
         last_sent: messages.TicketUpdate | None = None
-        waited_seconds = 0.0
-        while context.is_active() and waited_seconds < WATCH_MAX_SECONDS:
-            with read_transaction(self._session_factory) as session:
-                ticket = tickets.load_ticket(session, request.ticket_id)
-            if ticket is None:
-                raise NotFoundError(f"no ticket {request.ticket_id!r}")
-            if ticket.player_id != player_id:
-                raise PermissionDeniedError(f"ticket {request.ticket_id} belongs to another player")
-            update = ticket.to_update()
-            if update != last_sent:
-                yield update
-                last_sent = update
-            if ticket.state != TICKET_QUEUED:
-                return
-            generation = self.changes.wait(generation, WATCH_POLL_SECONDS)
-            waited_seconds += WATCH_POLL_SECONDS
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + WATCH_MAX_SECONDS
+        while True:
+            changed = self.watchers.expect(ticket_id)
+            try:
+                with read_transaction(self._session_factory) as session:
+                    ticket = tickets.load_ticket(session, ticket_id)
+                if ticket is None:
+                    raise NotFoundError(f"no ticket {ticket_id!r}")
+                if ticket.player_id != player_id:
+                    raise PermissionDeniedError(f"ticket {ticket_id} belongs to another player")
+                update = ticket.to_update()
+                if update != last_sent:
+                    yield update
+                    last_sent = update
+                remaining = ends - loop.time()
+                if ticket.state != TICKET_QUEUED or remaining <= 0:
+                    return
+                timer = loop.call_later(min(WATCH_POLL_SECONDS, remaining), _release, changed)
+                try:
+                    await changed
+                finally:
+                    timer.cancel()
+            finally:
+                self.watchers.forget(ticket_id, changed)

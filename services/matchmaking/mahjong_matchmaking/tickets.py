@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
@@ -39,8 +39,9 @@ from mahjong_matchmaking.models import (
 SEATS_PER_TABLE = 4
 IDEMPOTENCY_KEY_MAX_LENGTH = 128
 Clock = Callable[[], datetime.datetime]
-BalanceLookup = Callable[[str], int]
-"""Balance in beans of a player (the ledger); consulted for the room's entry floor (RULES.md 1.9)."""
+BalanceLookup = Callable[[str], Awaitable[int]]
+"""Balance in beans of a player (the ledger, asked on the server's event loop); consulted for the
+room's entry floor (RULES.md 1.9)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,13 +175,18 @@ def enqueue(
         stream_id=ticket.ticket_id,
         clock=clock,
     )
-    store.append(session, ticket.ticket_id, 0, [queued])
-    events = [queued]
-    assigned = _form_table(session, store, room, clock, seed_source, correlation_id=queued.event_id)
-    if assigned is not None:
-        events.append(assigned)
-        ticket = load_ticket(session, ticket.ticket_id) or ticket
-    return ticket, events
+    appends: list[tuple[str, int, list[envelope_pb2.Envelope]]] = [(ticket.ticket_id, 0, [queued])]
+    formed = _form_table(session, room, clock, seed_source, correlation_id=queued.event_id)
+    if formed is not None:
+        assigned, seats = formed
+        appends.append((assigned.stream_id, 0, [assigned]))
+        seat = seats.get(ticket.ticket_id)
+        if seat is not None:
+            ticket = dataclasses.replace(ticket, state=TICKET_SEATED, table_id=assigned.stream_id, seat=seat)
+    # Both streams are new (random ids) and are appended together: one version check, one insert
+    # of the events and one of their outbox messages, instead of one of each per stream.
+    store.append_batch(session, appends)
+    return ticket, [events[0] for _, _, events in appends]
 
 
 def cancel(session: Session, store: EventStore, ticket_id: str, player_id: str, clock: Clock) -> Ticket:
@@ -241,22 +247,18 @@ def _upsert_room_queue(session: Session, room_id: str, increment: int) -> int:
 
 def _form_table(
     session: Session,
-    store: EventStore,
     room: Room,
     clock: Clock,
     seed_source: Callable[[], int],
     correlation_id: str,
-) -> envelope_pb2.Envelope | None:
+) -> tuple[envelope_pb2.Envelope, dict[str, int]] | None:
+    """When the room's queue holds four tickets, seat them (first come, first seated) at a new
+    table: its TableAssigned (for the caller to append) and each seated ticket's seat."""
     waiting = session.execute(_WAITING, {"waiting_room_id": room.room_id}).all()
     if len(waiting) < SEATS_PER_TABLE:
         return None
     table_id = str(uuid.uuid4())
     now = clock()
-    seats = []
-    for seat, row in enumerate(waiting):
-        seats.append(
-            match_events_pb2.SeatAssignment(seat=seat, player_id=row.player_id, ticket_id=row.ticket_id)
-        )
     session.execute(
         _SEAT_TICKET,
         [
@@ -268,7 +270,10 @@ def _form_table(
         match_events_pb2.TableAssigned(
             table_id=table_id,
             room_id=room.room_id,
-            seats=seats,
+            seats=[
+                match_events_pb2.SeatAssignment(seat=seat, player_id=row.player_id, ticket_id=row.ticket_id)
+                for seat, row in enumerate(waiting)
+            ],
             seed=seed_source(),
             room=room.to_proto(),
         ),
@@ -276,8 +281,7 @@ def _form_table(
         clock=clock,
         correlation_id=correlation_id,
     )
-    store.append(session, table_id, 0, [assigned])
-    return assigned
+    return assigned, {row.ticket_id: seat for seat, row in enumerate(waiting)}
 
 
 # The statements, built once: SQLAlchemy memoizes a statement's cache key on the object, so one

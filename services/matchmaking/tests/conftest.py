@@ -1,4 +1,5 @@
-"""A real matchmaking gRPC server on a free port, backed by a freshly migrated SQLite database."""
+"""A real matchmaking gRPC server (`grpc.aio`, as the service runs) on a free port, backed by a freshly
+migrated SQLite database."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from mahjong.v1 import matchmaking_service_pb2, matchmaking_service_pb2_grpc
 from mahjong_matchmaking.__main__ import DEFINITION
 from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.servicer import METHOD_ROLES, MatchmakingServicer
-from mahjong_platform.auth import AuthInterceptor, mint_token
+from mahjong_platform.aio_grpc_server import AioAuthInterceptor, serve_aio
+from mahjong_platform.auth import mint_token
 from mahjong_platform.config import load_settings
 from mahjong_platform.database import SessionFactory, create_engine_for, create_session_factory, sqlite_url
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
-from mahjong_platform.grpc_server import register_service, serve
+from mahjong_platform.grpc_server import register_service
 from mahjong_platform.service_runtime import migrate
 
 SECRET = "matchmaking-test-secret-0123456789abcdef"
@@ -56,7 +58,7 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
     balances: dict[str, int] = {}
     balance_lookups: list[str] = []
 
-    def balance_of(player: str) -> int:
+    async def balance_of(player: str) -> int:
         balance_lookups.append(player)
         return balances.get(player, 1_000_000)
 
@@ -67,8 +69,8 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
         matchmaking_service_pb2_grpc.add_MatchmakingServiceServicer_to_server,
         servicer,
     )
-    running = serve(
-        [registration], "127.0.0.1:0", settings, interceptors=[AuthInterceptor(SECRET, METHOD_ROLES)]
+    running = serve_aio(
+        [registration], "127.0.0.1:0", settings, interceptors=[AioAuthInterceptor(SECRET, METHOD_ROLES)]
     )
     yield Matchmaking(running.port, create_session_factory(engine), balances, balance_lookups, servicer)
     running.stop(0)

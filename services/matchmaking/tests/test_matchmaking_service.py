@@ -13,7 +13,7 @@ from mahjong.v1 import table_events_pb2
 from mahjong_matchmaking.models import room_queues
 from mahjong_matchmaking.models import tickets as tickets_table
 from mahjong_matchmaking.projection import seat_release_handler
-from mahjong_matchmaking.servicer import TicketChanges
+from mahjong_matchmaking.servicer import SeatReleases
 from mahjong_platform.database import transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.schema import stored_events
@@ -89,16 +89,16 @@ def test_a_seated_player_cannot_queue_until_the_game_ends(
     assert enqueue("p0", "sichuan-cap64")
 
 
-class WatchedReleases(TicketChanges):
+class WatchedReleases(SeatReleases):
     """The servicer's seat releases, telling the test when an Enqueue waits on them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.waiting = threading.Event()
 
-    def wait(self, seen_generation: int, timeout_seconds: float) -> int:
+    async def wait(self, seen_generation: int, timeout_seconds: float) -> int:
         self.waiting.set()
-        return super().wait(seen_generation, timeout_seconds)
+        return await super().wait(seen_generation, timeout_seconds)
 
 
 HANG_SECONDS = 60.0
