@@ -10,12 +10,17 @@ import pytest
 import sqlalchemy
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import table_events_pb2
+from mahjong_matchmaking import servicer as servicer_module
+from mahjong_matchmaking import tickets as tickets_module
+from mahjong_matchmaking.catalog import load_catalog
 from mahjong_matchmaking.models import room_queues
 from mahjong_matchmaking.models import tickets as tickets_table
 from mahjong_matchmaking.projection import seat_release_handler
 from mahjong_matchmaking.servicer import SeatReleases
 from mahjong_platform.database import transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.errors import FailedPreconditionError
+from mahjong_platform.idempotency import request_digest
 from mahjong_platform.schema import stored_events
 from mahjong_platform.tracked_consumer import MessagePosition
 
@@ -138,6 +143,39 @@ def test_an_enqueue_of_a_player_whose_seat_is_being_freed_is_answered_once_it_is
     assert len(answer) == 1 and answer[0], "the Enqueue was not answered with a ticket"
 
 
+def test_a_watch_of_a_queued_ticket_is_woken_by_the_enqueue_that_seats_it_and_by_no_other(
+    matchmaking: Matchmaking, enqueue: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the periodic re-read out of the way, the stream reads its ticket twice: when it opens,
+    and when the Enqueue that seats it wakes it; the Enqueues of other rooms and players that did
+    not seat it did not wake it (each woke every stream of the process before)."""
+    monkeypatch.setattr(servicer_module, "WATCH_POLL_SECONDS", HANG_SECONDS)
+    reads: list[str] = []
+    load_ticket = tickets_module.load_ticket
+
+    def counted(session: object, ticket_id: str) -> object:
+        reads.append(ticket_id)
+        return load_ticket(session, ticket_id)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tickets_module, "load_ticket", counted)
+    ticket = enqueue("p0")
+    stream = matchmaking.stub_for("p0").WatchTicket(
+        messages.WatchTicketRequest(ticket_id=ticket), timeout=HANG_SECONDS
+    )
+    assert next(stream).state == "queued"
+    for player in ("q1", "q2", "q3"):
+        enqueue(player, "sichuan-cap64")
+    for player in ("p1", "p2"):
+        enqueue(player)
+    assert reads == [ticket]
+    enqueue("p3")
+    update = next(stream)
+    assert (update.state, update.seat) == ("seated", 0)
+    assert reads == [ticket, ticket]
+    assert list(stream) == []
+    assert matchmaking.servicer.watchers.watched() == 0
+
+
 def test_a_seat_release_notifies_once_after_its_commit_and_never_after_a_rollback(
     matchmaking: Matchmaking, enqueue: Callable[..., str]
 ) -> None:
@@ -187,6 +225,38 @@ def test_a_retried_enqueue_returns_the_first_ticket_and_queues_nothing(matchmaki
     request = messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k1")
     assert stub.Enqueue(request).ticket_id == stub.Enqueue(request).ticket_id
     assert event_types(matchmaking).count("TicketQueued") == 1
+
+
+def ticket_count(matchmaking: Matchmaking) -> int:
+    with transaction(matchmaking.session_factory) as session:
+        return int(
+            session.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(tickets_table)).scalar()
+        )
+
+
+def test_a_retry_that_raced_past_the_earlier_answer_check_is_answered_the_first_answer_and_writes_nothing(
+    matchmaking: Matchmaking,
+) -> None:
+    """The write transaction no longer reads the earlier answer first: a retry that passed the
+    read-only check before its first call committed reaches it, and is answered the first ticket,
+    whether it finds that ticket live (under the room's lock) or, the ticket gone, the key taken
+    when it stores its answer; all it wrote is rolled back."""
+    stub = matchmaking.stub_for("alice")
+    request = messages.EnqueueRequest(room_id="sichuan-novice", idempotency_key="k1")
+    first = stub.Enqueue(request).ticket_id
+    room = load_catalog()["sichuan-novice"]
+    digest = request_digest(request)
+    answer, seated = matchmaking.servicer._enqueue("alice", room, "k1", digest, None)
+    assert (answer.ticket_id, seated) == (first, [])
+    stub.Cancel(messages.CancelRequest(ticket_id=first, idempotency_key="c1"))
+    answer, seated = matchmaking.servicer._enqueue("alice", room, "k1", digest, None)
+    assert (answer.ticket_id, seated) == (first, [])
+    assert ticket_count(matchmaking) == 1
+    assert event_types(matchmaking).count("TicketQueued") == 1
+    other = request_digest(messages.EnqueueRequest(room_id="sichuan-cap64", idempotency_key="k1"))
+    with pytest.raises(FailedPreconditionError):
+        matchmaking.servicer._enqueue("alice", load_catalog()["sichuan-cap64"], "k1", other, None)
+    assert ticket_count(matchmaking) == 1
 
 
 def test_cancel_takes_the_ticket_out_of_the_queue(
