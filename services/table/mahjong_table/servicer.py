@@ -296,6 +296,9 @@ seat that another hand can claim, from the shape of what it receives (`visibilit
 PLAY_WAIT_FOR_TABLE_MS_MAX = 30_000
 """The longest `PlayOptions.wait_for_table_ms` (a table opens well under a second after matchmaking
 formed it, unless the table engine's consumer is recovering: then the client asks again)."""
+PLAY_HOLD_IDLE_UPDATES_MS_MAX = 1_000
+"""The longest `PlayOptions.hold_idle_updates_ms`: the seats that only watch the table move see it
+move at most this much later."""
 PLAY_OPENING_WAITS_MAX = 4_096
 """Play streams of this process waiting for their tables to open at once (each costs a waiter and
 a timer); a stream beyond is answered NOT_FOUND at once, as without the wait."""
@@ -375,6 +378,10 @@ class _PlayStream:
         them is one that goes alone at once): up to `ride_seconds`, or past a claim window hidden
         from the seat however long it lasts."""
         return self.answers_with_updates and not self._alone_now
+
+    def owes_alone(self) -> bool:
+        """Whether answers not sent yet will go alone (not riding on an update)."""
+        return bool(self.answers) and not self.rides()
 
     def ride_seconds(self) -> float:
         """How much longer the answers not sent yet may wait for an update to ride on (at most
@@ -657,31 +664,55 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         try:
             async for update in self._view_updates(request.table_id, seat, request.after_sequence):
                 if update is not None:
-                    yield update
+                    yield update[0]
         finally:
             self._presence.disconnected(request.table_id, seat)
 
     async def _view_updates(
-        self, table_id: str, seat: int, after_seat_sequence: int, play: _PlayStream | None = None
-    ) -> AsyncIterator[bytes | None]:
+        self,
+        table_id: str,
+        seat: int,
+        after_seat_sequence: int,
+        play: _PlayStream | None = None,
+        hold_seconds: float = 0.0,
+    ) -> AsyncIterator[tuple[bytes, bool] | None]:
         """A seat's feed (WatchView's, and Play's): the view now, then after every change the new
         events with the view after them, until the game ends, each update a serialized
-        `TableUpdate` (`wire`: its parts serialized once, not once per seat and update). With
-        `play`, None is yielded when the stream has answers to send, and no update is built while
-        one of its commands is in flight, so a command's answer always comes before any update
-        after it, whether or not a claim window delayed the command (`visibility`).
+        `TableUpdate` (`wire`: its parts serialized once, not once per seat and update) with
+        whether answers may ride on it. With `play`, None is yielded when the stream has answers
+        to send, and no update is built while one of its commands is in flight, so a command's
+        answer always comes before any update after it, whether or not a claim window delayed the
+        command (`visibility`).
 
         An update carries every event since the previous one: a stream that was not pulled while
         the table moved on (its client reads slowly, the loop was busy) sends the events of several
         changes in one update, with the view after the last.
 
         With `play`, the answers ready when an update is ready go out just before it (or, opted
-        in, riding on it: `Play`); answers with no update ready now go out alone at once (None)."""
+        in, riding on it: `Play`); answers with no update ready now go out alone at once (None).
+
+        `hold_seconds` (`PlayOptions.hold_idle_updates_ms`): an update that gives the seat nothing
+        to decide is held, and the updates after it are merged into it (their events after its
+        events, the latest view: the same update as a stream not pulled meanwhile sends), until
+        an update gives the seat a decision or ends the game (then everything goes at once), until
+        answers go alone (what is held goes just before them, and while a command's answers wait
+        to go alone no update is built: what is held never shows a command its answer did not
+        precede), or until the oldest held update has waited `hold_seconds` (then it goes without
+        riding answers: an answer held back by a hidden claim window must not ride on it). Each of
+        these moments is one the seat's own feed shows without the hold (when an update became
+        ready, what it shows, its own answers), so the hold tells the seat nothing about another
+        seat (`visibility`)."""
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
         last_view: bytes | None = None
+        held_events: list[bytes] = []
+        held_view = b""
+        held_until = 0.0  # while an update is held: when it goes at the latest
         while time.monotonic() - started < WATCH_MAX_SECONDS:
+            if held_until and time.monotonic() >= held_until:
+                yield wire.update_bytes(held_events, held_view), False
+                held_events, held_until = [], 0.0
             state = await self._state(table_id)
             envelopes: list[envelope_pb2.Envelope] | None = None
             hidden = window_hidden_from(state, seat)
@@ -691,33 +722,57 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 wait_past = state.version
             elif not first and state.version <= stored_after:
                 wait_past = stored_after
-            elif play is not None and play.in_flight:
+            elif play is not None and (play.in_flight or (hold_seconds and play.owes_alone())):
                 wait_past = state.version
             else:
                 envelopes = await self._events_up_to(table_id, stored_after, state.version)
                 # None: never a view ahead of its events; look again once the store shows them.
                 wait_past = state.version
             if envelopes is None:
+                seconds = WATCH_POLL_SECONDS
+                if held_until:
+                    seconds = max(0.0, min(seconds, held_until - time.monotonic()))
                 if play is None or not play.answers or (hidden and play.rides()):
-                    await self._wait(table_id, wait_past, play)
+                    await self._wait(table_id, wait_past, play, seconds)
                 elif (ride_seconds := play.ride_seconds()) > 0:
-                    await self._wait(table_id, wait_past, play, ride_seconds)
+                    await self._wait(table_id, wait_past, play, min(ride_seconds, seconds))
                 else:
+                    if held_until:
+                        yield wire.update_bytes(held_events, held_view), False
+                        held_events, held_until = [], 0.0
                     yield None
                 continue
             stored_after = state.version
             events = wire.seat_event_bytes(envelopes, seat, state.hidden_counts[seat], after_seat_sequence)
             after_seat_sequence = seat_sequence(state, seat)
-            view = wire.view_bytes(state, seat)
+            view, decides = wire.view_and_decision(state, seat)
             if not events and last_view is not None and _same_view(view, last_view):
                 # Only events hidden from this seat happened (another seat asked in the same claim
                 # window passed): an update now would tell it that someone else could claim.
                 continue
             last_view = view
+            view += wire.deadline_bytes(await self._deadline_of(state))
+            if (
+                hold_seconds
+                and not first
+                and not decides
+                and not state.is_over
+                and not (play is not None and play.answers and play.rides())
+            ):
+                if not held_until:
+                    held_until = time.monotonic() + hold_seconds
+                held_events.extend(events)
+                held_view = view
+                continue
             first = False
-            yield wire.update_bytes(events, view + wire.deadline_bytes(await self._deadline_of(state)))
+            if held_until:
+                events = held_events + events
+                held_events, held_until = [], 0.0
+            yield wire.update_bytes(events, view), True
             if state.is_over:
                 return
+        if held_until:
+            yield wire.update_bytes(held_events, held_view), False
 
     async def _wait(
         self, table_id: str, seen_version: int, play: _PlayStream | None, seconds: float = WATCH_POLL_SECONDS
@@ -752,12 +807,21 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             raise InvalidArgumentError("after_sequence must not be negative")
         if not 0 <= options.wait_for_table_ms <= PLAY_WAIT_FOR_TABLE_MS_MAX:
             raise InvalidArgumentError(f"options.wait_for_table_ms must be 0..{PLAY_WAIT_FOR_TABLE_MS_MAX}")
+        if not 0 <= options.hold_idle_updates_ms <= PLAY_HOLD_IDLE_UPDATES_MS_MAX:
+            raise InvalidArgumentError(
+                f"options.hold_idle_updates_ms must be 0..{PLAY_HOLD_IDLE_UPDATES_MS_MAX}"
+            )
         seat = await self._seat_once_open(table_id, options.wait_for_table_ms / 1000)
         play = _PlayStream(options.answers_with_updates)
         reader = asyncio.create_task(self._read_commands(iterator, table_id, seat, play))
         self._presence.connected(table_id, seat)
+        hold_seconds = options.hold_idle_updates_ms / 1000
         try:
-            async for update in self._view_updates(table_id, seat, after_sequence, play):
+            async for item in self._view_updates(table_id, seat, after_sequence, play, hold_seconds):
+                if item is not None and not item[1]:
+                    yield wire.play_update_bytes(item[0])  # held past its wait: no answer rides
+                    continue
+                update = None if item is None else item[0]
                 if update is not None and play.answers_with_updates:
                     yield play.with_answers(update)
                     continue

@@ -29,7 +29,7 @@ from mahjong_platform.events import payloads
 from mahjong_rules import format_tiles, parse_tiles
 
 from mahjong_table import codec
-from mahjong_table.core.views import redact
+from mahjong_table.core.views import ACTION_LEAVE, redact
 from mahjong_table.variants import AnyTableState, view_for
 
 _T = TypeVar("_T")
@@ -204,6 +204,12 @@ def seat_sequence(state: AnyTableState, seat: int) -> int:
 
 def view_bytes(state: AnyTableState, seat: int) -> bytes:
     """The serialized `TableView` of `seat` without its deadline (`deadline_bytes` adds it)."""
+    return view_and_decision(state, seat)[0]
+
+
+def view_and_decision(state: AnyTableState, seat: int) -> tuple[bytes, bool]:
+    """`view_bytes`, and whether the view gives the seat something to decide: a legal action
+    other than leaving (which a seat may do at any moment, RULES.md 1.10)."""
     view = view_for(state, seat)
     scalars = messages.TableView(
         table_id=view.table_id,
@@ -227,13 +233,14 @@ def view_bytes(state: AnyTableState, seat: int) -> bytes:
         bird_seat=view.bird_seat,
         waits=compact("".join(view.waits)),
     ).SerializeToString()
-    return b"".join(
+    serialized = b"".join(
         [
             scalars,
             *[_seat_fields(seat_view) for seat_view in view.seats],
             *[_legal_action_fields(action) for action in view.legal_actions],
         ]
     )
+    return serialized, any(action.kind != ACTION_LEAVE for action in view.legal_actions)
 
 
 def deadline_bytes(deadline: datetime.datetime | None) -> bytes:

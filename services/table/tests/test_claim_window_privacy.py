@@ -164,8 +164,11 @@ def template(text: str) -> str:
 
 
 def check_non_claimants_see_the_same(
-    records: dict[int, SeatRecord], events: list[envelope_pb2.Envelope]
+    records: dict[int, SeatRecord], events: list[envelope_pb2.Envelope], merged: bool = False
 ) -> int:
+    """`merged`: a seat's updates may each carry several changes, merged by when they came
+    (`PlayOptions.hold_idle_updates_ms`); a discard's shape is then the events of its update up to
+    the end of its window (what follows is the table moving on), without the view after them."""
     windows = windows_of(events)
     unclaimable = {sequence for sequence, window in windows.items() if not window.asked}
     passed = {sequence for sequence, window in windows.items() if window.asked and not window.claimed}
@@ -188,7 +191,12 @@ def check_non_claimants_see_the_same(
                 assert position + 1 < len(update.events), (
                     f"seat {seat}: update ends at discard {event.sequence}"
                 )
-                shapes[stored[event.sequence]] = (tuple(kinds[position:]), update.view.phase)
+                tail = kinds[position:]
+                if merged:
+                    ends = (index for index, kind in enumerate(tail) if index and kind in WINDOW_ENDS)
+                    end = next(ends, len(tail) - 1)
+                    tail = tail[: end + 1]
+                shapes[stored[event.sequence]] = (tuple(tail), "" if merged else update.view.phase)
             if update.view.phase == "claim":
                 assert update.view.claimable_tile, f"seat {seat} shown a window it is not asked in"
                 assert len(update.view.legal_actions) > 1

@@ -56,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--games", type=int, default=0, help="games per run (default: 2 per table)")
     parser.add_argument("--think-ms", type=int, default=100, help="the second run's think time per decision")
     parser.add_argument("--processes", type=int, default=2, help="bot processes")
+    parser.add_argument(
+        "--hold-idle-updates-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="the bots' PlayOptions.hold_idle_updates_ms (default: mjctl bots' own)",
+    )
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--room", default="sichuan-novice")
     parser.add_argument("--engine-games", type=int, default=200, help="games of the pure engine benchmark")
@@ -184,6 +191,8 @@ def _measure(
         "--json",
         str(output),
     ]
+    if arguments.hold_idle_updates_ms is not None:
+        command += ["--hold-idle-updates-ms", str(arguments.hold_idle_updates_ms)]
     with (root / f"bots-{think_ms}.log").open("wb") as log:
         subprocess.run(command, env=environment, stdout=log, stderr=subprocess.STDOUT, check=True)
     figures: dict[str, Any] = json.loads(output.read_text())
@@ -209,6 +218,8 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
     games = max(1, figures["games"])
     rate = figures.get("games_settled_per_second", 0.0)
     title = "saturation" if not figures["think_ms"] else f"think {figures['think_ms']} ms"
+    if figures.get("hold_idle_updates_ms"):
+        title += f", idle updates held <= {figures['hold_idle_updates_ms']} ms"
     rows = [
         (
             "games settled / s",
@@ -216,6 +227,10 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
         ),
         ("Act p50 / p99", f"{figures['act_p50_ms']:.1f} ms / {figures['act_p99_ms']:.1f} ms"),
         ("WatchView delivery p99", f"{figures['delivery_p99_ms']:.1f} ms"),
+        (
+            "WatchView delivery p99 of a decision (the last event of an update asking the bot)",
+            f"{figures.get('decision_delivery_p99_ms', 0.0):.1f} ms",
+        ),
         (
             "settlement lag p50 / p99",
             f"{figures.get('lag_p50_ms', 0):.0f} ms / {figures.get('lag_p99_ms', 0):.0f} ms",

@@ -51,6 +51,11 @@ only with the update after a claim window the discarder is not asked in (the rul
 that window hidden), so the Act latency the benchmark reports would include the other seats'
 thinking; and riding saved no CPU measurable in `bench-system` (one message in five fewer, about
 2-5 ms of the table process per game)."""
+PLAY_HOLD_IDLE_UPDATES_MS = 250
+"""The bots' `PlayOptions.hold_idle_updates_ms` (``mjctl bots --hold-idle-updates-ms``): a seat's
+update that gives it nothing to decide waits up to this long for the next and goes out merged with
+it, so a bot reads about two messages per command instead of four (its decisions still arrive at
+once); the events it only watches arrive up to this much later."""
 CALL_TIMEOUT_SECONDS = 30.0
 TABLE_OPEN_MAX_SECONDS = 120.0  # a table opens in well under a second; longer only while a consumer recovers
 
@@ -347,6 +352,9 @@ class BotRunReport:
     """Play responses received (`client.PlaySession.received`): the messages the table sent."""
     play_riding_answers: int = 0
     """Answers that came riding on updates (`client.PlaySession.riding`), no message of their own."""
+    decision_delivery_latencies_seconds: list[float] = dataclasses.field(default_factory=list)
+    """For each update whose view gave the bot a decision (more than leaving): the delivery latency
+    of its last event (the one that asked the bot; earlier ones may have been held)."""
 
     def summary_lines(self) -> list[str]:
         latencies = sorted(self.act_latencies_seconds) or [0.0]
@@ -470,10 +478,13 @@ class AsyncBotPlayer:
         token: str,
         log: Callable[[str], None],
         think_seconds: float = 0.0,
+        hold_idle_updates_ms: int = PLAY_HOLD_IDLE_UPDATES_MS,
     ) -> None:
         self.player_id = player_id
         self.think_seconds = think_seconds
+        self.hold_idle_updates_ms = hold_idle_updates_ms
         self.delivery_latencies_seconds: list[float] = []
+        self.decision_delivery_latencies_seconds: list[float] = []
         self.act_samples: list[ActSample] = []
         self.retries = 0
         self.game_ended_at: datetime.datetime | None = None
@@ -566,6 +577,7 @@ class AsyncBotPlayer:
             metadata=self._metadata,
             answers_with_updates=PLAY_ANSWERS_WITH_UPDATES,
             wait_for_table_ms=PLAY_WAIT_FOR_TABLE_MS,
+            hold_idle_updates_ms=self.hold_idle_updates_ms,
         )
         decisions = client.Decisions()
         sent: dict[str, tuple[float, str]] = {}
@@ -617,15 +629,16 @@ class AsyncBotPlayer:
                     # owed is older than this one.
                     waiting = None
                     update = response.update
+                    view = update.view
                     if update.events:
                         received = time.time()
-                        for envelope in update.events:
-                            self.delivery_latencies_seconds.append(
-                                received - envelope.occurred_at.ToNanoseconds() / 1e9
-                            )
+                        latencies = [received - e.occurred_at.ToNanoseconds() / 1e9 for e in update.events]
+                        self.delivery_latencies_seconds.extend(latencies)
+                        if any(action.kind != "leave" for action in view.legal_actions):
+                            self.decision_delivery_latencies_seconds.append(latencies[-1])
+                        for envelope in update.events if view.phase == "ended" else ():
                             if envelope.WhichOneof("payload") == "game_ended":
                                 self.game_ended_at = envelope.occurred_at.ToDatetime(datetime.UTC)
-                    view = update.view
                     if view.phase == "ended":
                         final = view  # the stream ends after the answers still owed
                         continue
@@ -673,13 +686,15 @@ async def run_bots_async(
     on_game_ended: Callable[[str, datetime.datetime], None] | None = None,
     think_seconds: float = 0.0,
     fund: Callable[[str, str], None] | None = None,
+    hold_idle_updates_ms: int = PLAY_HOLD_IDLE_UPDATES_MS,
 ) -> BotRunReport:
     """`run_bots` on one event loop: `players` `AsyncBotPlayer`s, `rounds` games each, on the
     given ``grpc.aio`` channels (`token_for(player)`: the bot's token). `fund` (blocking) runs in
-    a worker thread before each of a bot's games."""
+    a worker thread before each of a bot's games; `hold_idle_updates_ms`: their Play streams'
+    `PlayOptions.hold_idle_updates_ms`."""
     run_id = uuid.uuid4().hex[:6]
     bots = [
-        AsyncBotPlayer(name, matchmaking, table, token_for(name), log, think_seconds)
+        AsyncBotPlayer(name, matchmaking, table, token_for(name), log, think_seconds, hold_idle_updates_ms)
         for name in (f"{player_prefix}-{run_id}-{index}" for index in range(players))
     ]
     finished: list[str] = []
@@ -743,6 +758,7 @@ async def run_bots_async(
         sum(bot.play_opens for bot in bots),
         sum(bot.play_responses for bot in bots),
         sum(bot.play_riding_answers for bot in bots),
+        [latency for bot in bots for latency in bot.decision_delivery_latencies_seconds],
     )
 
 

@@ -11,7 +11,7 @@ import sys
 
 import grpc
 
-from mjctl.bots import BelowEntryFloorError, run_bots, starting_balance_funder
+from mjctl.bots import PLAY_HOLD_IDLE_UPDATES_MS, BelowEntryFloorError, run_bots, starting_balance_funder
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +31,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=0,
         help="each bot waits this long before each decision (a human's pace)",
+    )
+    parser.add_argument(
+        "--hold-idle-updates-ms",
+        type=int,
+        default=PLAY_HOLD_IDLE_UPDATES_MS,
+        metavar="MS",
+        help="with --processes or --json (the grpc.aio bots' Play streams): hold an update that gives the "
+        "bot nothing to decide up to this long and merge the next into it (PlayOptions."
+        "hold_idle_updates_ms, 0..1000; 0: every update at once)",
     )
     parser.add_argument(
         "--processes", type=int, default=1, help="spread the bots over this many processes (the client's CPU)"

@@ -315,8 +315,9 @@ class PlaySession:
     that opens within the wait costs no second call. After a failure it reopens from the last view
     seen and sends every command not answered yet again, with its key, so each is applied at
     most once (rules 1, 2). With ``answers_with_updates`` answers ride on the updates when they
-    can (``PlayResponse.answers``). Ends after the ``ended`` view and the answers the server sent
-    with it."""
+    can (``PlayResponse.answers``); with ``hold_idle_updates_ms`` the updates that give the seat
+    nothing to decide come merged, up to that much later (``PlayOptions``). Ends after the
+    ``ended`` view and the answers the server sent with it."""
 
     def __init__(
         self,
@@ -329,6 +330,7 @@ class PlaySession:
         metadata: Any = None,
         answers_with_updates: bool = False,
         wait_for_table_ms: int = 0,
+        hold_idle_updates_ms: int = 0,
     ) -> None:
         self._stub = stub
         self._table_id = table_id
@@ -337,7 +339,9 @@ class PlaySession:
         self._timeout_seconds = timeout_seconds
         self._metadata = metadata
         self._options = table_messages.PlayOptions(
-            answers_with_updates=answers_with_updates, wait_for_table_ms=wait_for_table_ms
+            answers_with_updates=answers_with_updates,
+            wait_for_table_ms=wait_for_table_ms,
+            hold_idle_updates_ms=hold_idle_updates_ms,
         )
         self._unanswered: dict[str, table_messages.ActRequest] = {}
         self._outgoing: asyncio.Queue[table_messages.ActRequest | None] | None = None

@@ -34,6 +34,7 @@ class _WorkerJob:
     think_ms: int
     player_prefix: str
     starting_balance: int = 0
+    hold_idle_updates_ms: int = 0
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -123,6 +124,7 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
                 on_game_ended=game_ended,
                 think_seconds=job.think_ms / 1000,
                 fund=fund,
+                hold_idle_updates_ms=job.hold_idle_updates_ms,
             )
 
     try:
@@ -136,6 +138,7 @@ def _worker(job: _WorkerJob, messages: Any) -> None:
             {
                 "games": len(report.games),
                 "delivery_latencies_seconds": report.delivery_latencies_seconds,
+                "decision_delivery_latencies_seconds": report.decision_delivery_latencies_seconds,
                 "act_samples": [dataclasses.astuple(sample) for sample in report.act_samples],
                 "enqueue_refusals": report.enqueue_refusals,
                 "play_opens": report.play_opens,
@@ -175,6 +178,7 @@ def run_load(arguments: argparse.Namespace) -> int:
                     arguments.think_ms,
                     f"bot{run_id}p{index}",
                     getattr(arguments, "starting_balance", 0),
+                    arguments.hold_idle_updates_ms,
                 ),
                 messages,
             ),
@@ -192,6 +196,7 @@ def run_load(arguments: argparse.Namespace) -> int:
     samples = [sample for report in reports for sample in report["act_samples"]]
     act = [read for _kind, _arrived, read in samples]
     delivery = [value for report in reports for value in report["delivery_latencies_seconds"]]
+    decisions = [value for report in reports for value in report["decision_delivery_latencies_seconds"]]
     games = sum(report["games"] for report in reports)
     kinds = act_by_kind(samples)
     figures: dict[str, Any] = {
@@ -199,12 +204,14 @@ def run_load(arguments: argparse.Namespace) -> int:
         "tables": players // 4,
         "processes": processes,
         "think_ms": arguments.think_ms,
+        "hold_idle_updates_ms": arguments.hold_idle_updates_ms,
         "seconds_played": seconds,
         "act_p50_ms": statistics.median(act) * 1000 if act else 0.0,
         "act_p99_ms": percentile(act, 0.99) * 1000,
         "act_calls": len(act),
         "delivery_p50_ms": statistics.median(delivery) * 1000 if delivery else 0.0,
         "delivery_p99_ms": percentile(delivery, 0.99) * 1000,
+        "decision_delivery_p99_ms": percentile(decisions, 0.99) * 1000,
         "act_by_kind": kinds,
         "enqueue_refused": sum(report["enqueue_refusals"] for report in reports),
         "play_opens": sum(report["play_opens"] for report in reports),
@@ -214,7 +221,11 @@ def run_load(arguments: argparse.Namespace) -> int:
     print(f"{games} games in {seconds:.1f} s = {games / seconds:.2f} games/s ({processes} bot processes)")
     act_p50, act_p99 = figures["act_p50_ms"], figures["act_p99_ms"]
     print(f"Act latency over {len(act)} calls: p50 {act_p50:.1f} ms, p99 {act_p99:.1f} ms")
-    print(f"WatchView delivery (event occurred -> bot read it): p99 {figures['delivery_p99_ms']:.1f} ms")
+    print(
+        f"WatchView delivery (event occurred -> bot read it): p99 {figures['delivery_p99_ms']:.1f} ms; "
+        f"of a decision (the last event of an update asking the bot): p99 "
+        f"{figures['decision_delivery_p99_ms']:.1f} ms"
+    )
     print(
         f"Enqueue refused while matchmaking had not freed the seat yet: {figures['enqueue_refused']} "
         f"({figures['enqueue_refused'] / max(1, games):.2f} per game)"

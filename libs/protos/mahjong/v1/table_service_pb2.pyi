@@ -436,6 +436,7 @@ class PlayOptions(_message.Message):
 
     ANSWERS_WITH_UPDATES_FIELD_NUMBER: _builtins.int
     WAIT_FOR_TABLE_MS_FIELD_NUMBER: _builtins.int
+    HOLD_IDLE_UPDATES_MS_FIELD_NUMBER: _builtins.int
     answers_with_updates: _builtins.bool
     """Answers ride on updates: when an update goes out while answers are ready, they go in it
     (PlayResponse.answers), one message instead of one each. A refused command's answer (and a
@@ -451,15 +452,27 @@ class PlayOptions(_message.Message):
     when no table opens within the wait; PERMISSION_DENIED as soon as it opens, to a caller not
     seated there (as without the wait); more than 30000 is INVALID_ARGUMENT.
     """
+    hold_idle_updates_ms: _builtins.int
+    """Hold an update that gives the seat nothing to decide (its view has no legal actions) up to
+    this many milliseconds (0..1000) and merge the updates that follow meanwhile into it: one
+    update with their events in order and the latest view, exactly what separate updates carry
+    together. What is held goes out at once with an update that gives the seat a decision, with
+    the game's end, and before an answer that goes alone; otherwise when the oldest held update
+    has waited this long. The first update of a stream is never held. When held updates go out
+    depends only on what this seat's stream carries (when each update became ready, what it
+    shows), never on what another seat holds or may do. Answers never ride on an update sent
+    because its wait ran out. More than 1000 is INVALID_ARGUMENT.
+    """
     def __init__(
         self,
         *,
         answers_with_updates: _builtins.bool = ...,
         wait_for_table_ms: _builtins.int = ...,
+        hold_idle_updates_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_with_updates", b"answers_with_updates", "wait_for_table_ms", b"wait_for_table_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_with_updates", b"answers_with_updates", "hold_idle_updates_ms", b"hold_idle_updates_ms", "wait_for_table_ms", b"wait_for_table_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

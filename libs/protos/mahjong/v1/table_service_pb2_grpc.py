@@ -112,7 +112,8 @@ class TableServiceServicer:
         the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
         decision is not a call of its own. Reopen after a failure with after_sequence = the last view
         seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
-        Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
+        Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open,
+        updates that give the seat nothing to decide held a moment and merged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

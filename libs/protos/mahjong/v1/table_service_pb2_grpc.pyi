@@ -60,7 +60,8 @@ class TableServiceStub:
     the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
     decision is not a call of its own. Reopen after a failure with after_sequence = the last view
     seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
-    Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
+    Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open,
+    updates that give the seat nothing to decide held a moment and merged.
     """
 
 @_typing.type_check_only
@@ -94,7 +95,8 @@ class TableServiceAsyncStub(TableServiceStub):
     the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
     decision is not a call of its own. Reopen after a failure with after_sequence = the last view
     seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
-    Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
+    Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open,
+    updates that give the seat nothing to decide held a moment and merged.
     """
 
 class TableServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -155,7 +157,8 @@ class TableServiceServicer(metaclass=_abc_1.ABCMeta):
         the stream as Act answers it (the same idempotency keys, the same claim-window privacy), so a
         decision is not a call of its own. Reopen after a failure with after_sequence = the last view
         seen and send the unanswered commands again with their keys. Counts as connected, like Watch.
-        Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open.
+        Opt-in (PlayOptions, with open): answers riding on updates, a wait for the table to open,
+        updates that give the seat nothing to decide held a moment and merged.
         """
 
 def add_TableServiceServicer_to_server(servicer: TableServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
