@@ -705,13 +705,16 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
         first = True
-        last_view: bytes | None = None
+        last_view: bytes | None = None  # the view of `last_state` (None: not built, held)
+        last_state: TableState | None = None  # the state of the last update sent or held
+        # While updates are held: their events, the deadline of the last, when they go at the latest.
         held_events: list[bytes] = []
-        held_view = b""
-        held_until = 0.0  # while an update is held: when it goes at the latest
+        held_deadline: datetime.datetime | None = None
+        held_until = 0.0
         while time.monotonic() - started < WATCH_MAX_SECONDS:
             if held_until and time.monotonic() >= held_until:
-                yield wire.update_bytes(held_events, held_view), False
+                assert last_state is not None
+                yield _held_update(held_events, last_state, seat, held_deadline), False
                 held_events, held_until = [], 0.0
             state = await self._state(table_id)
             envelopes: list[envelope_pb2.Envelope] | None = None
@@ -738,41 +741,49 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                     await self._wait(table_id, wait_past, play, min(ride_seconds, seconds))
                 else:
                     if held_until:
-                        yield wire.update_bytes(held_events, held_view), False
+                        assert last_state is not None
+                        yield _held_update(held_events, last_state, seat, held_deadline), False
                         held_events, held_until = [], 0.0
                     yield None
                 continue
             stored_after = state.version
             events = wire.seat_event_bytes(envelopes, seat, state.hidden_counts[seat], after_seat_sequence)
             after_seat_sequence = seat_sequence(state, seat)
-            view, decides = wire.view_and_decision(state, seat)
-            if not events and last_view is not None and _same_view(view, last_view):
-                # Only events hidden from this seat happened (another seat asked in the same claim
-                # window passed): an update now would tell it that someone else could claim.
-                continue
-            last_view = view
-            view += wire.deadline_bytes(await self._deadline_of(state))
+            view: bytes | None = None
+            if not events and last_state is not None:
+                view = wire.view_bytes(state, seat)
+                if last_view is None:
+                    last_view = wire.view_bytes(last_state, seat)
+                if _same_view(view, last_view):
+                    # Only events hidden from this seat happened (another seat asked in the same
+                    # claim window passed): an update now would tell it that someone else could claim.
+                    continue
+            last_state, last_view = state, view
             if (
                 hold_seconds
                 and not first
-                and not decides
                 and not state.is_over
                 and not (play is not None and play.answers and play.rides())
+                and not wire.decides(state, seat)
             ):
+                # Held: its view is built when it goes (the state is immutable), its deadline now.
                 if not held_until:
                     held_until = time.monotonic() + hold_seconds
                 held_events.extend(events)
-                held_view = view
+                held_deadline = await self._deadline_of(state)
                 continue
+            if view is None:
+                view = last_view = wire.view_bytes(state, seat)
             first = False
             if held_until:
                 events = held_events + events
                 held_events, held_until = [], 0.0
-            yield wire.update_bytes(events, view), True
+            yield wire.update_bytes(events, view + wire.deadline_bytes(await self._deadline_of(state))), True
             if state.is_over:
                 return
         if held_until:
-            yield wire.update_bytes(held_events, held_view), False
+            assert last_state is not None
+            yield _held_update(held_events, last_state, seat, held_deadline), False
 
     async def _wait(
         self, table_id: str, seen_version: int, play: _PlayStream | None, seconds: float = WATCH_POLL_SECONDS
@@ -925,6 +936,13 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         wait_until = time.monotonic() + time_budget_seconds(context, CLAIM_WAIT_CAP_SECONDS)
         state = await self._state_after_hidden_window(request.table_id, seat, wait_until)
         return table_view_message(state, seat, await self._deadline_of(state))
+
+
+def _held_update(
+    events: Sequence[bytes], state: TableState, seat: int, deadline: datetime.datetime | None
+) -> bytes:
+    """The update of held `events` with the view of the last held `state` and its deadline."""
+    return wire.update_bytes(events, wire.view_bytes(state, seat) + wire.deadline_bytes(deadline))
 
 
 def _same_view(view: bytes, other: bytes) -> bool:

@@ -30,6 +30,9 @@ from mahjong_rules import format_tiles, parse_tiles
 
 from mahjong_table import codec
 from mahjong_table.core.views import ACTION_LEAVE, redact
+from mahjong_table.formula import views as formula_views
+from mahjong_table.formula.state import FormulaTableState
+from mahjong_table.sichuan import views as sichuan_views
 from mahjong_table.variants import AnyTableState, view_for
 
 _T = TypeVar("_T")
@@ -202,14 +205,19 @@ def seat_sequence(state: AnyTableState, seat: int) -> int:
     return state.version - state.hidden_counts[seat]
 
 
+def decides(state: AnyTableState, seat: int) -> bool:
+    """Whether `seat`'s view of `state` gives it something to decide: a legal action other than
+    leaving (which a seat may do at any moment, RULES.md 1.10). The view's own legal actions,
+    without building the rest of the view."""
+    if isinstance(state, FormulaTableState):
+        actions = formula_views.legal_actions(state, seat)
+    else:
+        actions = sichuan_views.legal_actions(state, seat)
+    return any(action.kind != ACTION_LEAVE for action in actions)
+
+
 def view_bytes(state: AnyTableState, seat: int) -> bytes:
     """The serialized `TableView` of `seat` without its deadline (`deadline_bytes` adds it)."""
-    return view_and_decision(state, seat)[0]
-
-
-def view_and_decision(state: AnyTableState, seat: int) -> tuple[bytes, bool]:
-    """`view_bytes`, and whether the view gives the seat something to decide: a legal action
-    other than leaving (which a seat may do at any moment, RULES.md 1.10)."""
     view = view_for(state, seat)
     scalars = messages.TableView(
         table_id=view.table_id,
@@ -233,14 +241,13 @@ def view_and_decision(state: AnyTableState, seat: int) -> tuple[bytes, bool]:
         bird_seat=view.bird_seat,
         waits=compact("".join(view.waits)),
     ).SerializeToString()
-    serialized = b"".join(
+    return b"".join(
         [
             scalars,
             *[_seat_fields(seat_view) for seat_view in view.seats],
             *[_legal_action_fields(action) for action in view.legal_actions],
         ]
     )
-    return serialized, any(action.kind != ACTION_LEAVE for action in view.legal_actions)
 
 
 def deadline_bytes(deadline: datetime.datetime | None) -> bytes:
