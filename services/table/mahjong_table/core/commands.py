@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from mahjong_table.core.frozen import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExchangeThree:
     """Pick three tiles of one suit to pass on in the exchange (RULES.md 1.2)."""
@@ -16,6 +19,7 @@ class ExchangeThree:
     tiles: tuple[str, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeclareMissingSuit:
     """Declare the missing suit, "m", "p" or "s" (RULES.md 1.3)."""
@@ -24,6 +28,7 @@ class DeclareMissingSuit:
     suit: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Discard:
     """Discard a tile on the seat's own turn (RULES.md 1.4)."""
@@ -32,6 +37,7 @@ class Discard:
     tile: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Pong:
     """Pong the open discard (RULES.md 1.4)."""
@@ -39,6 +45,7 @@ class Pong:
     seat: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Chow:
     """Formula only (RULES.md 2.1): chow the previous seat's open discard; `tile` is the lowest
@@ -48,6 +55,7 @@ class Chow:
     tile: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Kong:
     """Kong: with `tile` None, the exposed kong of the open discard; with a tile, on the seat's own
@@ -57,6 +65,7 @@ class Kong:
     tile: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Win:
     """Win: by self-draw on the seat's own turn, on the open discard, or by robbing a kong."""
@@ -64,6 +73,7 @@ class Win:
     seat: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Pass:
     """Decline the open discard or added kong (RULES.md 1.4)."""
@@ -71,6 +81,7 @@ class Pass:
     seat: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Leave:
     """Leave the table before the end (RULES.md 1.10): reason "leave" or "disconnected" (the
@@ -80,6 +91,7 @@ class Leave:
     reason: str = "leave"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExpireDeadline:
     """Server command: the current deadline expired; act automatically for every seat that was

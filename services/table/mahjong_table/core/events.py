@@ -19,6 +19,8 @@ from typing import TypeAlias
 
 from mahjong_rules.room_rules import RoomRules
 
+from mahjong_table.core.frozen import fast_init
+
 NO_SEAT = -1
 
 EXPOSURE_EXPOSED = "exposed"
@@ -48,6 +50,7 @@ END_REASON_WALL_EXHAUSTED = "wall_exhausted"
 END_REASON_ESCAPES = "escapes"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SeatAssignment:
     """One seat at the table (proto `SeatAssignment`)."""
@@ -57,6 +60,7 @@ class SeatAssignment:
     ticket_id: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Meld:
     """A meld laid open (proto `Meld`): kind "pong" or "kong"; exposure only for kongs ("" else)."""
@@ -67,6 +71,7 @@ class Meld:
     from_seat: int = NO_SEAT
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Fan:
     """One fan of an evaluated winning hand (proto `Fan`), as reported by the rules library."""
@@ -77,6 +82,7 @@ class Fan:
     count: int = 1
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TableOpened:
     """The game opened with its complete wall, dice, dealer and exchange direction (RULES.md 1.1, 1.2).
@@ -99,6 +105,7 @@ class TableOpened:
     wildcard: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DealtHand:
     """One seat's starting tiles (proto `DealtHand`)."""
@@ -107,6 +114,7 @@ class DealtHand:
     tiles: tuple[str, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HandsDealt:
     """The deal from the head of the wall: the dealer 14 tiles, the others 13 (RULES.md 1.1)."""
@@ -115,6 +123,7 @@ class HandsDealt:
     wall_remaining: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExchangePicked:
     """A player's hidden exchange-three pick: three tiles of one suit (RULES.md 1.2)."""
@@ -124,6 +133,7 @@ class ExchangePicked:
     automatic: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExchangeTransfer:
     """Three tiles passed from one seat to another in the exchange (proto `ExchangeTransfer`)."""
@@ -133,6 +143,7 @@ class ExchangeTransfer:
     tiles: tuple[str, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TilesExchanged:
     """All picks were in; all swaps happened at once in the announced direction (RULES.md 1.2)."""
@@ -141,6 +152,7 @@ class TilesExchanged:
     transfers: tuple[ExchangeTransfer, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MissingSuitChosen:
     """A player's hidden missing-suit choice (RULES.md 1.3)."""
@@ -150,6 +162,7 @@ class MissingSuitChosen:
     automatic: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MissingSuitsDeclared:
     """All four choices were in and are now public; `suits` is indexed by seat (RULES.md 1.3)."""
@@ -157,6 +170,7 @@ class MissingSuitsDeclared:
     suits: tuple[str, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TileDrawn:
     """A draw from the head of the wall, or from the tail after a kong (RULES.md 1.1, 1.5)."""
@@ -167,6 +181,7 @@ class TileDrawn:
     wall_remaining: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TileDiscarded:
     """A discard; `automatic` when the server discarded for a player whose turn timed out."""
@@ -176,6 +191,7 @@ class TileDiscarded:
     automatic: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimPassed:
     """A player asked about a discard (or an added kong) passed (RULES.md 1.4).
@@ -192,6 +208,7 @@ class ClaimPassed:
     automatic: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PongClaimed:
     """A pong of a discard (RULES.md 1.4); the claimant must discard next."""
@@ -201,6 +218,7 @@ class PongClaimed:
     tile: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ChowClaimed:
     """Formula (RULES.md 2.1): a chow of the previous seat's discard; `tile` is the lowest of the
@@ -212,6 +230,7 @@ class ChowClaimed:
     claimed_tile: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FlowerReplaced:
     """Formula (RULES.md 2.1, 补花): a flower the seat held is set aside face up (public); its
@@ -221,6 +240,7 @@ class FlowerReplaced:
     flower: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BirdRevealed:
     """Formula (RULES.md 2.3): the bird after the win and the seat it lands on (public)."""
@@ -229,6 +249,7 @@ class BirdRevealed:
     seat: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class KongDeclared:
     """A kong (RULES.md 1.5). `from_seat` is the discarder for an exposed kong, -1 otherwise.
@@ -245,6 +266,7 @@ class KongDeclared:
     from_seat: int = NO_SEAT
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class KongRobbed:
     """An added kong was robbed by every seat in `winner_seats` (RULES.md 1.5): the kong is void,
@@ -255,6 +277,7 @@ class KongRobbed:
     winner_seats: tuple[int, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlayerWon:
     """A win (RULES.md 1.6) with the evaluation of the rules library (fans and multiplier, 1.7).
@@ -283,6 +306,7 @@ class PlayerWon:
     fourth_tile: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlayerLeft:
     """A player escaped before the game ended (RULES.md 1.10): "leave" or "disconnected"."""
@@ -292,6 +316,7 @@ class PlayerLeft:
     had_won: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnTimedOut:
     """A deadline expired ("exchange", "missing_suit", "turn" or "claim"); the automatic action
@@ -301,11 +326,13 @@ class TurnTimedOut:
     phase: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WallExhausted:
     """The wall is empty and the last discard is resolved (RULES.md 1.6); 1.8 checks follow."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RevealedHand:
     """A seat's final hand at the end of the game (proto `RevealedHand`)."""
@@ -317,6 +344,7 @@ class RevealedHand:
     left: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GameEnded:
     """The game is over: "three_wins", "wall_exhausted" or "escapes" (RULES.md 1.6, 1.10)."""

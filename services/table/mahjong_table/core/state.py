@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from mahjong_rules.seats import SEAT_COUNT
 
 from mahjong_table.core.events import EXPOSURE_ADDED, NO_SEAT
+from mahjong_table.core.frozen import fast_init
 
 __all__ = [
     "MEMO",
@@ -113,6 +114,7 @@ class TableFacts:
         return NO_SEAT
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MeldState:
     """A meld on the table: kind "chow" (Formula; `tile` is the lowest of the run), "pong" or
@@ -212,13 +214,12 @@ def replaced(value: _Frozen, **changes: object) -> _Frozen:
 
     The fold is the engine's hot path (every event replaces the table and a player): the copy is
     a straight-line function built once per class (`_copier`), several times faster than
-    `dataclasses.replace`, and gives an equal value.
+    `dataclasses.replace`, and gives an equal value. A name that is not a field raises
+    `AttributeError`.
     """
     cls = type(value)
     copier = _COPIERS.get(cls) or _copier(cls)
-    copy: _Frozen = copier(value)
-    for name, new in changes.items():
-        object.__setattr__(copy, name, new)
+    copy: _Frozen = copier(value, changes)
     return copy
 
 
@@ -230,24 +231,36 @@ def stamped(fresh: _Frozen, **changes: object) -> _Frozen:
     return fresh
 
 
-_COPIERS: dict[type, Callable[[Any], Any]] = {}
+_COPIERS: dict[type, Callable[[Any, dict[str, object]], Any]] = {}
 
 
-def _copier(cls: type) -> Callable[[Any], Any]:
-    """A function copying every slot of a `cls` value, one line per slot: each slot is set through
-    its own descriptor (no loop, no lookup by name), as `dataclasses` builds `__init__`. A memo
-    field (`memo_field`) starts empty."""
+def _copier(cls: type) -> Callable[[Any, dict[str, object]], Any]:
+    """A function copying every slot of a `cls` value and then setting `changes`, one line per
+    slot. A memo field (`MEMO`) starts empty.
+
+    The copy is built as an instance of a mutable twin of `cls` (same bases, same slots, so the
+    same memory layout), whose slots plain attribute stores set (the interpreter's fastest
+    store; a frozen class's own `__setattr__` refuses them), and then given its class: CPython
+    allows assigning `__class__` between classes of the same layout. Nobody sees the twin: the
+    value is a `cls` before it is returned (a class whose layout a twin cannot share raises
+    `TypeError` on its first copy).
+    """
     slots: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]  # slotted dataclasses only
     memos = {item.name for item in fields(cls) if item.metadata.get("memo")}
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_empty_memo": dict}
-    lines = ["def copy_of(value):", "    copy = _new(_cls)"]
-    for index, name in enumerate(slots):
-        namespace[f"_set_{index}"] = getattr(cls, name).__set__
+    twin = type(f"_{cls.__name__}Copy", cls.__bases__, {"__slots__": slots})
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_twin": twin, "_empty_memo": dict}
+    lines = ["def copy_of(value, changes):", "    copy = _new(_twin)"]
+    for name in slots:
         source = "_empty_memo()" if name in memos else f"value.{name}"
-        lines.append(f"    _set_{index}(copy, {source})")
-    lines.append("    return copy")
+        lines.append(f"    copy.{name} = {source}")
+    lines += [
+        "    for name in changes:",
+        "        setattr(copy, name, changes[name])",
+        "    copy.__class__ = _cls",
+        "    return copy",
+    ]
     exec("\n".join(lines), namespace)  # source built above from the class's own slot names
-    copier: Callable[[Any], Any] = namespace["copy_of"]
+    copier: Callable[[Any, dict[str, object]], Any] = namespace["copy_of"]
     _COPIERS[cls] = copier
     return copier
 

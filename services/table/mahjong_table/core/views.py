@@ -33,6 +33,7 @@ from mahjong_table.core.events import (
     TilesExchanged,
     TurnTimedOut,
 )
+from mahjong_table.core.frozen import fast_init
 from mahjong_table.core.state import Phase, PlayerShape, TableShape, replaced
 from mahjong_table.core.tiles import code_of
 
@@ -47,6 +48,7 @@ ACTION_PASS = "pass"
 ACTION_LEAVE = "leave"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LegalAction:
     """One kind of command the seat may send now, with its allowed tiles or suits.
@@ -61,6 +63,7 @@ class LegalAction:
     suits: tuple[str, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SeatView:
     """The public facts about one seat."""
@@ -80,6 +83,7 @@ class SeatView:
     """Formula: the flowers the seat has set aside (public, RULES.md 2.1)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TableView:
     """One seat's view of the table now (what `GetView` returns)."""

@@ -13,6 +13,7 @@ from mahjong_rules.formula.wall import FLOWER_TILE_LIMIT, FORMULA_WALL_TILE_COUN
 from mahjong_rules.room_rules import RoomRules
 
 from mahjong_table.core.events import NO_SEAT
+from mahjong_table.core.frozen import fast_init
 from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableFacts
 
 TILE_KIND_COUNT = FLOWER_TILE_LIMIT
@@ -57,6 +58,7 @@ class FormulaPlayer(PlayerFacts):
         return list(tiles)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Ask:
     """One seat asked about the open discard, with what it may do: a win, or pong/kong/chow
@@ -67,6 +69,7 @@ class Ask:
     chows: tuple[int, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FormulaWindow:
     """The open claim window on a discard (RULES.md 2.1).

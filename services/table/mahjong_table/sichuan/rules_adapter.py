@@ -20,6 +20,7 @@ from mahjong_rules import InvalidTileError, deal, parse_tile, shuffled_wall, til
 from mahjong_rules.tiles import SUITED_TILE_KIND_COUNT
 
 from mahjong_table.core.events import Fan
+from mahjong_table.core.frozen import fast_init
 from mahjong_table.core.tiles import code_of
 
 __all__ = [
@@ -78,6 +79,7 @@ def deal_hands(wall: Sequence[int], dealer_seat: int) -> tuple[tuple[tuple[int, 
     return result.hands, result.wall.head_drawn
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WinSituation:
     """The situational facts of a win that RULES.md 1.7 extras depend on, plus the room options
@@ -92,6 +94,7 @@ class WinSituation:
     cap_points: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WinEvaluation:
     """Fans and total multiplier of a winning hand (RULES.md 1.7). The multiplier is uncapped:

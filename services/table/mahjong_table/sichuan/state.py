@@ -17,6 +17,7 @@ from mahjong_rules.tiles import SUITED_TILE_KIND_COUNT
 from mahjong_rules.wall import WALL_TILE_COUNT
 
 from mahjong_table.core.events import NO_SEAT
+from mahjong_table.core.frozen import fast_init
 from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableFacts
 
 TILE_KIND_COUNT = SUITED_TILE_KIND_COUNT
@@ -69,6 +70,7 @@ class PlayerState(PlayerFacts):
         return any(self.concealed[start : start + 9])
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimWindow:
     """The open window on a discard or an added kong (RULES.md 1.4, 1.5)."""
