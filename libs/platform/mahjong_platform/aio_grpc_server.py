@@ -6,7 +6,7 @@ on one event loop, run in a thread of its own (`AioServerThread`) so that a serv
 workers (outbox relay, consumers, deadlines) stay what they are.
 
 What the thread-pool harness (`mahjong_platform.grpc_server`) guarantees holds here too, with
-the same shared pieces (`status_code_for`, `remaining_seconds`, the auth checks, the health and
+the same shared pieces (`client_status`, `remaining_seconds`, the auth checks, the health and
 reflection services):
 
 - `AioErrorMappingInterceptor` (outermost): a `ServiceError` or a type of the extra mapping becomes
@@ -61,11 +61,9 @@ from mahjong_platform.config import Settings
 from mahjong_platform.errors import (
     ErrorMapping,
     PermissionDeniedError,
-    ServiceError,
     UnauthenticatedError,
-    bounded_text,
+    client_status,
 )
-from mahjong_platform.errors import status_code_for as _status_code_for
 from mahjong_platform.grpc_server import AioWrappingInterceptor, ServiceRegistration, remaining_seconds
 from mahjong_platform.limits import CallerLimiter
 
@@ -363,9 +361,9 @@ class AioErrorMappingInterceptor(AioLayerInterceptor):
         return _ErrorMappingLayer(self, method)
 
     def answer_for(self, error: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
-        status_code = _status_code_for(error, self._extra_mapping)
-        if status_code is not None:
-            message = error.message if isinstance(error, ServiceError) else bounded_text(str(error))
+        status = client_status(error, self._extra_mapping)
+        if status is not None:
+            status_code, message = status
             reject(context, status_code, message, method, self._counter)
             return
         reference = uuid.uuid4().hex

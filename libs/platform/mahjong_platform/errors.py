@@ -13,10 +13,14 @@ grpc.StatusCode.FAILED_PRECONDITION}``, see `status_code_for`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import ClassVar
 
 import grpc
+import sqlalchemy.exc
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class ServiceError(Exception):
@@ -113,3 +117,48 @@ def status_code_for(
             if error_class in extra_mapping:
                 return extra_mapping[error_class]
     return None
+
+
+DATABASE_UNAVAILABLE_MESSAGE = "the service lost its database connection; retry the same request"
+"""What a client is told when the database dropped or refused the connection (nothing of the
+error's text: it names hosts and statements)."""
+
+
+def is_database_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database connection is gone, not that the request is wrong.
+
+    SQLAlchemy marks a statement that failed because the connection dropped
+    (`DBAPIError.connection_invalidated`: the server terminated the backend, restarted, or its
+    host vanished and the socket failed) and invalidates the pooled connection, so the next
+    check-out connects anew; a failure to connect at all (`OperationalError` with no statement:
+    the server is down or refuses connections) is the same condition. Other operational errors
+    (a lock or statement timeout, a deadlock) are not mapped here.
+    """
+    if not isinstance(error, sqlalchemy.exc.DBAPIError):
+        return False
+    return bool(error.connection_invalidated) or (
+        isinstance(error, sqlalchemy.exc.OperationalError) and error.statement is None
+    )
+
+
+def client_status(
+    error: BaseException, extra_mapping: ErrorMapping | None = None
+) -> tuple[grpc.StatusCode, str] | None:
+    """The status and message a client gets for ``error`` (None: a bug, INTERNAL with no details).
+
+    `status_code_for`'s mapping with its message (a `ServiceError`'s, or a mapped type's text),
+    and a lost database connection (`is_database_unavailable`) as UNAVAILABLE with a fixed message:
+    the call may succeed on a retry (the pool reconnects; idempotency keys make a retry of a call
+    that did commit do nothing twice). The database error is logged here, since the client's
+    message hides it.
+    """
+    if isinstance(error, sqlalchemy.exc.DBAPIError) and is_database_unavailable(error):
+        _LOGGER.warning(
+            "database connection lost during a call: answering UNAVAILABLE",
+            extra={"database_error": type(error.orig).__name__, "error": bounded_text(str(error.orig), 200)},
+        )
+        return grpc.StatusCode.UNAVAILABLE, DATABASE_UNAVAILABLE_MESSAGE
+    status_code = status_code_for(error, extra_mapping)
+    if status_code is None:
+        return None
+    return status_code, error.message if isinstance(error, ServiceError) else bounded_text(str(error))

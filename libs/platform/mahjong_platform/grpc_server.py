@@ -6,8 +6,8 @@
   server ("") report SERVING once started and NOT_SERVING from the moment shutdown begins;
 - reflection (``grpc.reflection.v1alpha``) for the registered services, so grpcurl works unaided;
 - `ErrorMappingInterceptor` (outermost): a `ServiceError` raised by a handler becomes its status code
-  with its message; any other exception is logged with a reference id and becomes INTERNAL
-  without internals;
+  with its message, a lost database connection UNAVAILABLE (`errors.client_status`); any other
+  exception is logged with a reference id and becomes INTERNAL without internals;
 - `DeadlineInterceptor`: a call whose client deadline has already passed (it waited in the queue)
   is answered DEADLINE_EXCEEDED without running the handler, so no command is applied for a
   client that has stopped listening;
@@ -41,7 +41,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from mahjong_platform.config import Settings
-from mahjong_platform.errors import ErrorMapping, ServiceError, bounded_text, status_code_for
+from mahjong_platform.errors import ErrorMapping, client_status
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -161,9 +161,10 @@ class ErrorMappingInterceptor(WrappingInterceptor):
     """Turns exceptions raised by handlers into the status codes of ARCHITECTURE.md "Errors".
 
     A `ServiceError` (or a type in ``extra_mapping``) becomes its status with its message, logged at
-    INFO. Anything else is a bug: it is logged with its traceback and a reference id, and the client
-    gets INTERNAL with only that id, so no internals (SQL, paths, stack) leak. A handler that already
-    chose a status with ``context.abort`` keeps it.
+    INFO; a lost database connection becomes UNAVAILABLE (`errors.client_status`). Anything else
+    is a bug: it is logged with its traceback and a reference id, and the client gets INTERNAL with
+    only that id, so no internals (SQL, paths, stack) leak. A handler that already chose a status
+    with ``context.abort`` keeps it.
     """
 
     def __init__(self, extra_mapping: ErrorMapping | None = None) -> None:
@@ -191,9 +192,9 @@ class ErrorMappingInterceptor(WrappingInterceptor):
     def _abort_for(self, error: Exception, method: str, context: grpc.ServicerContext) -> None:
         if _status_already_chosen(context):
             raise error
-        status_code = status_code_for(error, self._extra_mapping)
-        if status_code is not None:
-            message = error.message if isinstance(error, ServiceError) else bounded_text(str(error))
+        status = client_status(error, self._extra_mapping)
+        if status is not None:
+            status_code, message = status
             _LOGGER.info(
                 "rpc rejected: %s",
                 message,
