@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from mahjong.v1 import common_pb2, envelope_pb2, settlement_events_pb2
@@ -46,6 +46,7 @@ from mahjong_scoring.game_facts import (
     Notice,
     ScoredFans,
     apply_table_event,
+    evolve,
     new_game_facts,
 )
 
@@ -112,14 +113,14 @@ def settle_table_event(
     package's `InvalidSettlementFactError` for an event that contradicts the game so far.
     """
     facts, steps = apply_table_event(state.facts, envelope)
-    state = replace(state, facts=facts)
+    state = evolve(state, facts=facts)
     envelopes: list[envelope_pb2.Envelope] = []
     notices: list[Notice] = []
     for step in steps:
         if isinstance(step, Notice):
             notices.append(step)
         elif isinstance(step, GameOpened):
-            state = replace(state, settlement=new_game(step.options))
+            state = evolve(state, settlement=new_game(step.options))
         elif isinstance(step, FactStep):
             state = _settle_fact(state, step, envelope, envelopes)
         elif isinstance(step, InstructionsStep):
@@ -171,7 +172,7 @@ def _settle_fact(
     opened = state.opened
     assert opened is not None
     settlement, instructions = settle(state.settlement, step.fact)
-    state = replace(state, settlement=settlement)
+    state = evolve(state, settlement=settlement)
     for instruction in instructions:
         fans = _fans_of_instruction(instruction, step)
         state = _add_line(state, to_beans(instruction, opened.options), fans, source, envelopes)
@@ -230,7 +231,7 @@ def _settle_game_over(
     envelopes.append(
         _envelope(game_settled, game_settled_event_id(opened.table_id, step.source), opened.table_id, source)
     )
-    return replace(state, settled=True)
+    return evolve(state, settled=True)
 
 
 def _add_line(
@@ -275,7 +276,7 @@ def _add_line(
         f"two instructions share the id {message.instruction_id}"
     )
     envelopes.append(_envelope(message, message.instruction_id, opened.table_id, source))
-    return replace(state, line_count=line, totals=_totals_after(state.totals, instruction, points))
+    return evolve(state, line_count=line, totals=_totals_after(state.totals, instruction, points))
 
 
 def _points_of(instruction: BeanInstruction, coefficient: int) -> list[int]:
@@ -298,7 +299,7 @@ def _totals_after(
     for payment, payment_points in zip(instruction.payments, points, strict=True):
         if is_rake:
             payer_total = new_totals[instruction.payer]
-            new_totals[instruction.payer] = replace(
+            new_totals[instruction.payer] = evolve(
                 payer_total, rake_beans=payer_total.rake_beans + payment.beans
             )
             continue
@@ -310,7 +311,7 @@ def _totals_after(
 def _adjust(totals: list[PlayerTotal], party: Party, points: int, beans: int) -> None:
     if isinstance(party, int):
         total = totals[party]
-        totals[party] = replace(total, points=total.points + points, beans=total.beans + beans)
+        totals[party] = evolve(total, points=total.points + points, beans=total.beans + beans)
 
 
 def _seat(party: Party) -> int | None:

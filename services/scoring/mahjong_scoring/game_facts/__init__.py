@@ -17,7 +17,7 @@ it keeps what settlement needs itself. One module per responsibility:
 """
 
 from mahjong_scoring.game_facts.fold import apply_table_event, apply_table_events, new_game_facts
-from mahjong_scoring.game_facts.state import GameFactsState
+from mahjong_scoring.game_facts.state import GameFactsState, evolve
 from mahjong_scoring.game_facts.steps import (
     FactStep,
     FanLine,
@@ -43,5 +43,6 @@ __all__ = [
     "Step",
     "apply_table_event",
     "apply_table_events",
+    "evolve",
     "new_game_facts",
 ]

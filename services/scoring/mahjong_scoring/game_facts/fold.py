@@ -11,7 +11,6 @@ change nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Final
 
 from mahjong.v1 import envelope_pb2
@@ -21,7 +20,7 @@ from mahjong_scoring.game_facts.formula import fold_formula_event
 from mahjong_scoring.game_facts.reading import any_tile, check_seat
 from mahjong_scoring.game_facts.room_options import formula_options, settlement_options
 from mahjong_scoring.game_facts.sichuan import fold_sichuan_event
-from mahjong_scoring.game_facts.state import GameFactsState
+from mahjong_scoring.game_facts.state import GameFactsState, evolve
 from mahjong_scoring.game_facts.steps import GameFactsError, GameOpened, Step
 
 PLAYER_ACCOUNT_PREFIX: Final = "player:"
@@ -58,7 +57,7 @@ def apply_table_event(
         state = fold_formula_event(state, envelope, payload_name, steps)
     elif not state.over:
         state = fold_sichuan_event(state, envelope, payload_name, steps)
-    return replace(state, applied_event_ids=state.applied_event_ids | {envelope.event_id}), tuple(steps)
+    return evolve(state, applied_event_ids=state.applied_event_ids | {envelope.event_id}), tuple(steps)
 
 
 def apply_table_events(
@@ -99,4 +98,4 @@ def _table_opened(
         wildcard=any_tile(event.wildcard) if event.wildcard else None,
     )
     steps.append(opened)
-    return replace(state, opened=opened, dealer_seat=event.dealer_seat)
+    return evolve(state, opened=opened, dealer_seat=event.dealer_seat)

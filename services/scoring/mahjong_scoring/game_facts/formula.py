@@ -10,7 +10,6 @@ the winning hand is in `PlayerWon`, and the flowers each seat set aside are coun
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Final, TypeAlias
 
 from mahjong.v1 import envelope_pb2
@@ -24,7 +23,7 @@ from mahjong_rules.formula.scoring import (
 
 from mahjong_scoring.game_facts.formula_wins import score_formula_win
 from mahjong_scoring.game_facts.reading import WIN_BYS, any_tile, check_seat, with_item
-from mahjong_scoring.game_facts.state import FormulaPendingWin, GameFactsState
+from mahjong_scoring.game_facts.state import FormulaPendingWin, GameFactsState, evolve
 from mahjong_scoring.game_facts.steps import (
     GameFactsError,
     GameOver,
@@ -71,7 +70,7 @@ def _player_won(
     payer = None if win_by is FormulaWinBy.SELF_DRAW else event.from_seat
     fans = ScoredFans(score.total_fan, score.fans)
     pending = FormulaPendingWin(source, event.seat, win_by, payer, score.total_fan, fans)
-    return replace(state, formula_win=pending, won=state.won | {event.seat})
+    return evolve(state, formula_win=pending, won=state.won | {event.seat})
 
 
 def _flower_replaced(
@@ -79,7 +78,7 @@ def _flower_replaced(
 ) -> GameFactsState:
     seat = envelope.flower_replaced.seat
     check_seat(seat, "flower holder")
-    return replace(state, flowers=with_item(state.flowers, seat, state.flowers[seat] + 1))
+    return evolve(state, flowers=with_item(state.flowers, seat, state.flowers[seat] + 1))
 
 
 def _bird_revealed(
@@ -98,7 +97,7 @@ def _bird_revealed(
         payer=win.payer,
     )
     steps.append(InstructionsStep(formula_win_instructions(fact, options), ((win.winner, win.fans),)))
-    return replace(state, formula_win=None)
+    return evolve(state, formula_win=None)
 
 
 def _player_left(
@@ -109,14 +108,14 @@ def _player_left(
     escape = formula_escape_instruction(envelope.event_id, seat, options)
     if escape is not None and seat not in state.won:
         steps.append(InstructionsStep((escape,)))
-    return replace(state, left=state.left | {seat})
+    return evolve(state, left=state.left | {seat})
 
 
 def _game_ended(
     state: GameFactsState, options: FormulaOptions, envelope: envelope_pb2.Envelope, steps: list[Step]
 ) -> GameFactsState:
     steps.append(GameOver(envelope.event_id, envelope.game_ended.reason))
-    return replace(state, over=True)
+    return evolve(state, over=True)
 
 
 HANDLERS: Final[dict[str, Handler]] = {

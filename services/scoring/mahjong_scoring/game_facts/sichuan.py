@@ -22,7 +22,6 @@ Ordering decisions, taken from the table engine's emitted order and made robust:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Final, TypeAlias
 
 from mahjong.v1 import common_pb2, envelope_pb2
@@ -50,7 +49,13 @@ from mahjong_scoring.game_facts.reading import (
     with_item,
 )
 from mahjong_scoring.game_facts.sichuan_wins import score_sichuan_win
-from mahjong_scoring.game_facts.state import GameFactsState, LastDiscard, PendingAddedKong, PendingWins
+from mahjong_scoring.game_facts.state import (
+    GameFactsState,
+    LastDiscard,
+    PendingAddedKong,
+    PendingWins,
+    evolve,
+)
 from mahjong_scoring.game_facts.steps import FactStep, GameFactsError, GameOver, Notice, Step
 
 END_REASONS_WITH_CHECKS: Final = frozenset({"wall_exhausted", "escapes"})
@@ -82,7 +87,7 @@ def _hands_dealt(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: 
     for hand in envelope.hands_dealt.hands:
         check_seat(hand.seat, "dealt hand")
         concealed[hand.seat] = tile_counts(sichuan_tiles(hand.tiles))
-    return replace(state, concealed=tuple(concealed))
+    return evolve(state, concealed=tuple(concealed))
 
 
 def _tiles_exchanged(
@@ -102,7 +107,7 @@ def _missing_suits_declared(
     if len(declared) != SEAT_COUNT or any(code not in SUITS for code in declared):
         raise GameFactsError(f"missing suits must be one of m, p, s per seat, got {list(declared)}")
     suits: tuple[Suit | None, ...] = tuple(suit(code) for code in declared)
-    return replace(state, missing_suits=suits)
+    return evolve(state, missing_suits=suits)
 
 
 def _tile_drawn(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: list[Step]) -> GameFactsState:
@@ -110,10 +115,10 @@ def _tile_drawn(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: l
     check_seat(event.seat, "drawer")
     concealed = _concealed_with(state, event.seat, [sichuan_tile(event.tile)])
     if event.from_tail:
-        return replace(state, concealed=concealed)
+        return evolve(state, concealed=concealed)
     # A normal draw: the seat's last kong is no longer "right before" its next discard.
     kong_before_discard = with_item(state.kong_before_discard, event.seat, None)
-    return replace(state, concealed=concealed, kong_before_discard=kong_before_discard)
+    return evolve(state, concealed=concealed, kong_before_discard=kong_before_discard)
 
 
 def _tile_discarded(
@@ -123,7 +128,7 @@ def _tile_discarded(
     check_seat(event.seat, "discarder")
     concealed = _concealed_without(state, event.seat, [sichuan_tile(event.tile)], "discard")
     last_discard = LastDiscard(event.seat, event.tile, state.kong_before_discard[event.seat])
-    return replace(
+    return evolve(
         state,
         concealed=concealed,
         last_discard=last_discard,
@@ -139,7 +144,7 @@ def _pong_claimed(
     tile = sichuan_tile(event.tile)
     state = _remove_tiles(state, event.seat, [tile, tile], "pong")
     melds = with_item(state.melds, event.seat, (*state.melds[event.seat], Meld("pong", tile)))
-    return replace(
+    return evolve(
         state, melds=melds, kong_before_discard=with_item(state.kong_before_discard, event.seat, None)
     )
 
@@ -161,18 +166,18 @@ def _kong_declared(
         new_melds = tuple(
             Meld("kong", tile, "added") if meld == Meld("pong", tile) else meld for meld in seat_melds
         )
-        state = replace(state, melds=with_item(state.melds, event.seat, new_melds))
+        state = evolve(state, melds=with_item(state.melds, event.seat, new_melds))
         # RULES.md 1.5: it may still be robbed; it is settled once it stands.
-        return replace(state, pending_added_kong=PendingAddedKong(source, event.seat, tile))
+        return evolve(state, pending_added_kong=PendingAddedKong(source, event.seat, tile))
     copies = 3 if kind is KongKind.EXPOSED else 4
     state = _remove_tiles(state, event.seat, [tile] * copies, f"{kind} kong")
     new_meld = Meld("kong", tile, "exposed" if kind is KongKind.EXPOSED else "concealed")
-    state = replace(state, melds=with_item(state.melds, event.seat, (*seat_melds, new_meld)))
+    state = evolve(state, melds=with_item(state.melds, event.seat, (*seat_melds, new_meld)))
     discarder = event.from_seat if kind is KongKind.EXPOSED else None
     if discarder is not None:
         check_seat(discarder, "konged discarder")
     steps.append(FactStep(KongFact(source=source, declarer=event.seat, kind=kind, discarder=discarder)))
-    return replace(state, kong_before_discard=with_item(state.kong_before_discard, event.seat, source))
+    return evolve(state, kong_before_discard=with_item(state.kong_before_discard, event.seat, source))
 
 
 def _kong_robbed(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: list[Step]) -> GameFactsState:
@@ -207,7 +212,7 @@ def _player_won(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: l
     # RULES.md 1.9a.5: 天胡/地胡 are fixed-value hands, so add_one gives them no extra point.
     fixed_value = any(fan.id in FIXED_VALUE_FANS for fan in scored.fans)
     winner = Winner(event.seat, scored.multiplier, fixed_value)
-    state = replace(state, won=state.won | {event.seat})
+    state = evolve(state, won=state.won | {event.seat})
     if win_by is WinBy.SELF_DRAW:
         fact = WinFact(source=source, win_by=win_by, winners=(winner,))
         steps.append(FactStep(fact, ((event.seat, scored),)))
@@ -220,12 +225,12 @@ def _player_won(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: l
     if pending is None:
         after_kong = _after_kong_source(state, envelope, win_by, steps)
         pending = PendingWins(source, win_by, event.from_seat, event.win_tile, after_kong, (), ())
-    pending = replace(
+    pending = evolve(
         pending,
         winners=(*pending.winners, winner),
         fans_by_seat=(*pending.fans_by_seat, (event.seat, scored)),
     )
-    return replace(state, pending_wins=pending)
+    return evolve(state, pending_wins=pending)
 
 
 def _player_left(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: list[Step]) -> GameFactsState:
@@ -235,7 +240,7 @@ def _player_left(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: 
         raise GameFactsError(f"seat {seat} left twice")
     hands, fans = hand_facts_now(state)
     steps.append(FactStep(EscapeFact(source=envelope.event_id, seat=seat, hands=hands), fans))
-    return replace(state, left=state.left | {seat})
+    return evolve(state, left=state.left | {seat})
 
 
 def _wall_exhausted(
@@ -254,7 +259,7 @@ def _game_ended(state: GameFactsState, envelope: envelope_pb2.Envelope, steps: l
             if revealed != state.concealed[hand.seat]:
                 steps.append(Notice(source, f"seat {hand.seat}'s revealed hand differs from scoring's view"))
     steps.append(GameOver(source, event.reason))
-    return replace(state, over=True)
+    return evolve(state, over=True)
 
 
 HANDLERS: Final[dict[str, Handler]] = {
@@ -302,7 +307,7 @@ def _flush_wins(state: GameFactsState, steps: list[Step]) -> GameFactsState:
         after_kong=pending.after_kong,
     )
     steps.append(FactStep(fact, pending.fans_by_seat))
-    return replace(state, pending_wins=None)
+    return evolve(state, pending_wins=None)
 
 
 def _resolve_added_kong(
@@ -332,7 +337,7 @@ def _resolve_added_kong(
     )
     if stands:
         steps.append(FactStep(KongFact(source=pending.source, declarer=seat, kind=KongKind.ADDED)))
-        return replace(
+        return evolve(
             state,
             pending_added_kong=None,
             settled_added_kongs=state.settled_added_kongs | {(seat, pending.tile)},
@@ -341,7 +346,7 @@ def _resolve_added_kong(
     if robbed:
         return _void_added_kong(state)
     if ended:
-        return replace(state, pending_added_kong=None)
+        return evolve(state, pending_added_kong=None)
     return state
 
 
@@ -353,7 +358,7 @@ def _void_added_kong(state: GameFactsState) -> GameFactsState:
         Meld("pong", pending.tile) if meld == Meld("kong", pending.tile, "added") else meld
         for meld in state.melds[pending.seat]
     )
-    return replace(state, pending_added_kong=None, melds=with_item(state.melds, pending.seat, melds))
+    return evolve(state, pending_added_kong=None, melds=with_item(state.melds, pending.seat, melds))
 
 
 def _after_kong_source(
@@ -379,18 +384,18 @@ def _checks(state: GameFactsState, source: str, steps: list[Step]) -> GameFactsS
         return state
     hands, fans = hand_facts_now(state)
     steps.append(FactStep(WallExhaustedFact(source=source, hands=hands), fans))
-    return replace(state, checked=True)
+    return evolve(state, checked=True)
 
 
 # ------------------------------------------------------------------------------- the tiles
 
 
 def _add_tiles(state: GameFactsState, seat: int, tiles: Sequence[Tile]) -> GameFactsState:
-    return replace(state, concealed=_concealed_with(state, seat, tiles))
+    return evolve(state, concealed=_concealed_with(state, seat, tiles))
 
 
 def _remove_tiles(state: GameFactsState, seat: int, tiles: Sequence[Tile], what: str) -> GameFactsState:
-    return replace(state, concealed=_concealed_without(state, seat, tiles, what))
+    return evolve(state, concealed=_concealed_without(state, seat, tiles, what))
 
 
 # The concealed tiles after a change, for the caller's one `replace` (a draw and a discard, most of
