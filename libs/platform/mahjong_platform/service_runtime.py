@@ -88,8 +88,8 @@ class ConsumerDefinition:
     batch_handler: BatchHandler | None = None
     # Told each partition assignment of the group (`TrackedConsumer`'s `on_assignment`).
     on_assignment: AssignmentHook | None = None
-    # Milliseconds a poll that brought records waits for more before applying them, so that
-    # batches grow (`TrackedConsumer`'s `linger_ms`); adds at most that to the consumer's lag.
+    # Milliseconds the fetch after a poll that brought records waits at the broker for more, so
+    # that batches grow (`TrackedConsumer`'s `linger_ms`); adds at most that to the consumer's lag.
     linger_ms: int = 0
     # The handler skips re-sent events by its own keys: no `processed_events` rows (see
     # `TrackedConsumer`'s `idempotent_handler`).

@@ -86,6 +86,10 @@ FETCH_MAX_WAIT_MS = 500
 """How long the broker holds a fetch that finds nothing new (it answers at once when something
 is there): only what an idle consumer's fetch loop costs. 100 ms made each idle consumer send ten
 fetches a second."""
+FETCH_MIN_BYTES_LINGERING = 65_536
+"""A lingering fetch (``linger_ms``) is answered before its wait is over once this much is there:
+about a full poll of events (`MAX_POLL_RECORDS_DEFAULT` of a few hundred bytes), so a consumer that
+is behind gets full batches at once."""
 SESSION_TIMEOUT_MS_DEFAULT = 10_000
 HEARTBEAT_INTERVAL_MS_DEFAULT = 1_000
 METADATA_MAX_AGE_MS_DEFAULT = 30_000
@@ -403,7 +407,8 @@ class TrackedConsumer:
         assert 0 < heartbeat_interval_ms < session_timeout_ms, (heartbeat_interval_ms, session_timeout_ms)
         assert metadata_max_age_ms > 0, metadata_max_age_ms
         assert 0 <= linger_ms <= LINGER_MS_MAX, linger_ms
-        self._linger_seconds = linger_ms / 1000
+        self._linger_ms = linger_ms
+        self._lingering = False  # the last poll brought records: the next fetch waits for more
         self._engine = engine
         self._session_factory = create_session_factory(engine)
         self._group_id = group_id
@@ -443,7 +448,12 @@ class TrackedConsumer:
             # up (by a rejoin) at the next metadata refresh, so keep the refresh interval short.
             metadata_max_age_ms=metadata_max_age_ms,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            fetch_min_bytes=1,
         )
+        # The fetcher reads these two for every fetch it sends, on this thread (`poll` sends the
+        # next fetch while it hands out the records of the last one): `_fetch_as` sets them.
+        self._fetch_settings: dict[str, Any] = self._consumer._fetcher.config
+        assert {"fetch_min_bytes", "fetch_max_wait_ms"} <= self._fetch_settings.keys()
         self._dead_letter_producer = create_idempotent_producer(
             bootstrap_servers,
             client_id=f"mahjong-dead-letters-{group_id}",
@@ -481,9 +491,16 @@ class TrackedConsumer:
         keeps polling re-reads the unfinished messages instead of skipping them.
         """
         assert 0 <= timeout_ms <= 60_000, timeout_ms
+        lingering = self._lingering
+        self._fetch_as(lingering=lingering)
+        if lingering:
+            # No longer than the fetch's wait: kafka-python's poll sends another fetch (held as
+            # long) when one comes back empty before the poll's timeout, and an empty answer
+            # means the burst is over: the next poll fetches as an idle consumer. A late answer
+            # is not lost, the next poll takes it.
+            timeout_ms = min(timeout_ms, self._linger_ms)
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
-        if batches and self._linger_seconds:
-            batches = self._gather_more(batches)
+        self._lingering = bool(batches) and self._linger_ms > 0
         self._rejoin_a_dropped_rebalance()
         unseeked = self._take_unseeked()
         if unseeked:
@@ -511,23 +528,28 @@ class TrackedConsumer:
         self._last_progress = time.monotonic()
         return len(records)
 
-    def _gather_more(self, batches: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
-        """``linger_ms``: wait that long once, and add what arrived meanwhile to the batch (up to
-        ``max_poll_records`` in all). Most of a batch's cost is per batch (its transaction, about ten
-        statements, an outbox relay round, a fetch), not per event, and the table writes its events
-        a few at a time: a consumer that applied each fetch at once paid that cost for one or two
-        events. Waiting a little makes the batches several times larger for the same events."""
-        count = sum(len(records) for records in batches.values())
-        if count >= self._max_poll_records:
-            return batches
-        time.sleep(self._linger_seconds)
-        more = self._consumer.poll(timeout_ms=0, max_records=self._max_poll_records - count)
-        if not more:
-            return batches
-        gathered = {partition: list(records) for partition, records in batches.items()}
-        for partition, records in more.items():
-            gathered.setdefault(partition, []).extend(records)  # later offsets of the same partition
-        return gathered
+    def _fetch_as(self, *, lingering: bool) -> None:
+        """``linger_ms``, at the broker: after a poll that brought records, the next fetch asks the
+        broker to hold it until ``linger_ms`` passed (or `FETCH_MIN_BYTES_LINGERING` are there), so
+        one fetch brings what arrived meanwhile; after an empty poll, a fetch is answered as soon as
+        anything is there (held at most `FETCH_MAX_WAIT_MS` when nothing is), so the first event
+        after a quiet spell is applied at once.
+
+        Most of a batch's cost is per batch (its transaction, about ten statements, an outbox
+        relay round, a fetch), not per event, and the table writes its events a few at a time: a
+        consumer that applied each fetch at once paid that cost for one or two events. The wait
+        was a sleep after the poll and a second poll for what had come meanwhile: two fetches per
+        batch, each a round of hand-offs between this thread and kafka-python's network thread,
+        and every batch started by waiting the whole ``linger_ms``. The fetch that waits is sent
+        while this thread applies the batch before it, so a batch that takes longer than
+        ``linger_ms`` to apply leaves no wait at all."""
+        settings = self._fetch_settings
+        if lingering:
+            settings["fetch_max_wait_ms"] = self._linger_ms
+            settings["fetch_min_bytes"] = FETCH_MIN_BYTES_LINGERING
+        else:
+            settings["fetch_min_bytes"] = 1
+            settings["fetch_max_wait_ms"] = FETCH_MAX_WAIT_MS
 
     def _handle_batch(self, records: Sequence[Any]) -> None:
         deliveries: list[Delivery] = []

@@ -15,7 +15,12 @@ from mahjong.v1 import envelope_pb2, table_events_pb2
 from mahjong_platform.envelopes import new_envelope, serialize_envelope, utc_now
 from mahjong_platform.schema import consumer_positions, processed_events
 from mahjong_platform.topics import Topics
-from mahjong_platform.tracked_consumer import MessagePosition, TrackedConsumer
+from mahjong_platform.tracked_consumer import (
+    FETCH_MAX_WAIT_MS,
+    FETCH_MIN_BYTES_LINGERING,
+    MessagePosition,
+    TrackedConsumer,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -323,46 +328,35 @@ def test_a_lingering_consumer_applies_every_event_once_in_stream_order(
         assert [event_id for event_id in applied if event_id in ids] == ids
 
 
-class _Record:
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
+def _fetch_wait(consumer: TrackedConsumer) -> tuple[int, int]:
+    """What the consumer's next fetch asks the broker: (min bytes, max wait ms)."""
+    settings = consumer._consumer._fetcher.config
+    return settings["fetch_min_bytes"], settings["fetch_max_wait_ms"]
 
 
-class _StandInPoll:
-    """What the second poll of `_gather_more` returns, and what it was asked for."""
-
-    def __init__(self, answer: dict[str, list[_Record]]) -> None:
-        self.answer = answer
-        self.asked: list[dict[str, int]] = []
-
-    def poll(self, *, timeout_ms: int, max_records: int) -> dict[str, list[_Record]]:
-        self.asked.append({"timeout_ms": timeout_ms, "max_records": max_records})
-        return self.answer
-
-
-def _gathering(
-    answer: dict[str, list[_Record]], max_poll_records: int
-) -> tuple[TrackedConsumer, _StandInPoll]:
-    consumer = TrackedConsumer.__new__(TrackedConsumer)  # only `_gather_more`'s own state
-    stand_in = _StandInPoll(answer)
-    consumer._consumer = stand_in
-    consumer._linger_seconds = 0.001
-    consumer._max_poll_records = max_poll_records
-    return consumer, stand_in
-
-
-def test_gathering_appends_later_records_of_a_partition_and_asks_only_for_the_remaining_room() -> None:
-    consumer, stand_in = _gathering({"p0": [_Record(3)], "p1": [_Record(7), _Record(8)]}, 5)
-    gathered = consumer._gather_more({"p0": [_Record(1), _Record(2)]})
-    assert {partition: [record.offset for record in records] for partition, records in gathered.items()} == {
-        "p0": [1, 2, 3],
-        "p1": [7, 8],
-    }
-    assert stand_in.asked == [{"timeout_ms": 0, "max_records": 3}]
-
-
-def test_a_full_poll_does_not_linger() -> None:
-    consumer, stand_in = _gathering({"p0": [_Record(9)]}, 2)
-    full = {"p0": [_Record(1), _Record(2)]}
-    assert consumer._gather_more(full) is full
-    assert stand_in.asked == []
+def test_after_a_poll_that_brought_events_a_lingering_consumer_fetches_waiting_at_the_broker(
+    migrated_engine: Engine,
+    new_tracked_consumer: ConsumerFactory,
+    produce: Callable[[str, bytes], None],
+    poll_consumer_until: Callable[..., None],
+) -> None:
+    """``linger_ms`` is the broker's wait: after records, the next fetch asks to be held up to
+    ``linger_ms`` (unless a full batch is there); after an empty poll, a fetch is answered at the
+    first record again, held at most `FETCH_MAX_WAIT_MS` when nothing comes. A consumer without
+    ``linger_ms`` always fetches as an idle one."""
+    idle = (1, FETCH_MAX_WAIT_MS)
+    lingering = new_tracked_consumer(migrated_engine, group_id="lingers", linger_ms=40)
+    assert _fetch_wait(lingering) == idle
+    produce_events(produce, discard_events("table-a", 3))
+    poll_consumer_until(lingering, lambda: lingering._lingering)  # a poll brought records
+    lingering.poll_once(timeout_ms=0)  # the fetch this poll sends waits at the broker
+    assert _fetch_wait(lingering) == (FETCH_MIN_BYTES_LINGERING, 40)
+    poll_consumer_until(lingering, lambda: finished_message_count(migrated_engine) == 3)
+    poll_consumer_until(lingering, lambda: not lingering._lingering)  # an empty poll
+    lingering.poll_once(timeout_ms=0)
+    assert _fetch_wait(lingering) == idle
+    plain = new_tracked_consumer(migrated_engine, group_id="does-not-linger", handler=lambda *_: None)
+    for _poll in range(3):  # reads the same three events: never lingers
+        plain.poll_once(timeout_ms=200)
+        assert not plain._lingering
+        assert _fetch_wait(plain) == idle

@@ -21,9 +21,9 @@ from mahjong_scoring.projection import CONSUMER_GROUP, IDEMPOTENT_HANDLER, Settl
 from mahjong_scoring.servicer import METHOD_ROLES, registration
 
 CONSUMER_LINGER_MS = 25
-"""A poll that brought table events waits this long for more: batches of a few Acts' events cost
-about as much as batches of one (see `TrackedConsumer`'s `linger_ms`); at most this is added to the
-settlement lag."""
+"""After a poll that brought table events, the next fetch waits this long at the broker for more:
+batches of a few Acts' events cost about as much as batches of one (see `TrackedConsumer`'s
+`linger_ms`); at most this is added to the settlement lag."""
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
