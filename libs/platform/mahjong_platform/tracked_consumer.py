@@ -39,8 +39,10 @@ Two instances can briefly handle the same partition (one was evicted from the gr
 noticed yet). The (group, event id) primary key of `processed_events` then fails the slower
 transaction; it rolls back, and the error propagates so that instance restarts from the stored
 positions. An idempotent handler's own keys do that job: the slower transaction finds the
-faster one's rows (after its locks, or on a retry one event at a time) and skips them. A poll
-that raises always rewinds to the stored positions first.
+faster one's rows (after its locks, or on a retry one event at a time) and skips them. Applied
+one event at a time, an event whose handler broke a constraint is tried once more before it is
+dead-lettered (`BatchApplier._apply_alone`): the other instance may have committed it meanwhile.
+A poll that raises always rewinds to the stored positions first.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from mahjong.v1 import envelope_pb2
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from mahjong_platform.database import (
@@ -99,6 +101,8 @@ DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
 DEAD_LETTER_ERROR_MAX_CHARACTERS = 4_000
 SUBSCRIBED_TOPICS_MAX = 100
 BATCH_EVENTS_MAX = 10_000
+ONE_EVENT_ATTEMPTS = 2
+"""Attempts at one event whose handler broke a constraint (`BatchApplier._apply_alone`)."""
 """The most events one batch transaction applies (a poll returns at most MAX_POLL_RECORDS_MAX)."""
 
 
@@ -256,15 +260,39 @@ class BatchApplier:
         outcome = BatchOutcome()
         for delivery in deliveries:
             try:
-                with transaction(self._session_factory) as session:
-                    outcome.add(self._apply_in(session, [delivery]))
-                    self._store_positions(session, [delivery.position])
-                    self._call_before_commit([delivery])
+                outcome.add(self._apply_alone(delivery))
             except _HandlerFailedError as failure:
                 self._on_failure(delivery, failure.description)
                 self._store_positions_alone([delivery.position])
                 outcome.failures.append((delivery, failure.description))
         return outcome
+
+    def _apply_alone(self, delivery: Delivery) -> BatchOutcome:
+        """One event in its own transaction; a constraint violation is tried once more.
+
+        Another consumer of the group may be applying the same event right now (one evicted
+        from the group that has not noticed yet, and the partition's new owner): this transaction
+        read its keys (`processed_events`, or an idempotent handler's own) before the other one
+        committed, so its insert waited for the other's row and fails on the key once that
+        commits. That is no poison message: the second attempt reads the keys again and skips
+        the event as applied. A message that breaks a constraint by itself fails twice and is
+        dead-lettered. Each attempt is a whole transaction, rolled back when it fails, so nothing
+        is applied twice."""
+        for attempt in range(1, ONE_EVENT_ATTEMPTS + 1):
+            try:
+                with transaction(self._session_factory) as session:
+                    outcome = self._apply_in(session, [delivery])
+                    self._store_positions(session, [delivery.position])
+                    self._call_before_commit([delivery])
+                return outcome
+            except _HandlerFailedError as failure:
+                if attempt == ONE_EVENT_ATTEMPTS or not isinstance(failure.__cause__, IntegrityError):
+                    raise
+                logger.info(
+                    "an event broke a constraint: trying it once more (another consumer may have applied it)",
+                    extra={"group_id": self._group_id, "event_id": delivery.envelope.event_id},
+                )
+        raise AssertionError("unreachable")
 
     def _apply_in(self, session: Session, deliveries: Sequence[Delivery]) -> BatchOutcome:
         seen: set[str] = (

@@ -162,6 +162,47 @@ def test_a_poison_event_is_reported_alone_and_the_rest_of_its_batch_is_applied(
     assert stored_positions(migrated_engine) == {0: 5}
 
 
+class _ConstraintProjection(RecordingProjection):
+    """Breaks a unique constraint on `troubled_event_id` the first `times` attempts at it (another
+    consumer of the group committing the same event meanwhile), then applies it."""
+
+    def __init__(self, troubled_event_id: str, times: int) -> None:
+        super().__init__()
+        self.troubled_event_id = troubled_event_id
+        self.times = times
+
+    def __call__(self, session: Session, batch: Sequence[Delivery]) -> None:
+        if self.times and any(delivery.envelope.event_id == self.troubled_event_id for delivery in batch):
+            self.batch_sizes.append(len(batch))
+            self.times -= 1
+            raise sqlalchemy.exc.IntegrityError("INSERT ...", {}, Exception("UNIQUE constraint failed"))
+        super().__call__(session, batch)
+
+
+@pytest.mark.parametrize(("times", "dead_lettered"), [(2, False), (3, True)])
+def test_an_event_that_breaks_a_constraint_alone_is_tried_once_more_before_it_is_dead_lettered(
+    migrated_engine: Engine, times: int, dead_lettered: bool
+) -> None:
+    """An IntegrityError of one event applied alone may be another consumer's commit of the same
+    event (a rebalance): it is tried again, in a new transaction, before it counts as poison."""
+    batch = deliveries("table-1", 3)
+    troubled = batch[1].envelope.event_id
+    projection = _ConstraintProjection(troubled, times)
+    failures: list[str] = []
+    outcome = applier(migrated_engine, projection, failures).apply(
+        batch, [delivery.position for delivery in batch]
+    )
+    # The batch, then one by one: the troubled event twice.
+    assert projection.batch_sizes == [3, 1, 1, 1, 1]
+    assert [failure.split(":")[0] for failure in failures] == ([troubled] if dead_lettered else [])
+    applied = [delivery.envelope.event_id for delivery in batch]
+    if dead_lettered:
+        applied.remove(troubled)
+    assert projected_event_ids(migrated_engine) == applied  # each once, in order
+    assert outcome.applied == len(applied)
+    assert stored_positions(migrated_engine) == {0: 3}
+
+
 class _NotHereProjection(RecordingProjection):
     """Writes its rows, then refuses the batch as this process's to apply (`UnavailableError`)."""
 
