@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy
@@ -46,6 +46,13 @@ RELAY_BATCH_SIZE_MAX = 10_000
 PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
 POLL_INTERVAL_MS_DEFAULT = 200
 RETRY_PAUSE_MS_MAX = 10_000
+SQLITE_MARK_SENT_SECONDS = 0.25
+"""SQLite, `OutboxRelay.run_forever`: how long rows Kafka acknowledged may wait to be marked sent,
+so that one mark covers the rounds of that time. A mark is a write transaction, so it takes the
+database's one write lock (and a commit with its fsync) from the service's own writers: a busy
+table engine's relay marked after every group commit, and its group committer waited for that
+lock for a fifth of its time. A crash before the mark re-sends those rows, as before
+(at-least-once; consumers skip what they applied)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,7 +193,10 @@ class OutboxRelay:
 
     Under SQLite there is one writer per database anyway, and holding its single write lock while
     waiting for Kafka would stall every other writer, so the rows are read, published and marked in
-    separate short transactions; run one relay per SQLite database.
+    separate short transactions; run one relay per SQLite database. `run_forever` marks what it
+    published at most every SQLITE_MARK_SENT_SECONDS, in one transaction for all the rounds of
+    that time; meanwhile the next round reads the unsent rows after the last one it published
+    (the one writer numbers the rows in commit order, so none can appear before it).
     """
 
     def __init__(
@@ -215,12 +225,18 @@ class OutboxRelay:
         self._producer = create_idempotent_producer(
             bootstrap_servers, client_id=client_id, delivery_timeout_ms=publish_timeout_ms
         )
+        # SQLite: rows published but not marked sent yet (`run_forever`): first and last id, how
+        # many, and when the first of them was published (monotonic seconds).
+        self._unmarked: tuple[int, int, int, float] | None = None
         self._wake_up = threading.Event()
         with _RELAY_WAKE_UPS_LOCK:
             _RELAY_WAKE_UPS.add(self._wake_up)
 
-    def run_once(self) -> int:
-        """Publish one batch of unsent messages; return how many were published and marked sent."""
+    def run_once(self, mark_within_seconds: float = 0.0) -> int:
+        """Publish one batch of unsent messages and mark them sent; return how many were published.
+
+        `mark_within_seconds` (SQLite): the mark may wait that long after the first publish it
+        covers (`SQLITE_MARK_SENT_SECONDS`); 0 marks everything published now."""
         if self._postgresql:
             connection = self._locked_connection()
             if connection is None:
@@ -228,17 +244,36 @@ class OutboxRelay:
             messages = self._read_unsent(connection)
             if messages:
                 self._publish(messages)
-                self._mark_sent(connection, messages)
-        else:
-            # Reading takes no write lock (SQLite's writers queue for one); the mark does.
-            with read_transaction(self._session_factory) as session:
-                messages = self._read_unsent(session)
-            if messages:
-                self._publish(messages)
-                with transaction(self._session_factory) as session:
-                    self._mark_sent(session.connection(), messages)
-        self._published.inc(len(messages))
+                ids = {"ids": [message.id for message in messages]}
+                self._mark_sent(connection, _MARK_SENT_POSTGRESQL, ids, len(messages))
+                self._published.inc(len(messages))
+            return len(messages)
+        # Reading takes no write lock (SQLite's writers queue for one); the mark does.
+        with read_transaction(self._session_factory) as session:
+            messages = self._read_unsent(session, after_id=self._unmarked[1] if self._unmarked else 0)
+        if messages:
+            self._publish(messages)
+            if self._unmarked is None:
+                self._unmarked = (messages[0].id, messages[-1].id, len(messages), time.monotonic())
+            else:
+                first_id, _last_id, count, since = self._unmarked
+                self._unmarked = (first_id, messages[-1].id, count + len(messages), since)
+        if self._unmarked is not None and time.monotonic() - self._unmarked[3] >= mark_within_seconds:
+            self._mark_unmarked()
         return len(messages)
+
+    def _mark_unmarked(self) -> None:
+        """SQLite: mark sent every row published since the last mark, in one transaction."""
+        assert self._unmarked is not None
+        first_id, last_id, count, _since = self._unmarked
+        # Its one writer at a time numbers the rows in commit order, and the rows published are the
+        # lowest unsent ids read (each round after the previous one's), so every row between the
+        # first and the last is one of them or was sent before (one statement text for any count).
+        with transaction(self._session_factory) as session:
+            ids = {"first_id": first_id, "last_id": last_id}
+            self._mark_sent(session.connection(), _MARK_SENT_RANGE, ids, count)
+        self._unmarked = None
+        self._published.inc(count)
 
     def _locked_connection(self) -> sqlalchemy.Connection | None:
         """PostgreSQL: the relay's own connection once it holds the relay lock, else None."""
@@ -274,7 +309,7 @@ class OutboxRelay:
         retry_pause_ms = poll_interval_ms
         while not stop_event.is_set():
             try:
-                published_count = self.run_once()
+                published_count = self.run_once(mark_within_seconds=SQLITE_MARK_SENT_SECONDS)
             except KafkaError:
                 logger.warning("outbox relay could not publish; retrying", exc_info=True)
                 self._release_lock()  # a replica that reaches Kafka may publish meanwhile
@@ -283,13 +318,21 @@ class OutboxRelay:
                 continue
             retry_pause_ms = poll_interval_ms
             if published_count < self._batch_size:
-                _wait_for_commit(stop_event, self._wake_up, poll_interval_ms / 1000)
+                wait_seconds = poll_interval_ms / 1000
+                if self._unmarked is not None:  # no longer than until their mark is due
+                    due = self._unmarked[3] + SQLITE_MARK_SENT_SECONDS - time.monotonic()
+                    wait_seconds = max(0.0, min(wait_seconds, due))
+                _wait_for_commit(stop_event, self._wake_up, wait_seconds)
+        if self._unmarked is not None:
+            self._mark_unmarked()  # stopping: what Kafka has is not sent again after a restart
 
     def close(self) -> None:
         """Close the relay's connection (under PostgreSQL: ends its session, and with it the relay
         lock), then flush and close the Kafka producer."""
         connection, self._connection, self._holds_lock = self._connection, None, False
         try:
+            if self._unmarked is not None:
+                self._mark_unmarked()
             if connection is not None:
                 connection.close()
         finally:
@@ -301,7 +344,10 @@ class OutboxRelay:
     def __exit__(self, *_exception_info: object) -> None:
         self.close()
 
-    def _read_unsent(self, executor: Session | sqlalchemy.Connection) -> list[OutboxMessage]:
+    def _read_unsent(
+        self, executor: Session | sqlalchemy.Connection, after_id: int = 0
+    ) -> list[OutboxMessage]:
+        """The lowest unsent rows with ids above `after_id` (published, not marked yet: SQLite)."""
         return [
             OutboxMessage(
                 id=row.id,
@@ -310,7 +356,7 @@ class OutboxRelay:
                 message_value=bytes(row.message_value),
                 event_id=row.event_id,
             )
-            for row in executor.execute(_READ_UNSENT, {"batch_size": self._batch_size})
+            for row in executor.execute(_READ_UNSENT, {"batch_size": self._batch_size, "after_id": after_id})
         ]
 
     def _publish(self, messages: Sequence[OutboxMessage]) -> None:
@@ -330,21 +376,21 @@ class OutboxRelay:
         if self._before_mark_sent is not None:
             self._before_mark_sent(messages)
 
-    def _mark_sent(self, connection: sqlalchemy.Connection, messages: Sequence[OutboxMessage]) -> None:
+    def _mark_sent(
+        self,
+        connection: sqlalchemy.Connection,
+        statement: sqlalchemy.Update,
+        ids: Mapping[str, object],
+        count: int,
+    ) -> None:
+        """Mark the `count` published rows `ids` names sent (PostgreSQL: their ids, as writers'
+        ids interleave; SQLite: their range, `_mark_unmarked`)."""
         sent_at: datetime.datetime = self._clock()
-        ids: dict[str, object]
-        if self._postgresql:
-            statement, ids = _MARK_SENT_POSTGRESQL, {"ids": [message.id for message in messages]}
-        else:
-            # SQLite: its one writer at a time numbers the rows in commit order, and the batch is
-            # the lowest unsent ids read, so every row between its first and last id is one of
-            # them or was sent before (one statement text, not one per batch size).
-            statement, ids = _MARK_SENT_RANGE, {"first_id": messages[0].id, "last_id": messages[-1].id}
         result = connection.execute(statement, {**ids, "marked_at": sent_at})
         # Under PostgreSQL we hold the relay lock; under SQLite there is one relay. Either way
         # nobody else can have marked them in between.
-        assert result.rowcount == len(messages), (result.rowcount, len(messages))
-        logger.debug("outbox batch published", extra={"message_count": len(messages)})
+        assert result.rowcount == count, (result.rowcount, count)
+        logger.debug("outbox batch published", extra={"message_count": count})
 
 
 # Statements built once: SQLAlchemy memoizes a statement's cache key on the object, so one built
@@ -358,7 +404,7 @@ _READ_UNSENT = (
         outbox_messages.c.message_value,
         outbox_messages.c.event_id,
     )
-    .where(outbox_messages.c.sent_at.is_(None))
+    .where(outbox_messages.c.sent_at.is_(None), outbox_messages.c.id > sqlalchemy.bindparam("after_id"))
     .order_by(outbox_messages.c.id)
     .limit(sqlalchemy.bindparam("batch_size"))
 )

@@ -127,6 +127,41 @@ def test_a_relay_killed_between_publish_and_mark_sent_re_sends_and_duplicates_ch
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
 
 
+def test_a_sqlite_relay_marks_the_rounds_of_its_mark_interval_at_once(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """`run_forever`'s rounds publish at once but mark sent at most every SQLITE_MARK_SENT_SECONDS
+    (`mark_within_seconds`): meanwhile a round reads the unsent rows after the ones it published,
+    so nothing goes twice, and the mark covers every round since the last one; closing marks
+    what is left."""
+    event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 6})
+    with OutboxRelay(
+        sqlite_engine, kafka_bootstrap_servers, batch_size=4, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    ) as relay:
+        assert relay.run_once(mark_within_seconds=3600) == 4
+        assert relay.run_once(mark_within_seconds=3600) == 2  # the rows after those, not them again
+        assert relay.run_once(mark_within_seconds=3600) == 0
+        assert unsent_count(sqlite_engine) == 6  # published, not marked yet
+        event_ids += append_events(sqlite_engine, kafka_topics, {"table-2": 1})
+        assert relay.run_once() == 1  # a mark due now covers every round since the last one
+        assert unsent_count(sqlite_engine) == 0
+        event_ids += append_events(sqlite_engine, kafka_topics, {"table-3": 2})
+        assert relay.run_once(mark_within_seconds=3600) == 2
+    assert unsent_count(sqlite_engine) == 0  # closing marks what it published
+
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    poll_consumer_until(consumer, lambda: _stored_offsets_total(sqlite_engine) >= 9)
+    consumer.poll_once(timeout_ms=300)
+    assert _stored_offsets_total(sqlite_engine) == 9  # each message on the topic once
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
 def _stored_offsets_total(engine: Engine) -> int:
     """How many messages consumers have finished, summed over partitions (offsets start at 0)."""
     total = sqlalchemy.func.coalesce(sqlalchemy.func.sum(consumer_positions.c.next_offset), 0)
