@@ -101,6 +101,8 @@ class EventStore:
         self,
         session: Session,
         appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
+        *,
+        savepoint: bool = True,
     ) -> None:
         """`append` for many streams at once: (stream id, expected version, events) each.
 
@@ -108,6 +110,12 @@ class EventStore:
         its outbox messages), so a projection or a group commit that writes to many streams pays
         per batch, not per stream. All or nothing: a conflict on any stream writes nothing and
         raises `WrongExpectedVersionError` naming it. A stream appears at most once.
+
+        `savepoint=False`, for a caller that rolls its whole transaction back on any error (a
+        group commit, which then runs each command alone): the inserts run without a savepoint
+        (two statements fewer), so after an error the transaction holds what the inserts wrote
+        before it and must not commit; a writer that raced past the version check fails on the
+        unique (stream id, sequence) key as an `IntegrityError`, not named.
         """
         if appends:
             _check_appends(appends)
@@ -115,7 +123,7 @@ class EventStore:
                 versions = {stream_id: expected for stream_id, expected, _ in appends}
             else:  # PostgreSQL (one round trip however many rows), or a conflict to name
                 versions = self.stream_versions(session, [stream for stream, _, _ in appends])
-            self._append_at(session, appends, versions)
+            self._append_at(session, appends, versions, savepoint=savepoint)
 
     def append_after_current(
         self, session: Session, streams: Sequence[tuple[str, Sequence[envelope_pb2.Envelope]]]
@@ -136,6 +144,8 @@ class EventStore:
         session: Session,
         appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
         actual_versions: dict[str, int],
+        *,
+        savepoint: bool = True,
     ) -> None:
         """Insert the appends' events if every stream is at its expected version (see `append_batch`)."""
         stream_ids = [stream_id for stream_id, _, _ in appends]
@@ -147,6 +157,9 @@ class EventStore:
             for stream_id, expected_version, events in appends
             for index, event in enumerate(events, start=1)
         ]
+        if not savepoint:
+            self._insert(session, numbered_events)
+            return
         try:
             with session.begin_nested():
                 self._insert(session, numbered_events)

@@ -11,6 +11,7 @@ import threading
 import pytest
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, table_events_pb2
+from mahjong_platform import event_store
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import new_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
@@ -111,8 +112,9 @@ def test_a_conflicting_append_raises_a_typed_error_and_writes_nothing(
 
 @pytest.mark.parametrize("streams", [3, 300], ids=["a few streams", "more than one version query"])
 @pytest.mark.parametrize("offset", [-1, 1], ids=["expected behind", "expected ahead"])
+@pytest.mark.parametrize("savepoint", [True, False], ids=["in a savepoint", "without one"])
 def test_a_batch_appends_every_stream_at_its_version_or_none_when_one_is_elsewhere(
-    migrated_engine: Engine, store: EventStore, streams: int, offset: int
+    migrated_engine: Engine, store: EventStore, streams: int, offset: int, savepoint: bool
 ) -> None:
     session_factory = create_session_factory(migrated_engine)
     stream_ids = [f"table-{index}" for index in range(streams)]
@@ -128,12 +130,12 @@ def test_a_batch_appends_every_stream_at_its_version_or_none_when_one_is_elsewhe
         for stream_id in stream_ids
     ]
     with pytest.raises(WrongExpectedVersionError) as raised, transaction(session_factory) as session:
-        store.append_batch(session, appends)
+        store.append_batch(session, appends, savepoint=savepoint)
     assert (raised.value.stream_id, raised.value.actual_version) == (wrong, versions[wrong])
     assert row_counts(migrated_engine) == (len(stream_ids[::2]) * 2,) * 2
     right = [(stream_id, versions[stream_id], events) for stream_id, _, events in appends]
     with transaction(session_factory) as session:
-        store.append_batch(session, right)
+        store.append_batch(session, right, savepoint=savepoint)
     with transaction(session_factory) as session:
         assert store.stream_versions(session, stream_ids) == {
             stream_id: version + 1 for stream_id, version in versions.items()
@@ -169,6 +171,26 @@ def test_a_writer_that_raced_past_the_version_check_loses_on_the_unique_key(
         # The caller's transaction is still usable after the lost race.
         store.append(session, "table-2", 0, [table_event("table-2")])
     assert row_counts(migrated_engine) == (3, 3)
+
+
+def test_a_batch_without_a_savepoint_that_raced_past_the_version_check_fails_and_writes_nothing(
+    migrated_engine: Engine, store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`savepoint=False` (the group commit's): the unique key stops a writer whose version check
+    was stale; the error leaves the transaction to its caller, whose rollback drops the rows the
+    batch inserted before it (another stream's event, every outbox row)."""
+    session_factory = create_session_factory(migrated_engine)
+    with transaction(session_factory) as session:
+        store.append(session, "table-1", 0, [table_event(), table_event()])
+    # The check sees table-1 at version 1, as it was before that commit (two writers reading at once).
+    monkeypatch.setattr(event_store, "_at_expected_versions_sqlite", lambda _session, _appends: True)
+    monkeypatch.setattr(
+        EventStore, "stream_versions", lambda _self, _session, ids: {i: int(i == "table-1") for i in ids}
+    )
+    appends = [("table-2", 0, [table_event("table-2")]), ("table-1", 1, [table_event()])]
+    with pytest.raises(IntegrityError), transaction(session_factory) as session:
+        store.append_batch(session, appends, savepoint=False)
+    assert row_counts(migrated_engine) == (2, 2)
 
 
 def test_appending_an_event_id_twice_is_an_integrity_error_not_a_version_conflict(

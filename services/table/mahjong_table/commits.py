@@ -42,6 +42,7 @@ from mahjong_platform.errors import ErrorMapping, ServiceError, status_code_for
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
 
+from mahjong_table import stages
 from mahjong_table.core.commands import TableCommand
 from mahjong_table.tables import AnswerKey, StoredAnswer, TableEngine, first_answers, remember_answers
 from mahjong_table.variants import AnyTableState as TableState
@@ -97,6 +98,8 @@ class _Command:
     future: concurrent.futures.Future[Outcome]
     # `submit_async`: the caller's event loop and the future it awaits there.
     waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Outcome]] | None = None
+    stamps: stages.Timeline | None = None  # `stages` (bench and debugging only)
+    handed: bool = False  # its outcome was handed to its event loop (`_hand_to_loops`)
 
 
 @dataclasses.dataclass(slots=True)
@@ -168,6 +171,7 @@ class GroupCommitter:
         command_for: Callable[[TableState], TableCommand],
         answer_of: AnswerOf | None = None,
         idempotency: IdempotencyKey | None = None,
+        stamps: stages.Timeline | None = None,
     ) -> Outcome:
         """`submit` for a caller on an event loop, awaiting the outcome. The writer hands the
         outcomes of a batch to each loop at once, one wake-up of the loop per batch (awaiting
@@ -176,7 +180,8 @@ class GroupCommitter:
         `submit`."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[Outcome] = loop.create_future()
-        future = self._submit(table_id, command_for, answer_of, idempotency, (loop, waiter))
+        stages.stamp(stamps, stages.QUEUED)
+        future = self._submit(table_id, command_for, answer_of, idempotency, (loop, waiter), stamps)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -190,9 +195,10 @@ class GroupCommitter:
         answer_of: AnswerOf | None,
         idempotency: IdempotencyKey | None,
         waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Outcome]] | None,
+        stamps: stages.Timeline | None = None,
     ) -> concurrent.futures.Future[Outcome]:
         future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-        command = _Command(table_id, command_for, answer_of, idempotency, future, waiter)
+        command = _Command(table_id, command_for, answer_of, idempotency, future, waiter, stamps)
         with self._wake:
             if self._stopping:
                 raise RuntimeError("the table engine is stopping")
@@ -217,6 +223,7 @@ class GroupCommitter:
             batch = [command for command in batch if command.future.set_running_or_notify_cancel()]
             if not batch:
                 continue
+            stages.stamp_all([command.stamps for command in batch], stages.TAKEN)
             try:
                 self.commit(batch)
             except BaseException as error:  # never leave a caller waiting
@@ -247,22 +254,33 @@ class GroupCommitter:
             for command in batch:
                 self._commit_alone(command)
             return
+
+        def answer() -> None:
+            for command, outcome in zip(batch, outcomes, strict=True):
+                command.future.set_result(outcome)
+            stages.stamp_all([command.stamps for command in batch], stages.PUBLISHED)
+            _hand_to_loops(batch)
+
+        # The states first (a caller reads its own write), then the answers, then the watchers:
+        # the event loop runs the answers before the view updates their commit wakes.
         self._engine.published_many(
-            [(table.state, table.envelopes, table.deadline) for table in tables.values() if table.envelopes]
+            [(table.state, table.envelopes, table.deadline) for table in tables.values() if table.envelopes],
+            before_wakeups=answer,
         )
-        for command, outcome in zip(batch, outcomes, strict=True):
-            command.future.set_result(outcome)
 
     def _decide_and_write(self, batch: Sequence[_Command]) -> tuple[list[Outcome], dict[str, _TableBatch]]:
         outcomes: list[Outcome] = []
         tables: dict[str, _TableBatch] = {}
         new_answers: dict[AnswerKey, tuple[str, bytes]] = {}
+        timelines = [command.stamps for command in batch] if stages.ENABLED else []
         with self._session_scope() as session:
+            stages.stamp_all(timelines, stages.BEGUN)
             keys = [(c.table_id, *c.idempotency[:2]) for c in batch if c.idempotency is not None]
             stored_answers = first_answers(session, keys)
             for command in batch:
                 outcome = self._decide(session, command, tables, stored_answers, new_answers)
                 outcomes.append(outcome)
+            stages.stamp_all(timelines, stages.DECIDED)
             written = [table for table in tables.values() if table.envelopes]
             if written:
                 deadlines = self._engine.write_batch(
@@ -271,6 +289,8 @@ class GroupCommitter:
                 for table, deadline in zip(written, deadlines, strict=True):
                     table.deadline = deadline
             remember_answers(session, new_answers)
+            stages.stamp_all(timelines, stages.WRITTEN)
+        stages.stamp_all(timelines, stages.COMMITTED)
         return outcomes, tables
 
     def _decide(
@@ -339,11 +359,12 @@ class GroupCommitter:
 
 
 def _hand_to_loops(batch: Sequence[_Command]) -> None:
-    """The outcomes of `batch`'s `submit_async` callers, handed to each one's event loop in one
-    call (their futures are done: answered, rejected or failed)."""
+    """The outcomes of `batch`'s `submit_async` callers not handed yet, handed to each one's event
+    loop in one call (their futures are done: answered, rejected or failed)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[_Command]] = {}
     for command in batch:
-        if command.waiter is not None:
+        if command.waiter is not None and not command.handed:
+            command.handed = True
             by_loop.setdefault(command.waiter[0], []).append(command)
     for loop, commands in by_loop.items():
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
@@ -351,6 +372,7 @@ def _hand_to_loops(batch: Sequence[_Command]) -> None:
 
 
 def _resolve_waiters(commands: Sequence[_Command]) -> None:
+    stages.stamp_all([command.stamps for command in commands], stages.RESOLVED)
     for command in commands:
         assert command.waiter is not None
         waiter = command.waiter[1]

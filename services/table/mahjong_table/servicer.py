@@ -45,7 +45,7 @@ from mahjong_platform.idempotency import check_idempotency_key, request_digest
 from mahjong_rules import RulesError, format_tiles, parse_tiles
 from sqlalchemy.orm import Session
 
-from mahjong_table import codec, wire
+from mahjong_table import codec, stages, wire
 from mahjong_table.commits import Accepted, Deferral, Deferred, GroupCommitter, Rejection
 from mahjong_table.core import commands
 from mahjong_table.core.errors import InvalidCommandError, TableRuleError
@@ -236,7 +236,10 @@ class TableWakeups:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                loop.call_soon_threadsafe(self._wake, table_ids)
+                # One more turn of the loop before the wake-up: the group commit hands a batch's
+                # answers to the loop just before (`commits`), so the commands' tasks and the
+                # Play streams they answer run before the view updates of every seat it woke.
+                loop.call_soon_threadsafe(loop.call_soon, self._wake, table_ids)
 
     def _wake(self, table_ids: Sequence[str]) -> None:
         for table_id in table_ids:
@@ -348,6 +351,7 @@ class _PlayStream:
     def __init__(self, answers_with_updates: bool = False) -> None:
         self.answers_with_updates = answers_with_updates
         self.answers: collections.deque[bytes] = collections.deque()
+        self.timelines: collections.deque[stages.Timeline | None] = collections.deque()  # `stages`
         self._ride_until = 0.0
         self._alone_now = False
         self.in_flight = 0
@@ -359,6 +363,8 @@ class _PlayStream:
     def next_answer(self) -> bytes:
         """The oldest answer not sent yet, as a `PlayResponse` of its own."""
         answer = self.answers.popleft()
+        if stages.ENABLED:
+            self._composed(1)
         if len(self.answers) < PLAY_ANSWERS_UNSENT_MAX:
             self.room_for_answers.set()
         if not self.answers:
@@ -369,9 +375,17 @@ class _PlayStream:
         """The `PlayResponse` of `update` with every answer not sent yet riding on it."""
         answers = list(self.answers)
         self.answers.clear()
+        if stages.ENABLED:
+            self._composed(len(answers))
         self.room_for_answers.set()
         self._alone_now = False
         return wire.play_answered_update_bytes(update, answers)
+
+    def _composed(self, count: int) -> None:
+        for _ in range(count):
+            stamps = self.timelines.popleft()
+            stages.stamp(stamps, stages.COMPOSED)
+            stages.RECORDER.finished(stamps)
 
     def rides(self) -> bool:
         """Whether the answers not sent yet wait for an update to ride on (opted in, and none of
@@ -390,17 +404,20 @@ class _PlayStream:
             return 0.0
         return self._ride_until - time.monotonic()
 
-    def answered(self, answer: bytes, applied: bool = False) -> None:
+    def answered(self, answer: bytes, applied: bool = False, stamps: stages.Timeline | None = None) -> None:
         """`answer` to one of the stream's commands; `applied`: it appended events (an update
         showing them follows, unless a claim window holds the seat's updates back)."""
         self.in_flight -= 1
-        self._send(answer, applied)
+        stages.stamp(stamps, stages.ANSWERED)
+        self._send(answer, applied, stamps)
 
     def refuse(self, idempotency_key: str, status_code: grpc.StatusCode, message: str) -> None:
         REJECTIONS.count(PLAY_METHOD, status_code)
         self._send(wire.answer_bytes(idempotency_key, status_code.value[0], message))
 
-    def _send(self, answer: bytes, applied: bool = False) -> None:
+    def _send(self, answer: bytes, applied: bool = False, stamps: stages.Timeline | None = None) -> None:
+        if stages.ENABLED:
+            self.timelines.append(stamps)
         if not self.answers:
             self._ride_until = time.monotonic() + PLAY_ANSWER_RIDE_SECONDS
         self._alone_now = self._alone_now or not applied
@@ -516,7 +533,11 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         return messages.ActResponse.FromString(outcome.answer)
 
     async def _decided(
-        self, request: messages.ActRequest, seat: int, wait_until: float
+        self,
+        request: messages.ActRequest,
+        seat: int,
+        wait_until: float,
+        stamps: stages.Timeline | None = None,
     ) -> Accepted | Rejection:
         """Decide and commit one command of `seat` (Act's and Play's common path): waited while a
         claim window that does not ask the seat is open, answered as `visibility` says."""
@@ -544,7 +565,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         while True:
             await self._state_after_hidden_window(table_id, seat, wait_until)
             outcome = await self._committer.submit_async(
-                table_id, command_for, answer_of, idempotency=idempotency
+                table_id, command_for, answer_of, idempotency=idempotency, stamps=stamps
             )
             if not isinstance(outcome, Deferral):
                 return outcome
@@ -725,7 +746,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 wait_past = state.version
             elif not first and state.version <= stored_after:
                 wait_past = stored_after
-            elif play is not None and (play.in_flight or (hold_seconds and play.owes_alone())):
+            elif play is not None and (play.in_flight or play.owes_alone()):
+                # Answers that go alone go before this update is built (they go before it anyway).
                 wait_past = state.version
             else:
                 envelopes = await self._events_up_to(table_id, stored_after, state.version)
@@ -899,14 +921,21 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 )
                 continue
             play.in_flight += 1
-            task = asyncio.create_task(self._play_command(request.act, table_id, seat, play))
+            stamps = stages.timeline()
+            task = asyncio.create_task(self._play_command(request.act, table_id, seat, play, stamps))
             play.tasks.add(task)
             task.add_done_callback(play.tasks.discard)
 
     async def _play_command(
-        self, request: messages.ActRequest, table_id: str, seat: int, play: _PlayStream
+        self,
+        request: messages.ActRequest,
+        table_id: str,
+        seat: int,
+        play: _PlayStream,
+        stamps: stages.Timeline | None = None,
     ) -> None:
         """One command of a Play stream, answered as Act would answer it."""
+        stages.stamp(stamps, stages.TASK)
         try:
             if request.table_id and request.table_id != table_id:
                 raise InvalidArgumentError(
@@ -914,7 +943,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 )
             request.table_id = table_id  # so the request digest is Act's for the same command
             check_idempotency_key(request.idempotency_key, IDEMPOTENCY_KEY_MAX_LENGTH)
-            outcome = await self._decided(request, seat, time.monotonic() + CLAIM_WAIT_CAP_SECONDS)
+            outcome = await self._decided(request, seat, time.monotonic() + CLAIM_WAIT_CAP_SECONDS, stamps)
             if isinstance(outcome, Rejection):
                 raise _Refused(outcome.status_code, outcome.message)
             answer = wire.answer_bytes(request.idempotency_key, result=outcome.answer)
@@ -923,9 +952,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             answer = wire.answer_bytes(request.idempotency_key, code.value[0], message)
             if code != grpc.StatusCode.INTERNAL:
                 REJECTIONS.count(PLAY_METHOD, code)
-            play.answered(answer)
+            play.answered(answer, stamps=stamps)
             return
-        play.answered(answer, applied=bool(outcome.envelopes))
+        play.answered(answer, applied=bool(outcome.envelopes), stamps=stamps)
 
     async def GetView(
         self, request: messages.GetViewRequest, context: grpc.aio.ServicerContext

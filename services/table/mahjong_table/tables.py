@@ -81,9 +81,11 @@ class TableChanges:
         may be published out of order) and wake the table's watchers."""
         self.notify_many([(table_id, version, ended)])
 
-    def notify_many(self, changes: Sequence[tuple[str, int, bool]]) -> None:
+    def notify_many(
+        self, changes: Sequence[tuple[str, int, bool]], before_listeners: Callable[[], None] | None = None
+    ) -> None:
         """`notify` for several tables, (table id, version, ended) each: the listeners are called
-        once, with every table id."""
+        once, with every table id, after `before_listeners()` (the versions are known by then)."""
         with self._lock:
             for table_id, version, ended in changes:
                 self._versions[table_id] = max(version, self._versions.get(table_id, 0))
@@ -91,6 +93,8 @@ class TableChanges:
                 if ended:  # the woken watchers still see the version; later waits make a new condition
                     del self._conditions[table_id]
             listeners = list(self._listeners)
+        if before_listeners is not None:
+            before_listeners()
         table_ids = [table_id for table_id, _version, _ended in changes]
         for listener in listeners:
             listener(table_ids)
@@ -447,11 +451,14 @@ class TableEngine:
         """`write_appended` for several tables at once (group commit): (the state the envelopes
         were decided on, the envelopes, the state after them) each, a table at most once. One
         version query and one insert for all the events (`EventStore.append_batch`: a table that
-        moved raises `WrongExpectedVersionError` and nothing is written), one status upsert."""
+        moved raises `WrongExpectedVersionError`), one status upsert. Without a savepoint: after
+        any error the caller rolls the whole transaction back (the group commit does)."""
         if self.fence is not None:
             self.fence(session, [base.table_id for base, _envelopes, _new in appends])
         self.store.append_batch(
-            session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
+            session,
+            [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends],
+            savepoint=False,
         )
         rows = [
             self._status_row(session, base, new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
@@ -508,9 +515,12 @@ class TableEngine:
     def published_many(
         self,
         tables: Sequence[tuple[TableState, Sequence[envelope_pb2.Envelope], datetime.datetime | None]],
+        before_wakeups: Callable[[], None] | None = None,
     ) -> None:
         """`published` for the tables of one commit (state, envelopes, deadline each, a table at
-        most once): their watchers are told together (`TableChanges.notify_many`)."""
+        most once): their watchers are told together (`TableChanges.notify_many`), after
+        `before_wakeups()`, which sees every table published (the group commit answers its
+        callers there, so an answer is not queued behind the views its commit wakes)."""
         with self._deadlines_lock:
             for state, _envelopes, deadline in tables:
                 known = self._deadlines.get(state.table_id)
@@ -520,7 +530,9 @@ class TableEngine:
             # The tail before the state: a watcher that sees the new state finds its events in memory.
             self.recent.add(state.table_id, envelopes)
             self.cache.put(state)
-        self.changes.notify_many([(state.table_id, state.version, state.is_over) for state, _, _ in tables])
+        self.changes.notify_many(
+            [(state.table_id, state.version, state.is_over) for state, _, _ in tables], before_wakeups
+        )
 
     def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
         """Tell Watch streams about events committed outside `act` (opening, consumers)."""

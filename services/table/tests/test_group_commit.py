@@ -7,15 +7,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
+import pytest
 import sqlalchemy
 from mahjong_platform.database import create_session_factory, read_transaction, transaction
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
-from mahjong_table import codec
+from mahjong_table import codec, stages
 from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
 from mahjong_table.core.commands import Discard, TableCommand
 from mahjong_table.selfplay import greedy_command
@@ -193,6 +194,51 @@ def test_callers_on_an_event_loop_get_a_batchs_outcomes_in_one_wake_up_of_the_lo
     assert told == [tables]
     for table_id, result in zip(tables, results[len(tables) :], strict=True):
         assert isinstance(result, Accepted) and stored_state(table_server, table_id) == result.state
+
+
+def test_a_batch_is_published_then_answered_then_its_watchers_are_told(
+    table_server: TableServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the commit: the states (a caller that reads once answered sees its own write), then
+    the answers handed to the event loop, then the watchers, so the loop runs the answers before
+    the view updates the commit wakes. With stage times on (`stages`), each command is stamped
+    at every stage of the committer, in order."""
+    monkeypatch.setattr(stages, "ENABLED", True)
+    tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (14, 15)]
+    committer = committer_of(table_server)
+    told: list[tuple[int, list[int]]] = []
+
+    async def play() -> tuple[list[Outcome], list[stages.Timeline]]:
+        loop = asyncio.get_running_loop()
+        handed: list[object] = []
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counted(*arguments: Any, **keywords: Any) -> Any:
+            handed.append(arguments[0])
+            return call_soon_threadsafe(*arguments, **keywords)
+
+        def listener(table_ids: Sequence[str]) -> None:
+            versions = [table_server.engine.cached_state(table_id) for table_id in table_ids]
+            told.append((len(handed), [state.version if state else 0 for state in versions]))
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        table_server.engine.changes.add_listener(listener)
+        timelines = [stages.timeline() for _ in tables]
+        tasks = [
+            asyncio.ensure_future(committer.submit_async(table_id, greedy, stamps=stamps))
+            for table_id, stamps in zip(tables, timelines, strict=True)
+        ]
+        await asyncio.sleep(0)
+        committer.start()
+        return await asyncio.gather(*tasks), [stamps for stamps in timelines if stamps is not None]
+
+    results, timelines = asyncio.run(play())
+    committer.stop()
+    assert all(isinstance(result, Accepted) for result in results)
+    assert told == [(1, [result.state.version for result in results if isinstance(result, Accepted)])]
+    for stamps in timelines:
+        path = stamps[stages.QUEUED : stages.RESOLVED + 1]
+        assert all(path) and path == sorted(path), stamps
 
 
 def test_an_event_loop_caller_that_gives_up_before_its_batch_writes_nothing(
