@@ -15,25 +15,36 @@ from sqlalchemy.orm import Session
 from mahjong_matchmaking import tickets
 
 
-def seat_release_handler(clock: Clock = utc_now, on_released: Callable[[], None] | None = None) -> Handler:
+def seat_release_handler(
+    clock: Clock = utc_now, on_released: Callable[[frozenset[str]], None] | None = None
+) -> Handler:
     """Tracked-consumer handler: GameEnded frees every seat of the table, PlayerLeft frees one.
 
-    `on_released` is called once the transaction that freed a seat has committed (the Enqueue
-    calls of this process waiting for their player's seat re-read it then)."""
+    `on_released` is called once the transaction that freed seats has committed, with the tables
+    whose seats it freed (the Enqueue calls of this process waiting for a seat at one of them
+    re-read it then)."""
 
     def handle(session: Session, envelope: envelope_pb2.Envelope, position: MessagePosition) -> None:
         release = SEAT_RELEASES.get(envelope.WhichOneof("payload") or "")
         if release is None:
             return
         released = tickets.release_seat(session, envelope.stream_id, release(envelope), clock)
-        if released and on_released is not None and not session.info.get(_NOTIFIES_KEY):
-            session.info[_NOTIFIES_KEY] = True
-            sqlalchemy.event.listen(session, "after_commit", lambda _session: on_released(), once=True)
+        if not released or on_released is None:
+            return
+        tables: set[str] | None = session.info.get(_RELEASED_TABLES_KEY)
+        if tables is None:
+            tables = session.info[_RELEASED_TABLES_KEY] = set()
+
+            def committed(_session: Session) -> None:
+                on_released(frozenset(session.info.pop(_RELEASED_TABLES_KEY, ())))
+
+            sqlalchemy.event.listen(session, "after_commit", committed, once=True)
+        tables.add(envelope.stream_id)
 
     return handle
 
 
-_NOTIFIES_KEY = "mahjong_matchmaking_notifies_seat_release"
+_RELEASED_TABLES_KEY = "mahjong_matchmaking_released_tables"
 
 
 SEAT_RELEASES: Final[dict[str, Callable[[envelope_pb2.Envelope], int | None]]] = {

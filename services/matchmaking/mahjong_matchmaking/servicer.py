@@ -16,7 +16,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -61,79 +61,89 @@ PostgreSQL two rooms' enqueues may commit at once)."""
 _T = TypeVar("_T")
 
 
-def _release(future: asyncio.Future[None]) -> None:
+def _release(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.set_result(None)
 
 
 class SeatReleases:
-    """What this process's seat-release consumer (a thread) notifies once it freed seats, and the
-    Enqueue calls of seated players (coroutines) wait on; the seats other replicas free are seen at
-    the calls' periodic re-read."""
+    """What this process's seat-release consumer (a thread) notifies once it freed seats, with
+    their tables, and the Enqueue calls of seated players (coroutines) wait on, each for its own
+    table; the seats other replicas free are seen at the calls' periodic re-read."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._generation = 0
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
 
     def generation(self) -> int:
+        """Take it before reading a seat; `wait` returns at once if a release came since."""
         with self._lock:
             return self._generation
 
-    def notify(self) -> None:
-        """Any thread: wake every waiter (on its loop)."""
+    def notify(self, table_ids: Iterable[str]) -> None:
+        """Any thread: seats of `table_ids` were freed; wake the waiters of those tables (each on
+        its loop)."""
         with self._lock:
             self._generation += 1
-            waiters, self._waiters = self._waiters, []
-        for loop, future in waiters:
+            woken = [waiter for table_id in table_ids for waiter in self._waiters.pop(table_id, ())]
+        for loop, future in woken:
             with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits there
                 loop.call_soon_threadsafe(_release, future)
 
-    async def wait(self, seen_generation: int, timeout_seconds: float) -> int:
-        """The generation, once it is past `seen_generation` or after `timeout_seconds`."""
+    async def wait(self, table_id: str, seen_generation: int, timeout_seconds: float) -> None:
+        """Return once a seat of `table_id` is freed, or after `timeout_seconds`; at once when any
+        release came after `seen_generation` (it may have been this table's)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         waiter = (loop, future)
         with self._lock:
             if self._generation != seen_generation:
-                return self._generation
-            self._waiters.append(waiter)
+                return
+            self._waiters.setdefault(table_id, []).append(waiter)
         timer = loop.call_later(timeout_seconds, _release, future)
         try:
             await future
         finally:
             timer.cancel()
-            with self._lock, contextlib.suppress(ValueError):  # notified: no longer listed
-                self._waiters.remove(waiter)
-        return self.generation()
+            with self._lock:
+                waiters = self._waiters.get(table_id)
+                if waiters is not None and waiter in waiters:
+                    waiters.remove(waiter)
+                    if not waiters:
+                        del self._waiters[table_id]
 
 
 class TicketWatchers:
     """The WatchTicket streams of this process waiting for their tickets' next change, by ticket:
     an Enqueue that seats four tickets wakes those four streams, a Cancel its ticket's, and no
-    other. Used on the server's event loop only."""
+    other; each is handed its ticket as the change committed it, so it need not read it again.
+    Used on the server's event loop only."""
 
     def __init__(self) -> None:
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._waiters: dict[str, set[asyncio.Future[tickets.Ticket | None]]] = {}
 
-    def expect(self, ticket_id: str) -> asyncio.Future[None]:
-        """A future done at the ticket's next `changed` (register it before reading the ticket,
-        so a change between the read and the wait is not missed); give it back to `forget`."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def expect(self, ticket_id: str) -> asyncio.Future[tickets.Ticket | None]:
+        """A future done at the ticket's next `changed`, with the changed ticket (None when
+        released otherwise: read it). Register it before reading the ticket, so a change between
+        the read and the wait is not missed; give it back to `forget`."""
+        future: asyncio.Future[tickets.Ticket | None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(ticket_id, set()).add(future)
         return future
 
-    def forget(self, ticket_id: str, future: asyncio.Future[None]) -> None:
+    def forget(self, ticket_id: str, future: asyncio.Future[tickets.Ticket | None]) -> None:
         waiters = self._waiters.get(ticket_id)
         if waiters is not None:
             waiters.discard(future)
             if not waiters:
                 del self._waiters[ticket_id]
 
-    def changed(self, ticket_ids: Iterable[str]) -> None:
-        for ticket_id in ticket_ids:
-            for future in self._waiters.pop(ticket_id, ()):
-                _release(future)
+    def changed(self, changed: Iterable[tickets.Ticket]) -> None:
+        """The tickets as a committed transaction left them."""
+        for ticket in changed:
+            for future in self._waiters.pop(ticket.ticket_id, ()):
+                if not future.done():
+                    future.set_result(ticket)
 
     def watched(self) -> int:
         """How many tickets have a stream waiting (for tests)."""
@@ -213,7 +223,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         if earlier is not None:
             return messages.EnqueueResponse.FromString(earlier)
         if live is not None and live.state == TICKET_SEATED:
-            live = await self._wait_until_unseated(player_id, releases_seen, context)
+            live = await self._wait_until_unseated(player_id, live, releases_seen, context)
         if live is not None:
             # Refused here, without the ledger call and the write transaction; `enqueue` checks
             # again under the room's lock.
@@ -226,7 +236,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
 
     def _enqueue(
         self, player_id: str, room: Room, key: str, digest: str, balance_beans: int | None
-    ) -> tuple[messages.EnqueueResponse, list[str]]:
+    ) -> tuple[messages.EnqueueResponse, list[tickets.Ticket]]:
         """The Enqueue's write transaction (a write thread): its answer, and the tickets it seated.
 
         The earlier answer of this key was looked for just before; a retry racing its first call
@@ -248,7 +258,9 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                 raise
             return messages.EnqueueResponse.FromString(earlier), []
         seated = [
-            seat.ticket_id
+            tickets.Ticket(
+                seat.ticket_id, seat.player_id, room.room_id, TICKET_SEATED, event.stream_id, seat.seat
+            )
             for event in events
             if event.WhichOneof("payload") == "table_assigned"
             for seat in event.table_assigned.seats
@@ -256,7 +268,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         return answer, seated
 
     async def _wait_until_unseated(
-        self, player_id: str, generation: int, context: grpc.aio.ServicerContext
+        self, player_id: str, seat: tickets.LiveTicket, generation: int, context: grpc.aio.ServicerContext
     ) -> tickets.LiveTicket | None:
         """The player's live ticket after waiting at most `seat_release_wait_seconds` (and the
         client's deadline) while they are seated: matchmaking frees a seat when it reads the
@@ -264,9 +276,10 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         once. Answering that Enqueue when the seat is freed, instead of refusing it and being asked
         again every few tens of milliseconds, spares those calls and seats the player sooner; a
         player still seated after the wait is refused as before. Re-read when this process's
-        consumer frees a seat (`seat_releases`), and every SEAT_RECHECK_SECONDS for the seats
-        another replica frees. `generation`: `seat_releases`' before the read that found the seat.
-        A client that cancels the call ends the wait (the task is cancelled)."""
+        consumer frees a seat at the player's table (`seat_releases`), and every
+        SEAT_RECHECK_SECONDS for the seats another replica frees. `seat`: the live ticket found,
+        `generation`: `seat_releases`' before the read that found it. A client that cancels the
+        call ends the wait (the task is cancelled)."""
         budget = (
             time_budget_seconds(context, self.seat_release_wait_seconds)
             if self.seat_release_wait_seconds
@@ -274,14 +287,18 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
-        while True:
+        live: tickets.LiveTicket | None = seat
+        while live is not None and live.state == TICKET_SEATED:
             remaining = deadline - loop.time()
-            if remaining > 0:
-                generation = await self.seat_releases.wait(generation, min(remaining, SEAT_RECHECK_SECONDS))
+            if remaining <= 0:
+                break
+            await self.seat_releases.wait(
+                live.table_id or "", generation, min(remaining, SEAT_RECHECK_SECONDS)
+            )
+            generation = self.seat_releases.generation()
             with read_transaction(self._session_factory) as session:
                 live = tickets.live_ticket(session, player_id)
-            if live is None or live.state != TICKET_SEATED or remaining <= 0:
-                return live
+        return live
 
     async def Cancel(
         self, request: messages.CancelRequest, context: grpc.aio.ServicerContext
@@ -290,23 +307,27 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         tickets.check_idempotency_key(request.idempotency_key)
         if not request.ticket_id:
             raise InvalidArgumentError("ticket_id is required")
-        answer = await self._written(self._cancel, player_id, request)
-        self.watchers.changed([request.ticket_id])
+        answer, cancelled = await self._written(self._cancel, player_id, request)
+        if cancelled is not None:
+            self.watchers.changed([cancelled])
         return answer
 
-    def _cancel(self, player_id: str, request: messages.CancelRequest) -> messages.CancelResponse:
-        """The Cancel's write transaction (a write thread)."""
+    def _cancel(
+        self, player_id: str, request: messages.CancelRequest
+    ) -> tuple[messages.CancelResponse, tickets.Ticket | None]:
+        """The Cancel's write transaction (a write thread): its answer, and the ticket it cancelled
+        (None: a retry answered the first answer)."""
         digest = request_digest(request)
         with transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Cancel", request.idempotency_key, digest)
             if earlier is not None:
-                return messages.CancelResponse.FromString(earlier)
-            tickets.cancel(session, self._store, request.ticket_id, player_id, self._clock)
+                return messages.CancelResponse.FromString(earlier), None
+            cancelled = tickets.cancel(session, self._store, request.ticket_id, player_id, self._clock)
             answer = messages.CancelResponse()
             tickets.remember_answer(
                 session, player_id, "Cancel", request.idempotency_key, digest, answer.SerializeToString()
             )
-        return answer
+        return answer, cancelled
 
     async def WatchTicket(
         self, request: messages.WatchTicketRequest, context: grpc.aio.ServicerContext
@@ -316,11 +337,13 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         last_sent: messages.TicketUpdate | None = None
         loop = asyncio.get_running_loop()
         ends = loop.time() + WATCH_MAX_SECONDS
+        ticket: tickets.Ticket | None = None  # as this process's change handed it over
         while True:
             changed = self.watchers.expect(ticket_id)
             try:
-                with read_transaction(self._session_factory) as session:
-                    ticket = tickets.load_ticket(session, ticket_id)
+                if ticket is None:
+                    with read_transaction(self._session_factory) as session:
+                        ticket = tickets.load_ticket(session, ticket_id)
                 if ticket is None:
                     raise NotFoundError(f"no ticket {ticket_id!r}")
                 if ticket.player_id != player_id:
@@ -334,7 +357,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                     return
                 timer = loop.call_later(min(WATCH_POLL_SECONDS, remaining), _release, changed)
                 try:
-                    await changed
+                    ticket = await changed  # None at the periodic re-read
                 finally:
                     timer.cancel()
             finally:

@@ -108,12 +108,13 @@ class LiveTicket:
     ticket_id: str
     state: str
     room_id: str
+    table_id: str | None  # a seated ticket's table
 
 
 def live_ticket(session: Session, player_id: str) -> LiveTicket | None:
     """The player's live ticket or seat, if any."""
     live = session.execute(_LIVE_TICKET, {"live_player_id": player_id}).first()
-    return None if live is None else LiveTicket(live.ticket_id, live.state, live.room_id)
+    return None if live is None else LiveTicket(live.ticket_id, live.state, live.room_id, live.table_id)
 
 
 def refuse_a_live_player(session: Session, player_id: str) -> None:
@@ -295,7 +296,9 @@ _INSERT_ANSWER = idempotent_answers.insert()
 _LOAD_TICKET = sqlalchemy.select(tickets).where(
     tickets.c.ticket_id == sqlalchemy.bindparam("wanted_ticket_id")
 )
-_LIVE_TICKET = sqlalchemy.select(tickets.c.ticket_id, tickets.c.state, tickets.c.room_id).where(
+_LIVE_TICKET = sqlalchemy.select(
+    tickets.c.ticket_id, tickets.c.state, tickets.c.room_id, tickets.c.table_id
+).where(
     tickets.c.player_id == sqlalchemy.bindparam("live_player_id"), tickets.c.state.in_(LIVE_TICKET_STATES)
 )
 _INSERT_TICKET = tickets.insert()

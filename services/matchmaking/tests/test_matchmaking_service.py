@@ -101,9 +101,9 @@ class WatchedReleases(SeatReleases):
         super().__init__()
         self.waiting = threading.Event()
 
-    async def wait(self, seen_generation: int, timeout_seconds: float) -> int:
+    async def wait(self, table_id: str, seen_generation: int, timeout_seconds: float) -> None:
         self.waiting.set()
-        return await super().wait(seen_generation, timeout_seconds)
+        await super().wait(table_id, seen_generation, timeout_seconds)
 
 
 HANG_SECONDS = 60.0
@@ -122,11 +122,14 @@ def seat_a_table(matchmaking: Matchmaking, enqueue: Callable[..., str]) -> str:
 
 @pytest.mark.parametrize("notified", [True, False], ids=["this-process-consumer", "another-replica"])
 def test_an_enqueue_of_a_player_whose_seat_is_being_freed_is_answered_once_it_is(
-    matchmaking: Matchmaking, enqueue: Callable[..., str], notified: bool
+    matchmaking: Matchmaking, enqueue: Callable[..., str], notified: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The players of a game that just ended enqueue again before matchmaking has read its
     GameEnded: the call waits for the seat release (woken by this process's consumer, or finding
-    it at a re-read when another replica's consumer applied it) instead of being refused."""
+    it at a re-read when another replica's consumer applied it) instead of being refused. Woken by
+    the consumer, it needs no periodic re-read (out of the way here)."""
+    if notified:
+        monkeypatch.setattr(servicer_module, "SEAT_RECHECK_SECONDS", HANG_SECONDS)
     table_id = seat_a_table(matchmaking, enqueue)
     releases = WatchedReleases()
     matchmaking.servicer.seat_releases = releases
@@ -146,9 +149,10 @@ def test_an_enqueue_of_a_player_whose_seat_is_being_freed_is_answered_once_it_is
 def test_a_watch_of_a_queued_ticket_is_woken_by_the_enqueue_that_seats_it_and_by_no_other(
     matchmaking: Matchmaking, enqueue: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the periodic re-read out of the way, the stream reads its ticket twice: when it opens,
-    and when the Enqueue that seats it wakes it; the Enqueues of other rooms and players that did
-    not seat it did not wake it (each woke every stream of the process before)."""
+    """With the periodic re-read out of the way, the stream reads its ticket once, when it opens:
+    the Enqueue that seats it wakes it with the seated ticket; the Enqueues of other rooms and
+    players that did not seat it did not wake it (each woke every stream of the process before,
+    and each stream read its ticket again)."""
     monkeypatch.setattr(servicer_module, "WATCH_POLL_SECONDS", HANG_SECONDS)
     reads: list[str] = []
     load_ticket = tickets_module.load_ticket
@@ -170,18 +174,21 @@ def test_a_watch_of_a_queued_ticket_is_woken_by_the_enqueue_that_seats_it_and_by
     assert reads == [ticket]
     enqueue("p3")
     update = next(stream)
-    assert (update.state, update.seat) == ("seated", 0)
-    assert reads == [ticket, ticket]
-    assert list(stream) == []
+    assert (update.state, update.seat, update.room_id) == ("seated", 0, "sichuan-novice")
+    assert update.table_id
+    assert reads == [ticket]
+    assert list(stream) == []  # the stream ended: its wait is forgotten
     assert matchmaking.servicer.watchers.watched() == 0
+    fresh = matchmaking.stub_for("p0").WatchTicket(messages.WatchTicketRequest(ticket_id=ticket))
+    assert next(iter(fresh)) == update, "the ticket handed over is not the ticket stored"
 
 
 def test_a_seat_release_notifies_once_after_its_commit_and_never_after_a_rollback(
     matchmaking: Matchmaking, enqueue: Callable[..., str]
 ) -> None:
     table_id = seat_a_table(matchmaking, enqueue)
-    calls: list[str] = []
-    handler = seat_release_handler(on_released=lambda: calls.append("released"))
+    calls: list[frozenset[str]] = []
+    handler = seat_release_handler(on_released=calls.append)
     ended = new_envelope(table_events_pb2.GameEnded(reason="three_wins"), clock=utc_now, stream_id=table_id)
     left = new_envelope(table_events_pb2.PlayerLeft(seat=1), clock=utc_now, stream_id=table_id)
     with pytest.raises(RuntimeError), transaction(matchmaking.session_factory) as session:
@@ -192,10 +199,10 @@ def test_a_seat_release_notifies_once_after_its_commit_and_never_after_a_rollbac
         handler(session, left, MessagePosition("t", 0, 0))
         handler(session, ended, MessagePosition("t", 0, 1))
         assert calls == [], "notified before the commit: a woken Enqueue would still see the seat"
-    assert calls == ["released"]
+    assert calls == [frozenset({table_id})]
     with transaction(matchmaking.session_factory) as session:
         handler(session, ended, MessagePosition("t", 0, 2))  # frees nothing more
-    assert calls == ["released"]
+    assert calls == [frozenset({table_id})]
 
 
 def test_a_seated_player_is_refused_without_asking_the_ledger_or_taking_a_queue_place(
