@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from functools import partial
 
 from mahjong_rules.formula.wall import SUITED_TILE_LIMIT
 from mahjong_rules.tiles import parse_tile
@@ -125,8 +124,7 @@ def greedy_command(state: TableState) -> TableCommand:
         player = state.players[seat]
         sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
         return DeclareMissingSuit(seat, "mps"[min(range(3), key=lambda suit: (sizes[suit], suit))])
-    usefulness = partial(_usefulness, state.players[seat].concealed)
-    return Discard(seat, min(actions[ACTION_DISCARD].tiles, key=usefulness))
+    return Discard(seat, _least_useful(state.players[seat].concealed, actions[ACTION_DISCARD].tiles))
 
 
 _NEIGHBOURS = {
@@ -136,10 +134,18 @@ _NEIGHBOURS = {
 """Each Sichuan tile code: its tile, and the tiles of the same suit within two ranks."""
 
 
-def _usefulness(concealed: tuple[int, ...], code: str) -> int:
-    """How much a tile helps the hand: copies held and neighbours held (lower is discarded first)."""
-    tile, neighbours = _NEIGHBOURS[code]
-    return 3 * concealed[tile] + sum(map(concealed.__getitem__, neighbours))
+def _least_useful(concealed: tuple[int, ...], codes: tuple[str, ...]) -> str:
+    """The first of `codes` that helps the hand least: by copies held (3 each) and neighbours held
+    (`min` over that usefulness, written out: the greedy player's hottest line)."""
+    chosen, lowest = codes[0], 1 << 30
+    for code in codes:
+        tile, neighbours = _NEIGHBOURS[code]
+        usefulness = 3 * concealed[tile]
+        for neighbour in neighbours:
+            usefulness += concealed[neighbour]
+        if usefulness < lowest:
+            chosen, lowest = code, usefulness
+    return chosen
 
 
 def formula_greedy_command(state: FormulaTableState) -> TableCommand:

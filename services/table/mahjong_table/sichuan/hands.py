@@ -29,9 +29,15 @@ def waits(player: PlayerState) -> frozenset[int]:
     every discard of the others and by every view) and by the hand itself."""
     found: frozenset[int] | None = player.derived.get("waits")
     if found is None:
-        found = rules_adapter.waiting_tiles(player.concealed, rules_melds(player), player.missing_suit)
+        if player.holds_missing_suit():
+            found = _NO_TILES  # never ready while holding the missing suit (RULES.md 1.3)
+        else:
+            found = rules_adapter.waiting_tiles(player.concealed, rules_melds(player), player.missing_suit)
         player.derived["waits"] = found
     return found
+
+
+_NO_TILES: frozenset[int] = frozenset()
 
 
 def claim_win_evaluation(
@@ -59,9 +65,7 @@ def win_offer_multiplier(state: TableState, seat: int, tile: int, kind: WindowKi
     which is a win on another player's tile like a discard.
     """
     player = state.players[seat]
-    if rules_adapter.suit_of(tile) == player.missing_suit or player.holds_missing_suit():
-        return 0
-    if tile not in waits(player):
+    if tile not in waits(player):  # none while the hand holds its missing suit, none of that suit
         return 0
     evaluation = claim_win_evaluation(state, seat, tile, kind, after_kong)
     if evaluation is None:
@@ -76,17 +80,19 @@ def open_window(
 ) -> ClaimWindow:
     """The claim window on `tile` (RULES.md 1.4, 1.5): first the players who can win are asked;
     if there are none, the meld stage (pong/kong, discards only) follows at once."""
-    players = state.players
-    offers = tuple(
-        win_offer_multiplier(state, seat, tile, kind, after_kong)
-        if seat != from_seat and players[seat].in_game
-        else 0
-        for seat in range(SEAT_COUNT)
-    )
-    if any(offers):
+    offers = _NO_OFFERS
+    for seat, player in enumerate(state.players):
+        if seat != from_seat and not player.won and not player.left and tile in waits(player):
+            multiplier = win_offer_multiplier(state, seat, tile, kind, after_kong)
+            if multiplier:
+                offers = (*offers[:seat], multiplier, *offers[seat + 1 :])
+    if offers is not _NO_OFFERS:
         pending = frozenset(seat for seat in range(SEAT_COUNT) if offers[seat])
         return ClaimWindow(kind, tile, from_seat, WindowStage.WIN, pending, offers, after_kong=after_kong)
     return _meld_window(state, kind, tile, from_seat, offers, after_kong, ())
+
+
+_NO_OFFERS = (0,) * SEAT_COUNT
 
 
 def meld_stage(state: TableState, window: ClaimWindow) -> ClaimWindow:
@@ -119,7 +125,7 @@ def _meld_window(
             tile,
             from_seat,
             WindowStage.MELD,
-            frozenset(),
+            _NO_SEATS,
             offers,
             after_kong=after_kong,
             winners=winners,
@@ -136,6 +142,9 @@ def _meld_window(
         after_kong=after_kong,
         winners=winners,
     )
+
+
+_NO_SEATS: frozenset[int] = frozenset()
 
 
 def _meld_claimant(state: TableState, kind: WindowKind, tile: int, from_seat: int) -> int:
