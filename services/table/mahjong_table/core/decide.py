@@ -43,7 +43,7 @@ from mahjong_table.core.events import (
     WallExhausted,
 )
 from mahjong_table.core.state import SEAT_COUNT, MeldState, Phase, TableShape
-from mahjong_table.core.tiles import code_of, codes_of_counts
+from mahjong_table.core.tiles import code_of, codes_of, codes_of_counts
 
 _State = TypeVar("_State", bound=TableShape)
 
@@ -123,7 +123,7 @@ def table_opened(
         room_id=room_id,
         rules=rules,
         seats=seats,
-        wall=tuple(code_of(tile) for tile in wall),
+        wall=codes_of(wall),
         dice_roller_seat=dice.roller_seat,
         die_1=dice.die_1,
         die_2=dice.die_2,

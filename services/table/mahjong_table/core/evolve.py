@@ -113,10 +113,11 @@ def dealt(players: tuple[_P, ...], event: HandsDealt, parse: Callable[[str], int
     """The players after the deal: each holds the tiles dealt to its seat."""
     updated = list(players)
     for hand in event.hands:
-        counts = updated[hand.seat].concealed
+        counts = list(updated[hand.seat].concealed)
         for code in hand.tiles:
-            counts = add_count(counts, parse(code), 1)
-        updated[hand.seat] = replaced(updated[hand.seat], concealed=counts)
+            counts[parse(code)] += 1
+        assert max(counts) <= 4, f"seat {hand.seat} dealt more than four of a tile"
+        updated[hand.seat] = replaced(updated[hand.seat], concealed=tuple(counts))
     return tuple(updated)
 
 

@@ -107,11 +107,19 @@ class TableFacts:
 
     def next_seat_in_game(self, after_seat: int) -> int:
         """The first seat after `after_seat` in turn order that is still in the game, or -1."""
-        for offset in range(1, SEAT_COUNT + 1):
-            seat = (after_seat + offset) % SEAT_COUNT
-            if self.players[seat].in_game:
+        players = self.players
+        for seat in _SEATS_AFTER[after_seat]:
+            player = players[seat]
+            if not player.won and not player.left:
                 return seat
         return NO_SEAT
+
+
+_SEATS_AFTER = tuple(
+    tuple((after_seat + offset) % SEAT_COUNT for offset in range(1, SEAT_COUNT + 1))
+    for after_seat in range(SEAT_COUNT)
+)
+"""Per seat, every seat in turn order after it, itself last."""
 
 
 @fast_init

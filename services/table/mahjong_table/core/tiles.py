@@ -6,7 +6,7 @@ indexed by it; events and views carry codes. These are the conversions both fami
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from mahjong_rules.tiles import TILE_KIND_COUNT, tile_code
 
@@ -20,9 +20,21 @@ def code_of(tile: int) -> str:
     return _CODES[tile]
 
 
+def codes_of(tiles: Iterable[int]) -> tuple[str, ...]:
+    """The codes of `tiles`, in their order (`code_of` of each)."""
+    return tuple(map(_CODES.__getitem__, tiles))
+
+
 def codes_of_counts(counts: Sequence[int]) -> tuple[str, ...]:
     """The codes of the tiles that `counts` (a hand's tile counts) hold, in tile order."""
-    return tuple(_CODES[tile] for tile in range(len(counts)) for _ in range(counts[tile]))
+    codes: list[str] = []
+    for tile, count in enumerate(counts):
+        if count:
+            codes += _CODE_COPIES[tile][:count]
+    return tuple(codes)
+
+
+_CODE_COPIES: tuple[tuple[str, ...], ...] = tuple((code,) * 4 for code in _CODES)
 
 
 def command_tile(code: object, parse: Callable[[str], int]) -> int:

@@ -25,6 +25,7 @@ ASK_KONG = "kong"
 ASK_CHOW = "chow"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FormulaPlayer(PlayerFacts):
     """One seat's facts."""
@@ -98,6 +99,7 @@ class FormulaWindow:
         return self.asks[0] if self.asks else None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FormulaTableState(TableFacts):
     """Everything the formula aggregate knows about one table's hand."""

@@ -68,7 +68,7 @@ from mahjong_table.core.events import (
     TurnTimedOut,
 )
 from mahjong_table.core.state import SEAT_COUNT, Phase
-from mahjong_table.core.tiles import codes_of_counts, command_tile
+from mahjong_table.core.tiles import codes_of, codes_of_counts, command_tile
 from mahjong_table.sichuan import autoplay, hands, rules_adapter
 from mahjong_table.sichuan.evolve import evolve, exchange_receiver
 from mahjong_table.sichuan.rules_adapter import SUIT_CODES, WinEvaluation, code_of
@@ -81,6 +81,8 @@ from mahjong_table.sichuan.state import (
 )
 
 EXCHANGE_TILE_COUNT = 3
+_SICHUAN_TILES = [tile for tile in range(TILE_KIND_COUNT) for _ in range(4)]
+"""Every tile of a Sichuan wall in order: four of each kind (RULES.md 1.1)."""
 
 
 # ----------------------------------------------------------------------------------- opening
@@ -119,7 +121,7 @@ def open_table_with_wall(
     also used by scenario tests that need a known deal. The dealer comes from the dice."""
     assignments = kernel.seat_assignments(seats)
     wall_tiles = tuple(tile if isinstance(tile, int) else _parse_tile(tile) for tile in wall)
-    if sorted(wall_tiles) != [tile for tile in range(TILE_KIND_COUNT) for _ in range(4)]:
+    if sorted(wall_tiles) != _SICHUAN_TILES:
         raise InvalidCommandError(f"a wall must hold the {WALL_TILE_COUNT} Sichuan tiles, 4 of each")
     if exchange_direction not in EXCHANGE_DIRECTIONS:
         raise InvalidCommandError(f"exchange direction must be one of {EXCHANGE_DIRECTIONS}")
@@ -130,10 +132,7 @@ def open_table_with_wall(
     dealer_seat = dice.dealer_seat
     dealt_tiles, head = rules_adapter.deal_hands(wall_tiles, dealer_seat)
     dealt = HandsDealt(
-        hands=tuple(
-            DealtHand(seat, tuple(code_of(tile) for tile in sorted(hand)))
-            for seat, hand in enumerate(dealt_tiles)
-        ),
+        hands=tuple(DealtHand(seat, codes_of(sorted(hand))) for seat, hand in enumerate(dealt_tiles)),
         wall_remaining=WALL_TILE_COUNT - head,
     )
     return [opened, dealt]
@@ -547,7 +546,7 @@ def _end_if_due(emitter: _Emitter) -> bool:
         return True
     if state.win_count >= 3:
         reason = END_REASON_THREE_WINS
-    elif [player.in_game for player in state.players].count(True) < 2:
+    elif sum(1 for player in state.players if not player.won and not player.left) < 2:
         reason = END_REASON_ESCAPES
     else:
         return False

@@ -45,7 +45,7 @@ from mahjong_table.core.state import (
     with_player,
 )
 from mahjong_table.sichuan import hands
-from mahjong_table.sichuan.rules_adapter import SUIT_CODES, parse_code
+from mahjong_table.sichuan.rules_adapter import SUIT_CODES, parse_code, parse_codes
 from mahjong_table.sichuan.state import PlayerState, TableState, WindowKind, WindowStage
 
 EXCHANGE_OFFSETS = {DIRECTION_CLOCKWISE: -1, DIRECTION_COUNTER_CLOCKWISE: 1, DIRECTION_OPPOSITE: 2}
@@ -65,7 +65,7 @@ def _opened(event: TableOpened) -> TableState:
         rules=event.rules,
         dealer_seat=event.dealer_seat,
         exchange_direction=event.exchange_direction,
-        wall=tuple(parse_code(code) for code in event.wall),
+        wall=parse_codes(event.wall),
         players=kernel.seated(event, _new_player),
     )
 
@@ -94,13 +94,17 @@ def _exchange_picked(state: TableState, event: ExchangePicked) -> TableState:
 
 
 def _tiles_exchanged(state: TableState, event: TilesExchanged) -> TableState:
-    held = [player.concealed for player in state.players]
+    held = [list(player.concealed) for player in state.players]
     for transfer in event.transfers:
         for code in transfer.tiles:
             tile = parse_code(code)
-            held[transfer.from_seat] = add_count(held[transfer.from_seat], tile, -1)
-            held[transfer.to_seat] = add_count(held[transfer.to_seat], tile, 1)
-    players = tuple(replaced(player, concealed=held[seat]) for seat, player in enumerate(state.players))
+            held[transfer.from_seat][tile] -= 1
+            held[transfer.to_seat][tile] += 1
+    for counts in held:
+        assert min(counts) >= 0 and max(counts) <= 4, "the exchange gave a count out of 0..4"
+    players = tuple(
+        replaced(player, concealed=tuple(held[seat])) for seat, player in enumerate(state.players)
+    )
     return replaced(state, players=players, phase=Phase.MISSING_SUIT)
 
 

@@ -18,10 +18,15 @@ from mahjong_table.sichuan.state import ClaimWindow, PlayerState, TableState, Wi
 
 
 def rules_melds(player: PlayerState) -> tuple[tuple[int, str], ...]:
-    """The melds as the adapter takes them: (tile, kong exposure or "" for a pong)."""
+    """The melds as the adapter takes them: (tile, kong exposure or "" for a pong), memoised on
+    the player."""
     if not player.melds:
         return ()
-    return tuple((meld.tile, meld.exposure if meld.kind == "kong" else "") for meld in player.melds)
+    melds: tuple[tuple[int, str], ...] | None = player.derived.get("rules_melds")
+    if melds is None:
+        melds = tuple((meld.tile, meld.exposure if meld.kind == "kong" else "") for meld in player.melds)
+        player.derived["rules_melds"] = melds
+    return melds
 
 
 def waits(player: PlayerState) -> frozenset[int]:

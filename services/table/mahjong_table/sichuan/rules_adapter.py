@@ -34,6 +34,7 @@ __all__ = [
     "evaluate_win",
     "initial_wall",
     "parse_code",
+    "parse_codes",
     "suit_of",
     "waiting_tiles",
 ]
@@ -61,6 +62,14 @@ def parse_code(code: str) -> int:
             raise TileParseError(str(error)) from None
         raise TileParseError(f"tile {code!r} is not used in Sichuan Bloody (only 1m..9m, 1p..9p, 1s..9s)")
     return tile
+
+
+def parse_codes(codes: Sequence[str]) -> tuple[int, ...]:
+    """`parse_code` of every code, in order (a wall, a hand): one dictionary look-up each."""
+    try:
+        return tuple(map(_TILE_BY_CODE.__getitem__, codes))
+    except (KeyError, TypeError):
+        return tuple(parse_code(code) for code in codes)  # raises the error naming the bad code
 
 
 def suit_of(tile: int) -> int:

@@ -22,6 +22,7 @@ from mahjong_table.core.state import MEMO, MeldState, Phase, PlayerFacts, TableF
 
 TILE_KIND_COUNT = SUITED_TILE_KIND_COUNT
 EMPTY_COUNTS: tuple[int, ...] = (0,) * TILE_KIND_COUNT
+_NO_SUIT_TILES = (0,) * 9
 
 
 class WindowKind(StrEnum):
@@ -40,6 +41,7 @@ class WindowStage(StrEnum):
     MELD = "meld"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PlayerState(PlayerFacts):
     """One seat's facts."""
@@ -64,10 +66,10 @@ class PlayerState(PlayerFacts):
 
     def holds_missing_suit(self) -> bool:
         """True while a tile of the declared missing suit is held (RULES.md 1.3)."""
-        if self.missing_suit is None:
+        missing = self.missing_suit
+        if missing is None:
             return False
-        start = self.missing_suit * 9
-        return any(self.concealed[start : start + 9])
+        return self.concealed[missing * 9 : missing * 9 + 9] != _NO_SUIT_TILES
 
 
 @fast_init
@@ -89,6 +91,7 @@ class ClaimWindow:
     """The discard was made right after the discarder's kong (杠上炮, RULES.md 1.5)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TableState(TableFacts):
     """Everything the aggregate knows about one table's game."""

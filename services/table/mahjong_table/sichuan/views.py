@@ -66,19 +66,19 @@ def _turn_actions(state: TableState, seat: int) -> list[LegalAction]:
     if kongs:
         actions.append(LegalAction(ACTION_KONG, tuple([code_of(tile) for tile, _ in kongs])))
     discards = hands.allowed_discards(state.players[seat])
-    actions.append(LegalAction(ACTION_DISCARD, tuple([code_of(tile) for tile in discards])))
+    actions.append(LegalAction(ACTION_DISCARD, tuple([_CODES[tile] for tile in discards])))
     return actions
+
+
+_CODES = tuple(code_of(tile) for tile in range(TILE_KIND_COUNT))
 
 
 def _exchange_action(player: PlayerState) -> LegalAction:
     """Exchange three: the held tiles of the suits holding at least three (RULES.md 1.2)."""
     sizes = [sum(player.concealed[suit * 9 : suit * 9 + 9]) for suit in range(3)]
     suits = tuple(SUIT_CODES[suit] for suit in range(3) if sizes[suit] >= 3)
-    tiles = tuple(
-        code_of(tile)
-        for tile in range(TILE_KIND_COUNT)
-        for _ in range(player.concealed[tile])
-        if sizes[tile // 9] >= 3
+    tiles = codes_of_counts(
+        [count if sizes[tile // 9] >= 3 else 0 for tile, count in enumerate(player.concealed)]
     )
     return LegalAction(ACTION_EXCHANGE_THREE, tiles, suits)
 
