@@ -59,7 +59,10 @@ def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[Se
 
 def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[ConsumerDefinition]:
     """The seat releases, from the seats topic alone: ~2 events a game where the table topic has
-    ~250 (a poll applies what it brought at once: a player waits for the release to enqueue)."""
+    ~250 (a poll applies what it brought at once: a player waits for the release to enqueue). The
+    handler is idempotent by its own keys (a release frees its table's seated tickets, and a table
+    id is never seated again: applied twice, the second changes nothing), so no processed ids are
+    read or written (`table_topic_backlog`: the consumers of its group never race on them)."""
     return [
         ConsumerDefinition(
             SEATS_GROUP,
@@ -67,6 +70,7 @@ def consumers(engine: Engine, settings: Settings, topics: Topics) -> list[Consum
             seat_release_handler(on_released=seat_releases(engine).notify),
             wants=releases_a_seat,
             kafka_group_id=SEATS_KAFKA_GROUP,
+            idempotent_handler=True,
         )
     ]
 

@@ -20,6 +20,10 @@ def seat_release_handler(
 ) -> Handler:
     """Tracked-consumer handler: GameEnded frees every seat of the table, PlayerLeft frees one.
 
+    Idempotent by its own keys: a release finishes only its table's tickets still seated, and a
+    table id is never seated again, so an event applied a second time (read again, or on both
+    topics) changes nothing and notifies nothing.
+
     `on_released` is called once the transaction that freed seats has committed, with the tables
     whose seats it freed (the Enqueue calls of this process waiting for a seat at one of them
     re-read it then)."""

@@ -10,19 +10,25 @@ A deployment that ran the old consumer may still have releases on the table topi
 after the old consumer's last stored position, or by a table engine of the old version. This
 worker, run by every matchmaking process, applies them. When the group has stored positions on the
 table topic and has not retired it (`retired_inputs`), it reads the table topic from those
-positions, in the same group (the same processed event ids: a release read on both topics is
-applied once; freeing a free seat again would change nothing anyway; its own Kafka group, as the
-seats topic's consumer has), until
+positions, in the same group (its own Kafka group, as the seats topic's consumer has), until
 
 1. the seats topic holds a message (a table engine of this version writes releases there), then
 2. every partition is applied up to the table topic's end offsets of that moment;
 
 then it records the table topic retired and reads it no more. A deployment that never read the
 table topic (no stored position) retires it at once. Several processes may drain at once: they
-share the table topic's partitions in their Kafka group, and the first to see it done retires it
-(an older matchmaking still running reads the same partitions in its group: a release both apply
-at once fails one's transaction on the processed id, and that consumer re-reads from the stored
-positions).
+share the table topic's partitions in their Kafka group, and the first to see it done retires it.
+
+A release read on both topics (or by this worker and an older matchmaking still running) frees
+its seats once: the seat-release handler is idempotent by its own keys (`projection`: a release
+finishes its table's *seated* tickets, and a table id is never seated again), so the consumers of
+the group are idempotent handlers (no `processed_events` rows): the second to apply a release
+finds its seats free and changes nothing, where two transactions that both checked the processed
+ids before either committed failed the slower one's on the processed id's key.
+
+Every message of the table topic is a delivery here (not only the releases, which the batch
+handler picks), so every poll stores its positions: (2) compares the stored positions with the
+end offsets, and a partition whose backlog holds no release would otherwise never store one.
 
 Deploy the table engine (every replica) no later than matchmaking: a release that a table engine
 of the old version writes after the moment of (2) is on the table topic only, and is missed.
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy
@@ -42,8 +48,9 @@ from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.schema import consumer_positions
 from mahjong_platform.topic_reading import topic_partitions
 from mahjong_platform.topics import Topics
-from mahjong_platform.tracked_consumer import Handler, Relevance, TrackedConsumer
+from mahjong_platform.tracked_consumer import BatchHandler, Delivery, Handler, Relevance, TrackedConsumer
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from mahjong_matchmaking.models import retired_inputs
 
@@ -98,11 +105,12 @@ class TableTopicBacklog:
             self._bootstrap_servers,
             self._group_id,
             [self._topics.table],
-            self._handler,
+            None,
             self._topics.dead_letter,
-            wants=self._wants,
+            batch_handler=wanted_only(self._handler, self._wants),
             clock=self._clock,
             kafka_group_id=f"{self._group_id}-table-backlog",
+            idempotent_handler=True,
             **self._consumer_options,
         )
         self._offsets = KafkaConsumer(
@@ -185,6 +193,20 @@ class TableTopicBacklog:
         finally:
             if offsets is not None:
                 offsets.close()
+
+
+def wanted_only(handler: Handler, wants: Relevance | None) -> BatchHandler:
+    """A batch handler that applies the events `wants` (all: None) with `handler` and reports only
+    those as applied: the consumer takes every message as a delivery, and stores every poll's
+    positions."""
+
+    def apply_batch(session: Session, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        applied = [delivery for delivery in deliveries if wants is None or wants(delivery.envelope)]
+        for delivery in applied:
+            handler(session, delivery.envelope, delivery.position)
+        return applied
+
+    return apply_batch
 
 
 _RETIRED = sqlalchemy.select(retired_inputs.c.topic).where(

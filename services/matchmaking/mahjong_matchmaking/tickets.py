@@ -185,8 +185,10 @@ def enqueue(
         if seat is not None:
             ticket = dataclasses.replace(ticket, state=TICKET_SEATED, table_id=assigned.stream_id, seat=seat)
     # Both streams are new (random ids) and are appended together: one version check, one insert
-    # of the events and one of their outbox messages, instead of one of each per stream.
-    store.append_batch(session, appends)
+    # of the events and one of their outbox messages, instead of one of each per stream. No
+    # savepoint: every caller rolls the whole transaction back on any error (the servicer answers
+    # a racing retry after the rollback).
+    store.append_batch(session, appends, savepoint=False)
     return ticket, [events[0] for _, _, events in appends]
 
 

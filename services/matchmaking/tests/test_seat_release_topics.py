@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -36,10 +37,16 @@ from mahjong_platform.database import (
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.schema import consumer_positions, processed_events
-from mahjong_platform.service_runtime import migrate, start_service
+from mahjong_platform.service_runtime import ConsumerDefinition, migrate, start_service
 from mahjong_platform.testing import FIRST_ASSIGNMENT_SECONDS, poll_until_handled, produce_envelopes
 from mahjong_platform.topics import Topics, ensure_topics
-from mahjong_platform.tracked_consumer import TrackedConsumer
+from mahjong_platform.tracked_consumer import (
+    BatchApplier,
+    Delivery,
+    MessagePosition,
+    TrackedConsumer,
+    per_event,
+)
 from sqlalchemy.engine import Engine
 
 pytestmark = pytest.mark.integration
@@ -105,20 +112,36 @@ def group_rows(session_factory: SessionFactory, table: sqlalchemy.Table, column:
         return list(session.execute(query).scalars())
 
 
+def seats_consumer(engine: Engine) -> ConsumerDefinition:
+    """The service's seat-release consumer, as `DEFINITION` runs it."""
+    (definition,) = DEFINITION.consumers(engine, load_settings({}), Topics())
+    return definition
+
+
 def apply_from(
-    engine: Engine, bootstrap_servers: str, topics: Topics, topic: str, kafka_group: str, *, handled: int
+    engine: Engine,
+    bootstrap_servers: str,
+    topics: Topics,
+    topic: str,
+    kafka_group: str,
+    *,
+    handled: int,
+    on_released: Callable[[frozenset[str]], None] | None = None,
+    as_the_service: bool = True,
 ) -> None:
-    """A seat-release consumer of `topic` (as the service runs it: group `SEATS_GROUP`, joining
-    `kafka_group`) polled until it handled `handled` messages, then closed."""
+    """A seat-release consumer of `topic` (group `SEATS_GROUP`, joining `kafka_group`) polled until
+    it handled `handled` messages, then closed: as the service runs it, or (`as_the_service`
+    False) as an older matchmaking did, recording processed ids."""
     consumer = TrackedConsumer(
         engine,
         bootstrap_servers,
         SEATS_GROUP,
         [topic],
-        seat_release_handler(),
+        seat_release_handler(on_released=on_released),
         topics.dead_letter,
         wants=releases_a_seat,
         kafka_group_id=kafka_group,
+        idempotent_handler=as_the_service and seats_consumer(engine).idempotent_handler,
         **TEST_CONSUMER_OPTIONS,  # type: ignore[arg-type]
     )
     try:
@@ -161,14 +184,17 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
     engine: Engine, kafka_bootstrap_servers: str, topics: Topics
 ) -> None:
     session_factory = create_session_factory(engine)
-    handler = seat_release_handler()
+    released: list[frozenset[str]] = []
+    handler = seat_release_handler(on_released=released.append)
     read_before, left_behind, both_topics = (seat_a_table(session_factory, topics, name) for name in "abc")
     # The old consumer (same group, table topic) applied the first game's end and stopped.
     read_before_end = game_ended(read_before)
     produce_envelopes(
         kafka_bootstrap_servers, topics.table, [tile_drawn(read_before), read_before_end], client_id="t"
     )
-    apply_from(engine, kafka_bootstrap_servers, topics, topics.table, SEATS_GROUP, handled=2)
+    apply_from(
+        engine, kafka_bootstrap_servers, topics, topics.table, SEATS_GROUP, handled=2, as_the_service=False
+    )
     assert ticket_states(session_factory, read_before) == {TICKET_FINISHED}
     # An old table engine then ended a game: on the table topic only, after the stored positions.
     left_behind_end = game_ended(left_behind)
@@ -200,7 +226,15 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
         ended = game_ended(both_topics)
         produce_envelopes(kafka_bootstrap_servers, topics.table, [ended], client_id="t")
         produce_envelopes(kafka_bootstrap_servers, topics.seats, [ended], client_id="t")
-        apply_from(engine, kafka_bootstrap_servers, topics, topics.seats, SEATS_KAFKA_GROUP, handled=1)
+        apply_from(
+            engine,
+            kafka_bootstrap_servers,
+            topics,
+            topics.seats,
+            SEATS_KAFKA_GROUP,
+            handled=1,
+            on_released=released.append,
+        )
         worker.join(FIRST_ASSIGNMENT_SECONDS)
         assert finished == [True]
     finally:
@@ -209,14 +243,135 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
         backlog.close()
     assert backlog.retired()
     assert ticket_states(session_factory, both_topics) == {TICKET_FINISHED}
-    # Each release applied once, though one was read on both topics.
+    # Each release freed its seats once, though one was read on both topics (the second to apply
+    # it found them free: the handler is idempotent, and only the old consumer kept processed ids).
+    assert sorted(released) == sorted([frozenset({left_behind}), frozenset({both_topics})])
     applied = group_rows(session_factory, processed_events, "event_id")
-    assert sorted(applied) == sorted([read_before_end.event_id, left_behind_end.event_id, ended.event_id])
+    assert applied == [read_before_end.event_id]
     # Retired: a restart reads the table topic no more.
     again = TableTopicBacklog(engine, kafka_bootstrap_servers, topics, SEATS_GROUP, handler)
     assert again.apply_backlog(threading.Event()) is True
     assert again.stalled_seconds() == 0.0  # no consumer was made
     again.close()
+
+
+def test_a_backlog_that_holds_no_release_is_applied_and_the_table_topic_retired(
+    engine: Engine, kafka_bootstrap_servers: str, topics: Topics
+) -> None:
+    """After the old consumer's last stored position, the table topic holds only events that free
+    no seat (games still being played): nothing to apply, but every poll stores its positions, so
+    the backlog is seen applied up to the end offsets and the table topic retired. (Positions were
+    stored only with a wanted event, so such a partition never reached its end offset.)"""
+    session_factory = create_session_factory(engine)
+    read_before_end = game_ended(seat_a_table(session_factory, topics, "a"))
+    produce_envelopes(kafka_bootstrap_servers, topics.table, [read_before_end], client_id="t")
+    apply_from(
+        engine, kafka_bootstrap_servers, topics, topics.table, SEATS_GROUP, handled=1, as_the_service=False
+    )
+    playing = [tile_drawn(str(uuid.uuid4())) for _ in range(4 * PARTITIONS)]  # on every partition
+    produce_envelopes(kafka_bootstrap_servers, topics.table, playing, client_id="t")
+    # A table engine of this version wrote to the seats topic (the backlog's end offsets are taken then).
+    produce_envelopes(kafka_bootstrap_servers, topics.seats, [game_ended(str(uuid.uuid4()))], client_id="t")
+    backlog = TableTopicBacklog(
+        engine,
+        kafka_bootstrap_servers,
+        topics,
+        SEATS_GROUP,
+        seat_release_handler(),
+        wants=releases_a_seat,
+        consumer_options=TEST_CONSUMER_OPTIONS,
+    )
+    stop = threading.Event()
+    finished: list[bool] = []
+    worker = threading.Thread(target=lambda: finished.append(backlog.apply_backlog(stop)))
+    worker.start()
+    try:
+        worker.join(FIRST_ASSIGNMENT_SECONDS)
+        assert finished == [True], "the table topic was not retired"
+    finally:
+        stop.set()
+        worker.join(FIRST_ASSIGNMENT_SECONDS)
+        backlog.close()
+    assert backlog.retired()
+    assert group_rows(session_factory, processed_events, "event_id") == [read_before_end.event_id]
+
+
+def backends_waiting_for_a_lock(engine: Engine) -> int:
+    with engine.connect() as connection:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        return int(connection.exec_driver_sql(query).scalar_one())
+
+
+def test_the_seats_and_backlog_consumers_applying_one_release_at_once_on_postgresql_both_commit(
+    postgres_database_url: str,
+) -> None:
+    """While the table topic is not retired, the seats topic's consumer and the backlog's (one
+    group) can apply one release at the same time. The second waits for the first's locks on the
+    seats, then finds them free: it commits, frees nothing and notifies nothing. (With processed
+    ids, both checked them before either committed, and the second failed on the processed id's
+    key, outside the handler's error handling: its consumer restarted.)"""
+    migrate(DEFINITION, postgres_database_url)
+    engine = create_engine_for(postgres_database_url)
+    try:
+        session_factory = create_session_factory(engine)
+        table_id = seat_a_table(session_factory, Topics(), "race")
+        ended = game_ended(table_id)
+        released: list[frozenset[str]] = []
+        handler = seat_release_handler(on_released=released.append)
+        failures: list[str] = []
+        first_holds_its_locks = threading.Event()
+        first_may_commit = threading.Event()
+
+        def hold(position: MessagePosition) -> None:
+            first_holds_its_locks.set()
+            assert first_may_commit.wait(FIRST_ASSIGNMENT_SECONDS)
+
+        seats = BatchApplier(  # as the service's seats consumer applies a batch
+            session_factory,
+            SEATS_GROUP,
+            per_event(handler),
+            lambda delivery, error: failures.append(error),
+            before_commit=hold,
+            idempotent_handler=seats_consumer(engine).idempotent_handler,
+        )
+        backlog = BatchApplier(  # as `TableTopicBacklog` makes its consumer's
+            session_factory,
+            SEATS_GROUP,
+            table_topic_backlog.wanted_only(handler, releases_a_seat),
+            lambda delivery, error: failures.append(error),
+            idempotent_handler=True,
+        )
+        outcomes: dict[str, BaseException | None] = {}
+
+        def apply(name: str, applier: BatchApplier, topic: str) -> None:
+            position = MessagePosition(topic, 0, 7)
+            try:
+                applier.apply([Delivery(ended, position)], [position])
+                outcomes[name] = None
+            except BaseException as error:  # reported by the test
+                outcomes[name] = error
+
+        first = threading.Thread(target=apply, args=("seats", seats, "seats"))
+        first.start()
+        assert first_holds_its_locks.wait(FIRST_ASSIGNMENT_SECONDS)
+        second = threading.Thread(target=apply, args=("backlog", backlog, "table"))
+        second.start()
+        wait_until(lambda: backends_waiting_for_a_lock(engine) == 1, "the second waits for the seats")
+        first_may_commit.set()
+        first.join(FIRST_ASSIGNMENT_SECONDS)
+        second.join(FIRST_ASSIGNMENT_SECONDS)
+        assert outcomes == {"seats": None, "backlog": None} and failures == []
+        assert released == [frozenset({table_id})]
+        assert ticket_states(session_factory, table_id) == {TICKET_FINISHED}
+        with read_transaction(session_factory) as session:
+            stored = session.execute(
+                sqlalchemy.select(consumer_positions.c.topic, consumer_positions.c.next_offset).where(
+                    consumer_positions.c.consumer_group == SEATS_GROUP
+                )
+            ).all()
+        assert sorted(stored) == [("seats", 8), ("table", 8)]
+    finally:
+        engine.dispose()
 
 
 def test_a_deployment_that_never_read_the_table_topic_retires_it_without_reading(engine: Engine) -> None:
