@@ -360,22 +360,26 @@ def _insert_rows_sqlite(
     *,
     on_conflict: tuple[str, ...] = (),
 ) -> None:
-    """SQLite: the rows as multi-row ``INSERT ... VALUES (...), (...)`` statements, their chunks of
-    power-of-two sizes (so a table has a few statement texts, which stay in the driver's cache).
+    """SQLite: the rows as ``INSERT ... SELECT * FROM (VALUES (...), (...)) WHERE true LIMIT ?``
+    statements, one per SQLITE_ROWS_PER_INSERT_MAX rows, each padded with rows of NULLs to a power
+    of two that the LIMIT (the real rows' count) cuts off (so a table has a few statement texts,
+    which stay in the driver's cache, and a group commit's rows of a table are one statement).
 
     The driver's executemany steps its statement once per row, and each step releases the GIL and
     takes it back (from a busy event loop, that can wait up to the interpreter's switch interval);
-    a group commit writes ~100 rows. One statement per chunk steps once. The values are bound as
-    SQLAlchemy would (the columns' bind processors, e.g. its SQLite datetime text), except bytes,
-    which the driver takes as they are. A chunk is one statement, so a violated unique key inserts
-    none of its rows. `on_conflict`: the key of `upsert_rows`."""
+    a group commit writes ~100 rows. One statement per chunk steps once; chunks of power-of-two
+    sizes took one statement per bit of the row count. The values are bound as SQLAlchemy would
+    (the columns' bind processors, e.g. its SQLite datetime text), except bytes, which the driver
+    takes as they are. A chunk is one statement, so a violated unique key inserts none of its rows;
+    the rows go in in their order (the VALUES are read in order). `on_conflict`: the key of
+    `upsert_rows`."""
     columns = tuple(rows[0])
     processors = _sqlite_bind_processors(dialect, table, columns)
     connection = session.connection()
     per_statement = min(
-        SQLITE_ROWS_PER_INSERT_MAX, _power_of_two_at_most(_SQLITE_VARIABLES_MAX // len(columns))
+        SQLITE_ROWS_PER_INSERT_MAX, _power_of_two_at_most((_SQLITE_VARIABLES_MAX - 1) // len(columns))
     )
-    for chunk in power_of_two_chunks(rows, per_statement):
+    for chunk, size in padded_chunks(rows, per_statement):
         values: list[Any] = []
         for row in chunk:
             if len(row) != len(columns):
@@ -386,20 +390,28 @@ def _insert_rows_sqlite(
                 except KeyError:
                     raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}") from None
                 values.append(value if processor is None or value is None else processor(value))
+        values += [None] * (len(columns) * (size - len(chunk)))
+        values.append(len(chunk))
         connection.exec_driver_sql(
-            _sqlite_insert_text(dialect, table, columns, len(chunk), on_conflict), tuple(values)
+            _sqlite_insert_text(dialect, table, columns, size, on_conflict), tuple(values)
         )
 
 
-def power_of_two_chunks(items: Sequence[_T], most: int) -> Iterator[Sequence[_T]]:
-    """`items` in consecutive chunks, each of the largest power of two that is at most `most` (a
-    power of two) and at most what is left: a statement per chunk with one placeholder group per
-    item then has a few texts only, which stay in the driver's statement cache."""
-    start = 0
-    while start < len(items):
-        count = min(most, _power_of_two_at_most(len(items) - start))
-        yield items[start : start + count]
-        start += count
+def padded_chunks(items: Sequence[_T], most: int) -> Iterator[tuple[Sequence[_T], int]]:
+    """`items` in consecutive chunks of `most` (a power of two), the last one shorter, each with the
+    size its statement is built for: `most`, and for the last the smallest power of two at least
+    its length. A statement per chunk with one placeholder group per item, padded to that size (by
+    the caller: rows of NULLs a LIMIT cuts off, a key repeated), then has a few texts only, which
+    stay in the driver's statement cache, and at most `most` items are one statement."""
+    for start in range(0, len(items), most):
+        chunk = items[start : start + most]
+        yield chunk, 1 << (len(chunk) - 1).bit_length()
+
+
+def padded_by_repeating(chunk: Sequence[_T], size: int) -> list[_T]:
+    """`chunk` padded to `size` items by repeating its first (for a statement whose answer a
+    repeated item does not change: a key looked up twice, a version checked twice)."""
+    return [*chunk, *[chunk[0]] * (size - len(chunk))]
 
 
 def _power_of_two_at_most(count: int) -> int:
@@ -424,8 +436,10 @@ def _sqlite_insert_text(
         quote = dialect.identifier_preparer.quote
         names = ", ".join(quote(column) for column in columns)
         row = "(" + ", ".join("?" * len(columns)) + ")"
-        text = f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({names}) VALUES "
-        text += ", ".join([row] * count)
+        text = (
+            f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({names}) SELECT * FROM (VALUES "
+        )
+        text += ", ".join([row] * count) + ") WHERE true LIMIT ?"  # WHERE: the upsert's, see SQLite's docs
         if on_conflict:
             updates = [column for column in columns if column not in on_conflict]
             text += f" ON CONFLICT ({', '.join(quote(column) for column in on_conflict)}) DO UPDATE SET "

@@ -22,7 +22,7 @@ from mahjong.v1 import envelope_pb2
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from mahjong_platform.database import PerDialect, insert_rows, one_of, power_of_two_chunks
+from mahjong_platform.database import PerDialect, insert_rows, one_of, padded_by_repeating, padded_chunks
 from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
 from mahjong_platform.metrics import count_events_appended
 from mahjong_platform.outbox import add_outbox_messages
@@ -277,9 +277,10 @@ def _at_expected_versions_sqlite(
     (per 256 streams) instead of one row per stream: the driver releases the GIL at every row
     it steps, and a busy event loop may keep it a while."""
     connection = session.connection()
-    for chunk in power_of_two_chunks(appends, _VERSIONS_CHECKED_PER_QUERY_MAX):
-        values = tuple(value for stream_id, expected, _ in chunk for value in (stream_id, expected))
-        if connection.exec_driver_sql(_versions_differing_text(len(chunk)), values).scalar_one():
+    for chunk, size in padded_chunks(appends, _VERSIONS_CHECKED_PER_QUERY_MAX):
+        padded = padded_by_repeating(chunk, size)
+        values = tuple(value for stream_id, expected, _ in padded for value in (stream_id, expected))
+        if connection.exec_driver_sql(_versions_differing_text(size), values).scalar_one():
             return False
     return True
 

@@ -127,3 +127,31 @@ def test_an_upsert_updates_the_rows_whose_key_is_there_and_inserts_the_others(
     assert aware(by_event["event-0002"]["sent_at"]) == MOMENT  # a column the upsert did not name: kept
     assert bytes(by_event["event-0001"]["message_value"]) == message(1)["message_value"]
     assert bytes(by_event["event-0005"]["message_value"]) == b"new"
+
+
+@pytest.mark.parametrize("count", [1, 3, 37, SQLITE_ROWS_PER_INSERT_MAX + 1])
+def test_sqlite_writes_each_chunk_of_rows_in_one_statement_of_a_few_texts(
+    sqlite_engine: Engine, count: int
+) -> None:
+    """SQLite: one INSERT per SQLITE_ROWS_PER_INSERT_MAX rows (each statement steps once, and each
+    step is a wait for the GIL in a busy service), its rows padded to a power of two that its LIMIT
+    cuts off, so a table has a few statement texts; chunks of power-of-two sizes took one
+    statement per bit of the count (37 rows: 32 + 4 + 1)."""
+    statements: list[str] = []
+
+    def remember(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if statement.startswith("INSERT"):
+            statements.append(statement)
+
+    rows = [message(index) for index in range(count)]
+    sqlalchemy.event.listen(sqlite_engine, "before_cursor_execute", remember)
+    try:
+        with transaction(create_session_factory(sqlite_engine)) as session:
+            insert_rows(session, outbox_messages, rows)
+            upsert_rows(session, outbox_messages, rows, key=("event_id", "topic"))
+    finally:
+        sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", remember)
+    chunks = -(-count // SQLITE_ROWS_PER_INSERT_MAX)
+    assert len(statements) == 2 * chunks
+    assert len(set(statements)) <= 2 * chunks and all(" LIMIT ?" in text for text in statements)
+    assert [row["event_id"] for row in stored(sqlite_engine)] == [row["event_id"] for row in rows]

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2
-from mahjong_platform.database import insert_rows, power_of_two_chunks, upsert_rows
+from mahjong_platform.database import insert_rows, padded_by_repeating, padded_chunks, upsert_rows
 from mahjong_platform.envelopes import Clock, new_envelope
 from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
 from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
@@ -626,13 +626,14 @@ def first_answers(session: Session, keys: Sequence[AnswerKey]) -> dict[AnswerKey
 
 def _first_answers_sqlite(session: Session, keys: Sequence[AnswerKey]) -> list[sqlalchemy.Row[typing.Any]]:
     """SQLite: the stored answers of exactly these keys, by primary key, in one statement per
-    chunk of a power-of-two size (a few statement texts, cached by the driver; SQLAlchemy's
-    expanding IN renders a new one for every batch size)."""
+    COMMANDS_PER_ANSWER_QUERY_MAX keys, padded to a power of two by repeating a key (a few
+    statement texts, cached by the driver; SQLAlchemy's expanding IN renders a new one for every
+    batch size)."""
     connection = session.connection()
     rows: list[sqlalchemy.Row[typing.Any]] = []
-    for chunk in power_of_two_chunks(keys, COMMANDS_PER_ANSWER_QUERY_MAX):
-        values = tuple(value for key in chunk for value in key)
-        rows += connection.exec_driver_sql(_first_answers_text(len(chunk)), values).all()
+    for chunk, size in padded_chunks(keys, COMMANDS_PER_ANSWER_QUERY_MAX):
+        values = tuple(value for key in padded_by_repeating(chunk, size) for value in key)
+        rows += connection.exec_driver_sql(_first_answers_text(size), values).all()
     return rows
 
 

@@ -266,7 +266,7 @@ def test_an_event_loop_caller_that_gives_up_before_its_batch_writes_nothing(
 
 
 def test_the_stored_first_answers_are_found_for_exactly_the_keys_asked(table_server: TableServer) -> None:
-    """`first_answers` (one query per power-of-two chunk on SQLite): the stored answers of the
+    """`first_answers` (on SQLite one query per 256 keys, padded to a power of two): the answers of the
     keys asked, none of a key that shares its table and idempotency key but not its player."""
     stored = {
         (f"table-{index % 3}", f"player-{index % 5}", f"key-{index}"): (
