@@ -9,7 +9,8 @@ nothing through these streams either (`test_claim_window_privacy`'s checks).
 
 `wait_for_table_ms`: a stream opened before its table waits for it to open instead of NOT_FOUND;
 a caller not seated there is PERMISSION_DENIED once it opens, as without the wait; a table that
-does not open within the wait is NOT_FOUND; a wait out of range is INVALID_ARGUMENT.
+does not open within the wait is NOT_FOUND; a wait (or a `hold_idle_updates_ms`,
+`test_play_hold`) out of range is INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -291,14 +292,22 @@ def test_a_table_that_does_not_open_within_the_wait_is_not_found(table_server: T
     assert _opening_waits(table_server) == 0
 
 
-@pytest.mark.parametrize("wait_for_table_ms", [-1, 30_001])
-def test_a_wait_out_of_range_is_invalid(table_server: TableServer, wait_for_table_ms: int) -> None:
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("wait_for_table_ms", -1),
+        ("wait_for_table_ms", 30_001),
+        ("hold_idle_updates_ms", -1),
+        ("hold_idle_updates_ms", 1001),
+    ],
+)
+def test_an_option_out_of_range_is_invalid(table_server: TableServer, option: str, value: int) -> None:
     table_id = table_server.open_table(PLAYERS)
-    options = messages.PlayOptions(wait_for_table_ms=wait_for_table_ms)
+    options = messages.PlayOptions(**{option: value})
     with pytest.raises(grpc.RpcError) as invalid:
         next(PlayClient(table_server.stub_for("east"), table_id, options=options).responses)
     assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "wait_for_table_ms" in (invalid.value.details() or "")
+    assert option in (invalid.value.details() or "")
 
 
 def test_a_table_the_match_consumer_opens_wakes_the_stream_waiting_for_it_once_committed(

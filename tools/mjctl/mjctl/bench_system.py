@@ -5,14 +5,14 @@ Starts a Kafka broker on free ports, a throwaway database (SQLite files by defau
 visiting every database each second: `POSTGRESQL_SETTINGS`), and the four
 services as their own processes on free ports; then plays ``--tables`` tables at once with bots
 (``mjctl bots --processes``) twice: at saturation (bots decide at once) and with every bot thinking
-``--think-ms`` before each decision. For each run it prints one table: games settled per second,
-Act p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot
-read it; the bots hold the updates that give them nothing to decide up to 250 ms,
-`bots.PLAY_HOLD_IDLE_UPDATES_MS`, ``--hold-idle-updates-ms``) and that of decisions apart (the
-last event of each update that asks the bot), settlement lag p50/p99 (GameEnded -> last TransferPosted, read from the ledger topic after
-the run: `mjctl.lag`), the Enqueues refused per game because matchmaking had not freed a seat yet,
-CPU seconds per game of each server process, of the Kafka broker and of the bots apart (while they
-played), and their sum, and the same run's pure engine rate
+``--think-ms`` before each decision. For each run it prints one table: games settled per second, Act
+p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot read it;
+the bots hold the updates that give them nothing to decide up to 250 ms,
+`bots.PLAY_HOLD_IDLE_UPDATES_MS`, ``--hold-idle-updates-ms``) and that of decisions apart (the last
+event of each update that asks the bot), settlement lag p50/p99 (GameEnded -> last TransferPosted,
+read from the ledger topic after the run: `mjctl.lag`), the Enqueues refused per game because
+matchmaking had not freed a seat yet, CPU seconds per game of each server process, of the Kafka
+broker and of the bots apart (while they played), and their sum, and the same run's pure engine rate
 (`mahjong_table.bench`) with the ratio full system / pure engine; under it, the Act latency per
 command kind (`mjctl.load.act_by_kind`). ``--runs think`` runs only the think-time run. Not a test:
 nothing is asserted.
