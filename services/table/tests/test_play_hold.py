@@ -33,6 +33,7 @@ from mjctl.client import answers_of
 
 from .conftest import TableServer
 from .test_claim_window_privacy import check_non_claimants_see_the_same, full_events, windows_of
+from .test_formula_table_service import open_formula_table
 from .test_play_options import _discard, _table_before_discard, _until
 from .test_play_stream import REFUSALS, PlayClient, play_on_play_streams, privacy_records_on_play
 from .test_table_service import PLAYERS
@@ -200,6 +201,14 @@ def test_sichuan_seats_not_asked_in_a_window_see_nothing_of_it_with_held_updates
     table_id = table_server.open_table(PLAYERS, seed=seed)
     records = privacy_records_on_play(table_server, table_id, messages.PlayOptions(hold_idle_updates_ms=200))
     assert check_non_claimants_see_the_same(records, full_events(table_server, table_id), merged=True) > 0
+
+
+def test_formula_seats_not_asked_in_a_window_see_nothing_of_it_with_held_updates_rules_2_1(
+    table_server: TableServer,
+) -> None:
+    table_id = open_formula_table(table_server, 1)
+    records = privacy_records_on_play(table_server, table_id, messages.PlayOptions(hold_idle_updates_ms=200))
+    check_non_claimants_see_the_same(records, full_events(table_server, table_id), merged=True)
 
 
 def test_a_discard_a_hidden_window_follows_is_answered_riding_on_the_update_after_it_when_held_rules_1_4(
