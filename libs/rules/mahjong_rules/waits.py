@@ -9,6 +9,7 @@ melds) does not count, and a player whose only waits are such tiles is not ready
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import mul
 
 from mahjong_rules.decomposition import (
     BITS_PER_RANK,
@@ -96,14 +97,23 @@ def winning_tiles(
 
 
 def winning_tiles_of_counts(
-    counts: Sequence[int], melds: Sequence[Meld], missing_suit: Suit | None
+    counts: Sequence[int], melds: Sequence[Meld], missing_suit: Suit | None, *, trusted: bool = False
 ) -> tuple[Tile, ...]:
     """``winning_tiles`` of concealed tiles given as their 27 counts (1m..9s), as the table
-    engine keeps hands."""
+    engine keeps hands.
+
+    ``trusted=True`` is the caller's promise that the position is valid (27 counts of 0..4, the
+    hand's size for its melds, no fifth copy with the melds), as a table engine's folded hands
+    are: the checks are skipped, and an invalid position gives an unspecified answer instead of
+    an error. The melds are checked either way.
+    """
     facts = meld_facts(melds)
-    keys = suit_keys_of_counts(counts)
-    check_tile_total(sum(counts), WINNING_HAND_TILE_COUNT - 1 - 3 * facts.count, "a waiting hand")
-    check_copies(keys, melds)
+    if trusted:
+        keys = [sum(map(mul, counts[start : start + 9], RANK_UNITS)) for start in (0, 9, 18)] + [0]
+    else:
+        keys = suit_keys_of_counts(counts)
+        check_tile_total(sum(counts), WINNING_HAND_TILE_COUNT - 1 - 3 * facts.count, "a waiting hand")
+        check_copies(keys, melds)
     missing_index = missing_suit_index(missing_suit)
     return tuple(tile for _, _, tile in _winning_candidates(keys, facts, melds, missing_index))
 

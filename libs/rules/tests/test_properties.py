@@ -167,3 +167,7 @@ def test_waits_agree_with_trying_all_27_tiles(hand: tuple[list[int], list[Meld],
     assert winning_tiles(position13, melds, missing) == tuple(wait.tile for wait in result.waits)
     counts = [position13.count(tile) for tile in range(27)]
     assert winning_tiles_of_counts(counts, melds, missing) == tuple(wait.tile for wait in result.waits)
+    # A caller vouching for a valid position (the table engine's folded hands) gets the same waits.
+    assert winning_tiles_of_counts(counts, melds, missing, trusted=True) == tuple(
+        wait.tile for wait in result.waits
+    )
