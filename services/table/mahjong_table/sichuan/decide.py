@@ -546,7 +546,7 @@ def _end_if_due(emitter: _Emitter) -> bool:
         return True
     if state.win_count >= 3:
         reason = END_REASON_THREE_WINS
-    elif sum(1 for player in state.players if not player.won and not player.left) < 2:
+    elif _seats_out(state) > SEAT_COUNT - 2:
         reason = END_REASON_ESCAPES
     else:
         return False
@@ -556,6 +556,15 @@ def _end_if_due(emitter: _Emitter) -> bool:
         emitter.emit(KongRobbed(window.from_seat, code_of(window.tile), window.winners))
     kernel.end(emitter, reason)
     return True
+
+
+def _seats_out(state: TableState) -> int:
+    """How many seats won or left."""
+    out = 0
+    for player in state.players:
+        if player.won or player.left:
+            out += 1
+    return out
 
 
 def _advance(emitter: _Emitter) -> None:
