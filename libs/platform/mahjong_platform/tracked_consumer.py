@@ -101,9 +101,9 @@ DEAD_LETTER_PUBLISH_TIMEOUT_MS_DEFAULT = 30_000
 DEAD_LETTER_ERROR_MAX_CHARACTERS = 4_000
 SUBSCRIBED_TOPICS_MAX = 100
 BATCH_EVENTS_MAX = 10_000
+"""The most events one batch transaction applies (a poll returns at most MAX_POLL_RECORDS_MAX)."""
 ONE_EVENT_ATTEMPTS = 2
 """Attempts at one event whose handler broke a constraint (`BatchApplier._apply_alone`)."""
-"""The most events one batch transaction applies (a poll returns at most MAX_POLL_RECORDS_MAX)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
