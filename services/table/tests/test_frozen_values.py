@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from mahjong_table.core import events
 from mahjong_table.core.frozen import fast_init
-from mahjong_table.core.state import MEMO, replaced
+from mahjong_table.core.state import MEMO, copier_setting, replaced
 from mahjong_table.sichuan.state import PlayerState
 
 
@@ -97,3 +97,17 @@ def test_replaced_copies_every_field_changes_the_named_ones_and_empties_the_memo
     with pytest.raises(AttributeError):
         replaced(player, colour="red")
     assert [item.name for item in dataclasses.fields(PlayerState) if item.metadata == MEMO] == ["derived"]
+
+
+def test_a_copier_for_fixed_changes_gives_what_replaced_gives() -> None:
+    player = PlayerState("p2", concealed=(1,) * 13 + (0,) * 14, draw_count=2, skip_win_multiplier=4)
+    player.derived["waits"] = frozenset()
+    after_draw = copier_setting(PlayerState, "draw_count", "skip_win_multiplier")
+    copy = after_draw(player, draw_count=3, skip_win_multiplier=0)
+    assert type(copy) is PlayerState and copy.derived == {}
+    assert copy == replaced(player, draw_count=3, skip_win_multiplier=0)
+    assert copier_setting(PlayerState)(player) == player
+    with pytest.raises(TypeError):
+        after_draw(player, draw_count=3)  # every named field is given
+    with pytest.raises(AttributeError):
+        copier_setting(PlayerState, "colour")

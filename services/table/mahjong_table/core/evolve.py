@@ -37,6 +37,7 @@ from mahjong_table.core.state import (
     TableShape,
     add_count,
     added_kong_to_pong,
+    copier_setting,
     hidden_from_all_but,
     pong_to_added_kong,
     pop_discard,
@@ -135,16 +136,34 @@ def wall_after_draw(state: TableShape, event: TileDrawn, tile: int) -> tuple[int
 
 def discarded(player: _P, tile: int) -> _P:
     """The player after discarding `tile`: out of the hand, onto the discard pile."""
-    return replaced(
+    cls = type(player)
+    copy = _PLAYER_DISCARD_COPIERS.get(cls)
+    if copy is None:
+        copy = _PLAYER_DISCARD_COPIERS[cls] = copier_setting(cls, "concealed", "discards")
+    after: _P = copy(
         player, concealed=add_count(player.concealed, tile, -1), discards=(*player.discards, tile)
     )
+    return after
 
 
 def tile_discarded(state: _State, seat: int, tile: int, **changes: object) -> _State:
     """The state after `seat` discarded `tile`: out of its hand onto its pile, no drawn tile, the
-    claim phase (with the family's `changes`; the family opens the window on it)."""
+    claim phase (with the family's `changes`, the same names at every discard of a family; the
+    family opens the window on it)."""
     players = with_player(tuple(state.players), seat, discarded(state.players[seat], tile))
-    return replaced(state, players=players, phase=Phase.CLAIM, drawn_tile=None, **changes)
+    key = (type(state), *changes)
+    copy = _TABLE_DISCARD_COPIERS.get(key)
+    if copy is None:
+        names = ("players", "phase", "drawn_tile", *changes)
+        copy = _TABLE_DISCARD_COPIERS[key] = copier_setting(type(state), *names)
+    after: _State = copy(state, players=players, phase=Phase.CLAIM, drawn_tile=None, **changes)
+    return after
+
+
+_PLAYER_DISCARD_COPIERS: dict[type, Callable[..., Any]] = {}
+_TABLE_DISCARD_COPIERS: dict[tuple[object, ...], Callable[..., Any]] = {}
+"""The copies a discard makes (with the draw, the engine's most frequent fold), by the player's
+class, and by the state's class and the family's changes (`copier_setting`)."""
 
 
 def ponged(players: tuple[_P, ...], event: PongClaimed, tile: int) -> tuple[_P, ...]:

@@ -32,6 +32,7 @@ __all__ = [
     "WindowShape",
     "add_count",
     "added_kong_to_pong",
+    "copier_setting",
     "hidden_from_all_but",
     "pong_to_added_kong",
     "pop_discard",
@@ -243,8 +244,27 @@ _COPIERS: dict[type, Callable[[Any, dict[str, object]], Any]] = {}
 
 
 def _copier(cls: type) -> Callable[[Any, dict[str, object]], Any]:
-    """A function copying every slot of a `cls` value and then setting `changes`, one line per
-    slot. A memo field (`MEMO`) starts empty.
+    """`replaced`'s copier of `cls` values: `copy_of(value, changes)` (`_copy_function`)."""
+    copier: Callable[[Any, dict[str, object]], Any] = _copy_function(cls, (), takes_changes=True)
+    _COPIERS[cls] = copier
+    return copier
+
+
+def copier_setting(cls: type[_Frozen], *names: str) -> Callable[..., _Frozen]:
+    """`replaced` for one fold's fixed set of changes, for the hottest folds (a draw):
+    `copy(value, **{name: new for each of names})`, every slot set once (no changes dict, no
+    loop). A name that is not a field raises `AttributeError` here."""
+    unknown = set(names) - set(cls.__slots__)  # type: ignore[attr-defined]  # slotted dataclasses only
+    if unknown:
+        raise AttributeError(f"{cls.__name__} has no fields {sorted(unknown)}")
+    copier: Callable[..., _Frozen] = _copy_function(cls, names, takes_changes=False)
+    return copier
+
+
+def _copy_function(cls: type, names: tuple[str, ...], *, takes_changes: bool) -> Callable[..., Any]:
+    """A function copying every slot of a `cls` value, one line per slot, the slots in `names`
+    from its keyword arguments, then (`takes_changes`) the fields in its `changes` dict. A memo
+    field (`MEMO`) starts empty.
 
     The copy is built as an instance of a mutable twin of `cls` (same bases, same slots, so the
     same memory layout), whose slots plain attribute stores set (the interpreter's fastest
@@ -255,22 +275,28 @@ def _copier(cls: type) -> Callable[[Any, dict[str, object]], Any]:
     """
     slots: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]  # slotted dataclasses only
     memos = {item.name for item in fields(cls) if item.metadata.get("memo")}
-    twin = type(f"_{cls.__name__}Copy", cls.__bases__, {"__slots__": slots})
+    twin = _TWINS.get(cls)
+    if twin is None:
+        twin = _TWINS[cls] = type(f"_{cls.__name__}Copy", cls.__bases__, {"__slots__": slots})
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_twin": twin, "_empty_memo": dict}
-    lines = ["def copy_of(value, changes):", "    copy = _new(_twin)"]
+    if takes_changes:
+        header = "def copy_of(value, changes):"
+    else:
+        header = f"def copy_of(value, *, {', '.join(names)}):" if names else "def copy_of(value):"
+    lines = [header, "    copy = _new(_twin)"]
     for name in slots:
-        source = "_empty_memo()" if name in memos else f"value.{name}"
+        source = name if name in names else "_empty_memo()" if name in memos else f"value.{name}"
         lines.append(f"    copy.{name} = {source}")
-    lines += [
-        "    for name in changes:",
-        "        setattr(copy, name, changes[name])",
-        "    copy.__class__ = _cls",
-        "    return copy",
-    ]
+    if takes_changes:
+        lines += ["    for name in changes:", "        setattr(copy, name, changes[name])"]
+    lines += ["    copy.__class__ = _cls", "    return copy"]
     exec("\n".join(lines), namespace)  # source built above from the class's own slot names
-    copier: Callable[[Any, dict[str, object]], Any] = namespace["copy_of"]
-    _COPIERS[cls] = copier
-    return copier
+    function: Callable[..., Any] = namespace["copy_of"]
+    return function
+
+
+_TWINS: dict[type, type] = {}
+"""Each copied class's mutable twin (`_copy_function`)."""
 
 
 # --- fold helpers of both families' `evolve` ----------------------------------------------------

@@ -39,6 +39,7 @@ from mahjong_table.core.state import (
     SEAT_COUNT,
     Phase,
     add_count,
+    copier_setting,
     hidden_from_all_but,
     replaced,
     stamped,
@@ -126,13 +127,13 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
     tile = parse_code(event.tile)
     head, tail = kernel.wall_after_draw(state, event, tile)
     player = state.players[event.seat]
-    drawn = replaced(
+    drawn = _player_after_draw(
         player,
         concealed=add_count(player.concealed, tile, 1),
         draw_count=player.draw_count + 1,
         skip_win_multiplier=0,  # RULES.md 1.4: the skip-win lock lasts until the player's own next draw
     )
-    return replaced(
+    return _table_after_draw(
         state,
         players=with_player(state.players, event.seat, drawn),
         wall_head=head,
@@ -146,11 +147,34 @@ def _tile_drawn(state: TableState, event: TileDrawn) -> TableState:
     )
 
 
+_player_after_draw = copier_setting(PlayerState, "concealed", "draw_count", "skip_win_multiplier")
+_table_after_draw = copier_setting(
+    TableState,
+    "players",
+    "wall_head",
+    "wall_tail",
+    "phase",
+    "turn_seat",
+    "drawn_tile",
+    "turn_after_meld",
+    "turn_after_kong",
+    "window",
+)
+"""The copies a draw makes (the engine's most frequent fold with the discard), each slot set once."""
+
+
 def _tile_discarded(state: TableState, event: TileDiscarded) -> TableState:
     tile = parse_code(event.tile)
-    after = kernel.tile_discarded(state, event.seat, tile, discard_count=state.discard_count + 1)
+    after = kernel.tile_discarded(
+        state,
+        event.seat,
+        tile,
+        discard_count=state.discard_count + 1,
+        turn_after_kong=False,
+        turn_after_meld=False,
+    )
     window = hands.open_window(after, WindowKind.DISCARD, tile, event.seat, state.turn_after_kong)
-    return stamped(after, window=window, turn_after_kong=False, turn_after_meld=False)
+    return stamped(after, window=window)
 
 
 def _claim_passed(state: TableState, event: ClaimPassed) -> TableState:
