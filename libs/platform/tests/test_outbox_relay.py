@@ -156,10 +156,17 @@ def test_a_sqlite_relay_marks_the_rounds_of_its_mark_interval_at_once(
     assert unsent_count(sqlite_engine) == 0  # closing marks what it published
 
     consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
-    poll_consumer_until(consumer, lambda: _stored_offsets_total(sqlite_engine) >= 9)
-    consumer.poll_once(timeout_ms=300)
-    assert _stored_offsets_total(sqlite_engine) == 9  # each message on the topic once
+    _each_consumed_once(sqlite_engine, consumer, poll_consumer_until, 9)
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
+def _each_consumed_once(
+    engine: Engine, consumer: TrackedConsumer, poll_consumer_until: Callable[..., None], count: int
+) -> None:
+    """The consumer finishes `count` messages and no more arrive: each one is on the topic once."""
+    poll_consumer_until(consumer, lambda: _stored_offsets_total(engine) >= count)
+    consumer.poll_once(timeout_ms=300)
+    assert _stored_offsets_total(engine) == count
 
 
 def _stored_offsets_total(engine: Engine) -> int:
@@ -218,9 +225,7 @@ def test_two_postgresql_relays_never_send_the_same_rows_concurrently(
     assert unsent_count(postgresql_engine) == 0
 
     consumer = new_tracked_consumer(postgresql_engine, group_id=unique_prefix + "projection")
-    poll_consumer_until(consumer, lambda: _stored_offsets_total(postgresql_engine) >= 8)
-    consumer.poll_once(timeout_ms=300)
-    assert _stored_offsets_total(postgresql_engine) == 8  # Each message is on the topic once.
+    _each_consumed_once(postgresql_engine, consumer, poll_consumer_until, 8)
 
 
 def test_a_postgresql_relay_killed_before_marking_hands_over_to_the_next_one(
