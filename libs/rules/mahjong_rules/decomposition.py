@@ -118,6 +118,10 @@ def hand_pair_readings(first: int, second: int, third: int) -> int:
     return combine_readings(combine_readings(first, second), third) >> 4
 
 
+_OTHER_RANKS_BITS = sum(RANK_MASK << (BITS_PER_RANK * rank) for rank in _OTHER_RANKS)
+"""Every count bit of the ranks other than 2, 5 and 8: ``key & _OTHER_RANKS_BITS == 0`` when only
+2s, 5s and 8s are held."""
+
 SUIT_SUMMARIES: dict[int, SuitSummary] = {}
 """Memo of ``suit_summary`` (read directly by the hot loops to skip a function call)."""
 
@@ -131,10 +135,10 @@ def suit_summary(key: int) -> SuitSummary:
         # A fifth copy is an input error the caller reports; never decompose or memoise it.
         summary = (
             suit_readings(key) if largest_count <= 4 else 0,
-            all(count % 2 == 0 for count in counts),
-            sum(1 for count in counts if count == 4),
+            not key & ODD_COUNT_BITS,
+            counts.count(4),
             counts[0] > 0 or counts[8] > 0,
-            all(counts[rank] == 0 for rank in _OTHER_RANKS),
+            not key & _OTHER_RANKS_BITS,
             largest_count,
         )
         if largest_count <= 4:
