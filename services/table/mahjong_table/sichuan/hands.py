@@ -3,6 +3,8 @@ and the automatic actions. Everything is a pure function of the state."""
 
 from __future__ import annotations
 
+from itertools import compress
+
 from mahjong_table.core.events import (
     EXPOSURE_ADDED,
     EXPOSURE_CONCEALED,
@@ -14,7 +16,14 @@ from mahjong_table.core.events import (
 from mahjong_table.core.state import SEAT_COUNT
 from mahjong_table.sichuan import rules_adapter
 from mahjong_table.sichuan.rules_adapter import WinEvaluation, WinSituation
-from mahjong_table.sichuan.state import ClaimWindow, PlayerState, TableState, WindowKind, WindowStage
+from mahjong_table.sichuan.state import (
+    TILE_KIND_COUNT,
+    ClaimWindow,
+    PlayerState,
+    TableState,
+    WindowKind,
+    WindowStage,
+)
 
 
 def rules_melds(player: PlayerState) -> tuple[tuple[int, str], ...]:
@@ -250,8 +259,8 @@ def allowed_discards(player: PlayerState) -> list[int]:
     """Tiles the player may discard: only missing-suit tiles while any is held (RULES.md 1.3)."""
     if player.holds_missing_suit():
         start = 9 * (player.missing_suit or 0)
-        return [tile for tile in range(start, start + 9) if player.concealed[tile]]
-    return [tile for tile, count in enumerate(player.concealed) if count]
+        return list(compress(range(start, start + 9), player.concealed[start : start + 9]))
+    return list(compress(range(TILE_KIND_COUNT), player.concealed))
 
 
 def farthest_from(from_seat: int, seats: tuple[int, ...]) -> int:
