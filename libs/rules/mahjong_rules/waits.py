@@ -142,8 +142,8 @@ def _winning_candidates(
         key = keys[suit]
         if key == 0:
             continue  # the winning tile must join concealed tiles of its own suit
-        other_suits = [other for other in (0, 1, 2) if other != suit]
-        first, second = summaries[other_suits[0]], summaries[other_suits[1]]
+        first_other, second_other = _OTHER_SUITS[suit]
+        first, second = summaries[first_other], summaries[second_other]
         other_readings = combine_readings(first[0], second[0])
         seven_pairs_possible = facts.count == 0 and first[1] and second[1]
         if not other_readings and not seven_pairs_possible:
@@ -153,6 +153,10 @@ def _winning_candidates(
             if (key >> (BITS_PER_RANK * rank) & RANK_MASK) + held.get(tile, 0) >= COPIES_PER_TILE:
                 continue  # all four copies held: the wait does not count (RULES.md 1.8)
             yield suit, key + RANK_UNITS[rank], tile
+
+
+_OTHER_SUITS = ((1, 2), (0, 2), (0, 1))
+"""The two other suits of each suit."""
 
 
 @lru_cache(maxsize=1 << 18)
