@@ -43,6 +43,7 @@ from mahjong_platform.topics import Topics, ensure_topics
 from mahjong_platform.tracked_consumer import (
     BatchApplier,
     Delivery,
+    Handler,
     MessagePosition,
     TrackedConsumer,
     per_event,
@@ -150,6 +151,33 @@ def apply_from(
         consumer.close()
 
 
+class BacklogThread:
+    """`TableTopicBacklog.apply_backlog` of the seats group in a thread of its own, as the service
+    runs it (`finished` gets its result)."""
+
+    def __init__(self, engine: Engine, bootstrap_servers: str, topics: Topics, handler: Handler) -> None:
+        self.backlog = TableTopicBacklog(
+            engine,
+            bootstrap_servers,
+            topics,
+            SEATS_GROUP,
+            handler,
+            wants=releases_a_seat,
+            consumer_options=TEST_CONSUMER_OPTIONS,
+        )
+        self.stop = threading.Event()
+        self.finished: list[bool] = []
+        self.worker = threading.Thread(
+            target=lambda: self.finished.append(self.backlog.apply_backlog(self.stop))
+        )
+        self.worker.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.worker.join(FIRST_ASSIGNMENT_SECONDS)
+        self.backlog.close()
+
+
 def test_the_service_frees_seats_from_the_seats_topic_and_reads_no_table_topic(
     tmp_path: pathlib.Path, kafka_bootstrap_servers: str, unique_prefix: str, topics: Topics
 ) -> None:
@@ -202,19 +230,8 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
         kafka_bootstrap_servers, topics.table, [tile_drawn(left_behind), left_behind_end], client_id="t"
     )
 
-    backlog = TableTopicBacklog(
-        engine,
-        kafka_bootstrap_servers,
-        topics,
-        SEATS_GROUP,
-        handler,
-        wants=releases_a_seat,
-        consumer_options=TEST_CONSUMER_OPTIONS,
-    )
-    stop = threading.Event()
-    finished: list[bool] = []
-    worker = threading.Thread(target=lambda: finished.append(backlog.apply_backlog(stop)))
-    worker.start()
+    running = BacklogThread(engine, kafka_bootstrap_servers, topics, handler)
+    backlog, worker, finished = running.backlog, running.worker, running.finished
     try:
         wait_until(
             lambda: ticket_states(session_factory, left_behind) == {TICKET_FINISHED}, "backlog applied"
@@ -238,9 +255,7 @@ def test_an_upgraded_deployment_applies_the_releases_left_on_the_table_topic_onc
         worker.join(FIRST_ASSIGNMENT_SECONDS)
         assert finished == [True]
     finally:
-        stop.set()
-        worker.join(FIRST_ASSIGNMENT_SECONDS)
-        backlog.close()
+        running.close()
     assert backlog.retired()
     assert ticket_states(session_factory, both_topics) == {TICKET_FINISHED}
     # Each release freed its seats once, though one was read on both topics (the second to apply
@@ -272,27 +287,13 @@ def test_a_backlog_that_holds_no_release_is_applied_and_the_table_topic_retired(
     produce_envelopes(kafka_bootstrap_servers, topics.table, playing, client_id="t")
     # A table engine of this version wrote to the seats topic (the backlog's end offsets are taken then).
     produce_envelopes(kafka_bootstrap_servers, topics.seats, [game_ended(str(uuid.uuid4()))], client_id="t")
-    backlog = TableTopicBacklog(
-        engine,
-        kafka_bootstrap_servers,
-        topics,
-        SEATS_GROUP,
-        seat_release_handler(),
-        wants=releases_a_seat,
-        consumer_options=TEST_CONSUMER_OPTIONS,
-    )
-    stop = threading.Event()
-    finished: list[bool] = []
-    worker = threading.Thread(target=lambda: finished.append(backlog.apply_backlog(stop)))
-    worker.start()
+    running = BacklogThread(engine, kafka_bootstrap_servers, topics, seat_release_handler())
     try:
-        worker.join(FIRST_ASSIGNMENT_SECONDS)
-        assert finished == [True], "the table topic was not retired"
+        running.worker.join(FIRST_ASSIGNMENT_SECONDS)
+        assert running.finished == [True], "the table topic was not retired"
     finally:
-        stop.set()
-        worker.join(FIRST_ASSIGNMENT_SECONDS)
-        backlog.close()
-    assert backlog.retired()
+        running.close()
+    assert running.backlog.retired()
     assert group_rows(session_factory, processed_events, "event_id") == [read_before_end.event_id]
 
 
