@@ -36,9 +36,7 @@ from mahjong_platform.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
-    ServiceError,
-    bounded_text,
-    status_code_for,
+    client_status,
 )
 from mahjong_platform.grpc_server import time_budget_seconds
 from mahjong_platform.idempotency import check_idempotency_key, request_digest
@@ -322,12 +320,13 @@ class _Refused(Exception):
 
 def _status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
     """The status and message a Play answer carries for `error`: what Act's error mapping answers
-    (an unexpected error is logged with a reference and is INTERNAL with only that reference)."""
+    (`errors.client_status`: a lost database connection is UNAVAILABLE with a fixed message; an
+    unexpected error is logged with a reference and is INTERNAL with only that reference)."""
     if isinstance(error, _Refused):
         return error.status_code, error.message
-    status_code = status_code_for(error, TABLE_ERROR_MAPPING)
-    if status_code is not None:
-        return status_code, error.message if isinstance(error, ServiceError) else bounded_text(str(error))
+    status = client_status(error, TABLE_ERROR_MAPPING)
+    if status is not None:
+        return status
     reference = uuid.uuid4().hex
     logger.error(
         "a Play command failed with an unexpected exception",
