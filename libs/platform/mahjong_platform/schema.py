@@ -194,15 +194,15 @@ def create_retention_indexes(op: Any) -> None:
     built CONCURRENTLY (outside the migration's transaction), so a deploy onto tables that grew for
     a long time does not block the outbox and the consumers while they build.
     """
-    _create_index_concurrently(op, "ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"])
-    _create_index_concurrently(op, "ix_processed_events_processed_at", "processed_events", ["processed_at"])
+    create_index_concurrently(op, "ix_outbox_messages_sent_at", "outbox_messages", ["sent_at"])
+    create_index_concurrently(op, "ix_processed_events_processed_at", "processed_events", ["processed_at"])
 
 
-def _create_index_concurrently(
-    op: Any, name: str, table: str, columns: list[str], *, unique: bool = False
+def create_index_concurrently(
+    op: Any, name: str, table: str, columns: list[str], *, unique: bool = False, where: str | None = None
 ) -> None:
-    """Create an index, on PostgreSQL CONCURRENTLY (in an autocommit block), so that it can be
-    retried after a failed attempt.
+    """Create an index (partial when `where` is given: an SQL condition on the table's columns), on
+    PostgreSQL CONCURRENTLY (in an autocommit block), so that it can be retried after a failed attempt.
 
     The build of a large table outlasts the engine's statement timeout (`create_engine_for`), so it
     runs with none (reset afterwards: the connection goes back to the pool). A cancelled or crashed
@@ -210,16 +210,23 @@ def _create_index_concurrently(
     ("already exists"): such a leftover is dropped first; a valid one (built, but the revision's
     later steps failed) is kept (IF NOT EXISTS).
     """
+    condition = None if where is None else sqlalchemy.text(where)
     with op.get_context().autocommit_block():
         if op.get_bind().dialect.name != "postgresql":
-            op.create_index(name, table, columns, unique=unique)
+            op.create_index(name, table, columns, unique=unique, sqlite_where=condition)
             return
         op.execute("SET statement_timeout = 0")
         try:
             if op.get_bind().execute(_INDEX_IS_INVALID, {"name": name}).scalar():
                 op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
             op.create_index(
-                name, table, columns, unique=unique, postgresql_concurrently=True, if_not_exists=True
+                name,
+                table,
+                columns,
+                unique=unique,
+                postgresql_concurrently=True,
+                postgresql_where=condition,
+                if_not_exists=True,
             )
         finally:
             op.execute("RESET statement_timeout")
@@ -273,7 +280,7 @@ def make_outbox_unique_per_topic(op: Any) -> None:
     again, the partial one with its WHERE).
     """
     if op.get_bind().dialect.name == "postgresql":
-        _create_index_concurrently(
+        create_index_concurrently(
             op, _OUTBOX_EVENT_ID_TOPIC_UNIQUE, "outbox_messages", ["event_id", "topic"], unique=True
         )
         op.execute(

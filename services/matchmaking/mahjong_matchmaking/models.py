@@ -22,6 +22,7 @@ TICKET_SEATED = "seated"
 TICKET_CANCELLED = "cancelled"
 TICKET_FINISHED = "finished"
 LIVE_TICKET_STATES = (TICKET_QUEUED, TICKET_SEATED)
+"""A player has at most one ticket in these states (the unique index `uq_tickets_live_player`)."""
 
 tickets = Table(
     "tickets",

@@ -241,7 +241,10 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
 
         The earlier answer of this key was looked for just before; a retry racing its first call
         (both past that look) finds the first call's ticket live under the room's lock, or its key
-        taken when it stores the answer: it rolls back, and answers the first call's answer."""
+        taken when it stores the answer: it rolls back, and answers the first call's answer. An
+        Enqueue of the player into another room that committed first (its room's lock is not this
+        one's) makes this ticket's insert fail on the player's one live ticket (a unique index):
+        refused as any Enqueue of a queued or seated player, nothing written."""
         try:
             with transaction(self._session_factory) as session:
                 ticket, events = tickets.enqueue(
@@ -251,12 +254,15 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                 tickets.remember_answer(
                     session, player_id, "Enqueue", key, digest, answer.SerializeToString()
                 )
-        except (FailedPreconditionError, IntegrityError):
+        except (FailedPreconditionError, IntegrityError) as error:
             with read_transaction(self._session_factory) as session:
                 earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
-            if earlier is None:
-                raise
-            return messages.EnqueueResponse.FromString(earlier), []
+                live = None if earlier is not None else tickets.live_ticket(session, player_id)
+            if earlier is not None:
+                return messages.EnqueueResponse.FromString(earlier), []
+            if isinstance(error, IntegrityError) and live is not None:
+                raise tickets.live_player_refused(player_id, live) from error
+            raise
         seated = [
             tickets.Ticket(
                 seat.ticket_id, seat.player_id, room.room_id, TICKET_SEATED, event.stream_id, seat.seat

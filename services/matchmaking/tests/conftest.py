@@ -1,8 +1,9 @@
 """A real matchmaking gRPC server (`grpc.aio`, as the service runs) on a free port, backed by a freshly
-migrated SQLite database."""
+migrated SQLite database (or the database `serve_matchmaking` is given)."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 from collections.abc import Callable, Iterator
 
@@ -52,7 +53,13 @@ class Matchmaking:
 
 @pytest.fixture
 def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
-    database_url = sqlite_url(tmp_path, "matchmaking")
+    with serve_matchmaking(sqlite_url(tmp_path, "matchmaking")) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def serve_matchmaking(database_url: str, store: EventStore | None = None) -> Iterator[Matchmaking]:
+    """The server on the database at `database_url` (migrated here), appending with `store`."""
     migrate(DEFINITION, database_url)
     engine = create_engine_for(database_url)
     balances: dict[str, int] = {}
@@ -62,7 +69,9 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
         balance_lookups.append(player)
         return balances.get(player, 1_000_000)
 
-    servicer = MatchmakingServicer(create_session_factory(engine), load_catalog(), EventStore(), balance_of)
+    servicer = MatchmakingServicer(
+        create_session_factory(engine), load_catalog(), store or EventStore(), balance_of
+    )
     settings = load_settings({"MAHJONG_JWT_SECRET": SECRET})
     registration = register_service(
         matchmaking_service_pb2.DESCRIPTOR.services_by_name["MatchmakingService"],
@@ -72,9 +81,11 @@ def matchmaking(tmp_path: pathlib.Path) -> Iterator[Matchmaking]:
     running = serve_aio(
         [registration], "127.0.0.1:0", settings, interceptors=[AioAuthInterceptor(SECRET, METHOD_ROLES)]
     )
-    yield Matchmaking(running.port, create_session_factory(engine), balances, balance_lookups, servicer)
-    running.stop(0)
-    engine.dispose()
+    try:
+        yield Matchmaking(running.port, create_session_factory(engine), balances, balance_lookups, servicer)
+    finally:
+        running.stop(0)
+        engine.dispose()
 
 
 @pytest.fixture
