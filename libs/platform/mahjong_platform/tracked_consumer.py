@@ -272,12 +272,13 @@ class BatchApplier:
 
         Another consumer of the group may be applying the same event right now (one evicted
         from the group that has not noticed yet, and the partition's new owner): this transaction
-        read its keys (`processed_events`, or an idempotent handler's own) before the other one
-        committed, so its insert waited for the other's row and fails on the key once that
-        commits. That is no poison message: the second attempt reads the keys again and skips
-        the event as applied. A message that breaks a constraint by itself fails twice and is
-        dead-lettered. Each attempt is a whole transaction, rolled back when it fails, so nothing
-        is applied twice."""
+        read an idempotent handler's own keys before the other one committed, so its insert
+        waited for the other's row and fails on the key once that commits. That is no poison
+        message: the second attempt reads the keys again and skips the event as applied. (A race
+        on `processed_events`' own key is not retried here: `_record_processed` fails outside the
+        handler's errors, and the consumer goes back to its stored positions, as before.) A
+        message that breaks a constraint by itself fails twice and is dead-lettered. Each attempt
+        is a whole transaction, rolled back when it fails, so nothing is applied twice."""
         for attempt in range(1, ONE_EVENT_ATTEMPTS + 1):
             try:
                 with transaction(self._session_factory) as session:

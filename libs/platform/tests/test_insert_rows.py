@@ -153,5 +153,31 @@ def test_sqlite_writes_each_chunk_of_rows_in_one_statement_of_a_few_texts(
         sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", remember)
     chunks = -(-count // SQLITE_ROWS_PER_INSERT_MAX)
     assert len(statements) == 2 * chunks
-    assert len(set(statements)) <= 2 * chunks and all(" LIMIT ?" in text for text in statements)
+    assert all(" LIMIT ?" in text for text in statements)
     assert [row["event_id"] for row in stored(sqlite_engine)] == [row["event_id"] for row in rows]
+
+
+def test_sqlite_row_counts_that_pad_to_the_same_power_of_two_share_one_statement_text(
+    sqlite_engine: Engine,
+) -> None:
+    """33 and 37 rows both pad to 64: the same INSERT text, and the same upsert text (so a table
+    has one text per power of two, not one per row count)."""
+    statements: list[str] = []
+
+    def remember(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if statement.startswith("INSERT"):
+            statements.append(statement)
+
+    texts: dict[int, list[str]] = {}
+    sqlalchemy.event.listen(sqlite_engine, "before_cursor_execute", remember)
+    try:
+        for count in (33, 37):
+            rows = [message(1000 * count + index) for index in range(count)]
+            with transaction(create_session_factory(sqlite_engine)) as session:
+                insert_rows(session, outbox_messages, rows)
+                upsert_rows(session, outbox_messages, rows, key=("event_id", "topic"))
+            texts[count] = statements[:]
+            statements.clear()
+    finally:
+        sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", remember)
+    assert len(texts[33]) == 2 and texts[33] == texts[37]
