@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy
 from kafka import KafkaProducer
@@ -53,6 +53,20 @@ database's one write lock (and a commit with its fsync) from the service's own w
 table engine's relay marked after every group commit, and its group committer waited for that
 lock for a fifth of its time. A crash before the mark re-sends those rows, as before
 (at-least-once; consumers skip what they applied)."""
+
+
+class _Unmarked(NamedTuple):
+    """SQLite: the rows a relay published but has not marked sent yet (`OutboxRelay.run_forever`)."""
+
+    first_id: int
+    last_id: int
+    rows: int
+    since: float
+    """When the first of them was published (monotonic seconds)."""
+
+    def seconds_until_due(self, within_seconds: float) -> float:
+        """How much longer their mark may wait (at most 0: mark now)."""
+        return self.since + within_seconds - time.monotonic()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -225,9 +239,7 @@ class OutboxRelay:
         self._producer = create_idempotent_producer(
             bootstrap_servers, client_id=client_id, delivery_timeout_ms=publish_timeout_ms
         )
-        # SQLite: rows published but not marked sent yet (`run_forever`): first and last id, how
-        # many, and when the first of them was published (monotonic seconds).
-        self._unmarked: tuple[int, int, int, float] | None = None
+        self._unmarked: _Unmarked | None = None
         self._wake_up = threading.Event()
         with _RELAY_WAKE_UPS_LOCK:
             _RELAY_WAKE_UPS.add(self._wake_up)
@@ -250,15 +262,16 @@ class OutboxRelay:
             return len(messages)
         # Reading takes no write lock (SQLite's writers queue for one); the mark does.
         with read_transaction(self._session_factory) as session:
-            messages = self._read_unsent(session, after_id=self._unmarked[1] if self._unmarked else 0)
+            messages = self._read_unsent(session, after_id=self._unmarked.last_id if self._unmarked else 0)
         if messages:
             self._publish(messages)
             if self._unmarked is None:
-                self._unmarked = (messages[0].id, messages[-1].id, len(messages), time.monotonic())
+                self._unmarked = _Unmarked(messages[0].id, messages[-1].id, len(messages), time.monotonic())
             else:
-                first_id, _last_id, count, since = self._unmarked
-                self._unmarked = (first_id, messages[-1].id, count + len(messages), since)
-        if self._unmarked is not None and time.monotonic() - self._unmarked[3] >= mark_within_seconds:
+                self._unmarked = self._unmarked._replace(
+                    last_id=messages[-1].id, rows=self._unmarked.rows + len(messages)
+                )
+        if self._unmarked is not None and self._unmarked.seconds_until_due(mark_within_seconds) <= 0:
             self._mark_unmarked()
         return len(messages)
 
@@ -320,7 +333,7 @@ class OutboxRelay:
             if published_count < self._batch_size:
                 wait_seconds = poll_interval_ms / 1000
                 if self._unmarked is not None:  # no longer than until their mark is due
-                    due = self._unmarked[3] + SQLITE_MARK_SENT_SECONDS - time.monotonic()
+                    due = self._unmarked.seconds_until_due(SQLITE_MARK_SENT_SECONDS)
                     wait_seconds = max(0.0, min(wait_seconds, due))
                 _wait_for_commit(stop_event, self._wake_up, wait_seconds)
         if self._unmarked is not None:
