@@ -192,6 +192,8 @@ def run_load(arguments: argparse.Namespace) -> int:
     reports, errors = _collect(messages, len(workers), probe)
     seconds = time.monotonic() - started
     for worker in workers:
+        if errors and worker.is_alive():
+            worker.terminate()  # its bots would wait for the stopped process's players forever
         worker.join()
     samples = [sample for report in reports for sample in report["act_samples"]]
     act = [read for _kind, _arrived, read in samples]
@@ -248,7 +250,9 @@ def run_load(arguments: argparse.Namespace) -> int:
         settled_seconds = max(seconds, probe.last_settled_at() - started_at)
         figures.update(
             lag_p50_ms=statistics.median(lags) * 1000 if lags else 0.0,
+            lag_p90_ms=percentile(lags, 0.90) * 1000,
             lag_p99_ms=percentile(lags, 0.99) * 1000,
+            lag_max_ms=max(lags, default=0.0) * 1000,
             unsettled=unsettled,
             seconds_settled=settled_seconds,
             games_settled_per_second=len(lags) / settled_seconds,
@@ -264,7 +268,7 @@ def run_load(arguments: argparse.Namespace) -> int:
 
 
 def _collect(messages: Any, workers: int, probe: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """Read the workers' messages until each has reported (or failed)."""
+    """Read the workers' messages until each has reported, or until one failed."""
     reports: list[dict[str, Any]] = []
     errors: list[str] = []
     deadline = time.monotonic() + WORKER_REPORT_TIMEOUT_SECONDS
@@ -282,5 +286,8 @@ def _collect(messages: Any, workers: int, probe: Any) -> tuple[list[dict[str, An
         elif kind == "report":
             reports.append(message[1])
         elif kind == "error":
+            # The bots of every process share matchmaking's queue: once one process stops, the
+            # others' players may wait for a fourth player forever, so the run stops here.
             errors.append(message[1])
+            break
     return reports, errors

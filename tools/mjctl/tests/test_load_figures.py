@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+
 import pytest
-from mjctl.load import act_by_kind, act_kind_lines
+from mjctl.load import _collect, act_by_kind, act_kind_lines
 
 
 def test_act_by_kind_counts_each_kind_with_its_percentiles_and_all_last() -> None:
@@ -26,3 +28,16 @@ def test_act_by_kind_of_no_samples_is_an_empty_all_row() -> None:
     assert act_by_kind([]) == {
         "all": {"count": 0, "p50_ms": 0.0, "p99_ms": 0.0, "read_p50_ms": 0.0, "read_p99_ms": 0.0}
     }
+
+
+def test_collect_stops_at_the_first_failed_process_instead_of_waiting_for_the_others() -> None:
+    # The bots of every process share matchmaking's queue: once one process stops, another's
+    # players may wait for a fourth player forever (a bench run hung so). The run stops instead.
+    messages: queue.Queue[tuple[object, ...]] = queue.Queue()
+    messages.put(("line", "table t1 ended"))
+    messages.put(("error", "BelowEntryFloorError('bot-7')"))
+    messages.put(("report", {"games": 3}))  # read only after the error: the run has stopped
+    reports, errors = _collect(messages, workers=2, probe=None)
+    assert errors == ["BelowEntryFloorError('bot-7')"]
+    assert reports == []
+    assert messages.qsize() == 1
