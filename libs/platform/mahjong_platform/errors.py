@@ -130,15 +130,43 @@ def is_database_unavailable(error: BaseException) -> bool:
     SQLAlchemy marks a statement that failed because the connection dropped
     (`DBAPIError.connection_invalidated`: the server terminated the backend, restarted, or its
     host vanished and the socket failed) and invalidates the pooled connection, so the next
-    check-out connects anew; a failure to connect at all (`OperationalError` with no statement:
-    the server is down or refuses connections) is the same condition. Other operational errors
-    (a lock or statement timeout, a deadlock) are not mapped here.
+    check-out connects anew. A failure to connect at all is the same condition: an
+    `OperationalError` with no statement whose driver error is a connect failure
+    (`_is_connect_failure`). SQLAlchemy passes no statement for an error at COMMIT either, so
+    "no statement" alone is not enough: a SQLite disk that is full or failing at COMMIT, or a
+    PostgreSQL serialization failure there, is not a lost connection and must not be answered
+    "retry". Other operational errors (a lock or statement timeout, a deadlock) are not mapped here.
     """
     if not isinstance(error, sqlalchemy.exc.DBAPIError):
         return False
-    return bool(error.connection_invalidated) or (
-        isinstance(error, sqlalchemy.exc.OperationalError) and error.statement is None
+    if error.connection_invalidated:
+        return True
+    return (
+        isinstance(error, sqlalchemy.exc.OperationalError)
+        and error.statement is None
+        and _is_connect_failure(error.orig)
     )
+
+
+_SQLITE_CANTOPEN = 14
+"""SQLite's primary result code for a database file it cannot open (``SQLITE_CANTOPEN``)."""
+_POSTGRESQL_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+"""SQLSTATEs (or their class) of a server that cannot take the connection now: connection
+exceptions, an administrator's or a crash's shutdown, a server still starting, too many clients."""
+
+
+def _is_connect_failure(driver_error: BaseException | None) -> bool:
+    """Whether the driver's error is a failure to connect: SQLite could not open the file;
+    psycopg got no answer from a server (no SQLSTATE: refused, unreachable, timed out) or one that
+    cannot take connections now. An error a server or SQLite raised at COMMIT carries another
+    code (SQLITE_FULL, SQLITE_IOERR, 40001, ...)."""
+    sqlite_code = getattr(driver_error, "sqlite_errorcode", None)
+    if sqlite_code is not None:
+        return bool(sqlite_code & 0xFF == _SQLITE_CANTOPEN)
+    if type(driver_error).__module__.split(".")[0] == "sqlite3":
+        return False  # a SQLite error with no code was not raised by SQLite's C library
+    sqlstate = getattr(driver_error, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(_POSTGRESQL_UNAVAILABLE_STATES)
 
 
 def client_status(
