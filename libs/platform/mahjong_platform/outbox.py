@@ -13,6 +13,7 @@ event ids they have already applied (see `tracked_consumer`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -340,16 +341,25 @@ class OutboxRelay:
             self._mark_unmarked()  # stopping: what Kafka has is not sent again after a restart
 
     def close(self) -> None:
-        """Close the relay's connection (under PostgreSQL: ends its session, and with it the relay
-        lock), then flush and close the Kafka producer."""
-        connection, self._connection, self._holds_lock = self._connection, None, False
+        """Close the relay's connection (under PostgreSQL: releases the relay lock, then ends its
+        session), then flush and close the Kafka producer.
+
+        The lock is released by a statement first: the server frees a closed session's locks only
+        when its backend has exited, a moment after the socket closed, and until then another
+        replica's relay would find the lock taken (a test saw that, now and then)."""
         try:
             if self._unmarked is not None:
                 self._mark_unmarked()
-            if connection is not None:
-                connection.close()
         finally:
-            self._producer.close(timeout=self._publish_timeout_ms / 1000)
+            try:
+                if self._holds_lock:
+                    with contextlib.suppress(sqlalchemy.exc.DBAPIError):  # a lost session holds none
+                        self._release_lock()
+                connection, self._connection, self._holds_lock = self._connection, None, False
+                if connection is not None:
+                    connection.close()
+            finally:
+                self._producer.close(timeout=self._publish_timeout_ms / 1000)
 
     def __enter__(self) -> OutboxRelay:
         return self
