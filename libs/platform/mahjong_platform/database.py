@@ -147,15 +147,35 @@ def _writer_lock(engine: Engine) -> contextlib.AbstractContextManager[object]:
     return lock
 
 
+_READ_ONLY_ENGINES: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+def _read_only_engine(engine: Engine, options: dict[str, object]) -> Engine:
+    """`engine` with the read-only options, made once per engine (an option engine per call would
+    redo its set-up for every read)."""
+    read_only = _READ_ONLY_ENGINES.get(engine)
+    if read_only is None:
+        read_only = _READ_ONLY_ENGINES[engine] = engine.execution_options(**options)
+    return read_only
+
+
 @contextlib.contextmanager
 def read_transaction(session_factory: SessionFactory) -> Iterator[Session]:
     """A unit of work that only reads: a consistent snapshot that never waits for writers.
 
     On SQLite it starts with a plain BEGIN instead of BEGIN IMMEDIATE, so queries such as a game
-    view or a stream poll do not serialize behind every write. Writing in it is a bug (on SQLite it
-    could fail with "database is locked" rather than wait).
+    view or a stream poll do not serialize behind every write; WAL gives the transaction one
+    snapshot. On PostgreSQL it is REPEATABLE READ READ ONLY: its statements share one snapshot
+    (under the default READ COMMITTED each statement would see the commits made since the one
+    before, so a read of a table's status and then its events could disagree), and a read-only
+    transaction never fails with a serialization error. Writing in it is a bug (on SQLite it
+    could fail with "database is locked" rather than wait; PostgreSQL refuses it).
     """
-    read_only_engine = session_factory.kw["bind"].execution_options(**{READ_ONLY_OPTION: True})
+    bind = session_factory.kw["bind"]
+    options: dict[str, object] = {READ_ONLY_OPTION: True}
+    if bind.dialect.name == "postgresql":
+        options.update(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+    read_only_engine = _read_only_engine(bind, options)
     with Session(bind=read_only_engine, expire_on_commit=False) as session, session.begin():
         yield session
 

@@ -186,6 +186,40 @@ def test_a_read_transaction_does_not_wait_for_a_writer_on_sqlite(tmp_path: pathl
     engine.dispose()
 
 
+def test_a_read_transaction_sees_one_snapshot_and_refuses_writes(database_url: str) -> None:
+    """Its statements agree with each other: a commit made between two of them is not seen by the
+    second (PostgreSQL: REPEATABLE READ READ ONLY; under READ COMMITTED the second count would be
+    2). On PostgreSQL a write in it is refused."""
+    from mahjong_platform.database import create_session_factory, read_transaction, transaction
+
+    engine = create_engine_for(database_url)
+    table = f"snapshot_{time.monotonic_ns()}"
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"CREATE TABLE {table} (value INTEGER)")
+        connection.exec_driver_sql(f"INSERT INTO {table} VALUES (1)")
+    session_factory = create_session_factory(engine)
+    count = sqlalchemy.text(f"SELECT count(*) FROM {table}")
+    try:
+        with read_transaction(session_factory) as reader:
+            assert reader.execute(count).scalar_one() == 1
+            with transaction(session_factory) as writer:
+                writer.execute(sqlalchemy.text(f"INSERT INTO {table} VALUES (2)"))
+            assert reader.execute(count).scalar_one() == 1
+        with read_transaction(session_factory) as reader:
+            assert reader.execute(count).scalar_one() == 2
+        if engine.dialect.name == "postgresql":
+            refused = pytest.raises(sqlalchemy.exc.InternalError, match="read-only transaction")
+            with refused, read_transaction(session_factory) as reader:
+                reader.execute(sqlalchemy.text(f"INSERT INTO {table} VALUES (3)"))
+        with transaction(session_factory) as writer:  # the pooled connections were reset
+            writer.execute(sqlalchemy.text(f"INSERT INTO {table} VALUES (3)"))
+            assert writer.execute(count).scalar_one() == 3
+    finally:
+        with engine.begin() as connection:
+            connection.exec_driver_sql(f"DROP TABLE {table}")
+        engine.dispose()
+
+
 _marks = sqlalchemy.Table(
     "marks",
     _metadata,
