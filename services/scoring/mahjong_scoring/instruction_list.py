@@ -20,7 +20,7 @@ from typing import Final
 import sqlalchemy
 from google.protobuf.timestamp_pb2 import Timestamp
 from mahjong.v1 import scoring_service_pb2
-from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.database import SessionFactory, read_transaction
 from mahjong_platform.errors import InvalidArgumentError
 from mahjong_platform.schema import stored_events
 from mahjong_platform.time_window import time_window
@@ -65,7 +65,7 @@ def list_settlement_instructions(
         query = query.where(occurred_at < to_time)
     if after is not None:
         query = query.where(scoring_lines.c.instruction_id > after)
-    with transaction(session_factory) as session:
+    with read_transaction(session_factory) as session:
         rows = session.execute(query).all()
     response = scoring_service_pb2.ListSettlementInstructionsResponse(
         instructions=[

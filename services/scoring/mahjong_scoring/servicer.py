@@ -34,7 +34,7 @@ from mahjong_platform.auth import (
     current_identity,
     role_table,
 )
-from mahjong_platform.database import SessionFactory, transaction
+from mahjong_platform.database import SessionFactory, read_transaction
 from mahjong_platform.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from mahjong_platform.grpc_server import ServiceRegistration, register_service
 from mahjong_rules import (
@@ -306,7 +306,7 @@ def game_settlement(
     """
     if not 0 < len(table_id) <= TABLE_ID_MAX_LENGTH:
         raise InvalidArgumentError(f"table_id must be 1..{TABLE_ID_MAX_LENGTH} characters")
-    with transaction(session_factory) as session:
+    with read_transaction(session_factory) as session:
         game = session.execute(
             sqlalchemy.select(scoring_games.c.settled).where(scoring_games.c.table_id == table_id)
         ).first()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -400,3 +401,34 @@ def test_list_settlement_instructions_is_for_ops_and_finance_and_refuses_bad_req
             finance.ListSettlementInstructions(request)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
         assert message in (error.value.details() or ""), (message, error.value.details())
+
+
+def test_settlement_reads_do_not_wait_for_the_projections_writer(
+    stub_for: StubFor, session_factory: SessionFactory
+) -> None:
+    """GetGameSettlement and ListSettlementInstructions only read: they run while a write
+    transaction (the consumer applying a batch) holds the writer lock, instead of queueing behind
+    it (on SQLite a write transaction takes the process's writer lock and BEGIN IMMEDIATE)."""
+    _settle_two_games(session_factory)
+    finance = stub_for("auditor", ("finance",))
+    writing, read = threading.Event(), threading.Event()
+
+    def hold_a_write_transaction() -> None:
+        with transaction(session_factory):
+            writing.set()
+            read.wait(timeout=60)  # a read that queued behind this would keep it here
+
+    writer = threading.Thread(target=hold_a_write_transaction)
+    writer.start()
+    try:
+        assert writing.wait(timeout=60)
+        request = scoring_service_pb2.GetGameSettlementRequest(table_id="table-2")
+        assert finance.GetGameSettlement(request, timeout=30).table_id == "table-2"
+        listed = finance.ListSettlementInstructions(
+            scoring_service_pb2.ListSettlementInstructionsRequest(table_id="table-2"), timeout=30
+        )
+        assert listed.instructions
+        assert writer.is_alive()  # both answered while the write transaction was still open
+    finally:
+        read.set()
+        writer.join(timeout=60)
