@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pathlib
 import re
 import time
 import uuid
@@ -198,3 +199,18 @@ def postgres_database_factory(
 def postgres_database_url(postgres_database_factory: Callable[[str], str]) -> str:
     """A fresh, empty PostgreSQL database for this test: `postgresql+psycopg://...` for SQLAlchemy."""
     return postgres_database_factory("")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.integration),
+    ]
+)
+def database_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """A fresh empty database, once per backend (the same contract must hold on both): a SQLite
+    file in this test's data directory (not created yet), then the real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{(tmp_path / 'data').resolve() / 'test.sqlite3'}"
+    url: str = request.getfixturevalue("postgres_database_url")
+    return url

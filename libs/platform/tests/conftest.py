@@ -61,20 +61,6 @@ def sqlite_database_url(tmp_path: pathlib.Path) -> str:
     return sqlite_url(tmp_path / "data", "example")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.integration),
-    ]
-)
-def database_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
-    """A fresh empty database, once per backend: SQLite and the real PostgreSQL."""
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path / "data", "example")
-    url: str = request.getfixturevalue("postgres_database_url")
-    return url
-
-
 def _migrated_engine(url: str) -> Iterator[Engine]:
     upgrade(url, ALEMBIC_EXAMPLE_DIRECTORY)
     engine = create_engine_for(url)

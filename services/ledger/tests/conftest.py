@@ -17,20 +17,6 @@ from mahjong_platform.topics import Topics
 from sqlalchemy.engine import Engine
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.integration),
-    ]
-)
-def database_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
-    """A fresh empty database, once per backend: the same contract holds on both."""
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path / "data", "ledger")
-    url: str = request.getfixturevalue("postgres_database_url")
-    return url
-
-
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
     """An engine on a database migrated to the ledger's newest revision."""

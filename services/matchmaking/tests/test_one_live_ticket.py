@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import pathlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from mahjong.v1 import envelope_pb2
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong_matchmaking.__main__ import DEFINITION
 from mahjong_matchmaking.models import TICKET_CANCELLED, TICKET_QUEUED, TICKET_SEATED, tickets
-from mahjong_platform.database import create_engine_for, sqlite_url
+from mahjong_platform.database import create_engine_for
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.migrations import downgrade
 from mahjong_platform.schema import stored_events
@@ -69,18 +68,6 @@ class HeldFirstAppend(EventStore):
     ) -> None:
         self.gate.pass_through()
         EventStore.append_batch(self, session, appends, savepoint=savepoint)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.integration),
-    ]
-)
-def database_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path, "matchmaking")
-    return str(request.getfixturevalue("postgres_database_url"))
 
 
 def test_two_enqueues_of_one_player_into_two_rooms_at_once_leave_one_live_ticket(database_url: str) -> None:
