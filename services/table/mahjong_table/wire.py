@@ -47,6 +47,7 @@ _ENVELOPE_SEQUENCE: Final = bytes([3 << 3 | 0])
 _UPDATE_EVENTS: Final = bytes([1 << 3 | 2])
 _UPDATE_VIEW: Final = bytes([2 << 3 | 2])
 _VIEW_SEATS: Final = bytes([6 << 3 | 2])
+_SEAT_MELDS: Final = bytes([4 << 3 | 2])
 _VIEW_LEGAL_ACTIONS: Final = bytes([10 << 3 | 2])
 _VIEW_DEADLINE: Final = bytes([12 << 3 | 2])
 _RESPONSE_UPDATE: Final = bytes([1 << 3 | 2])
@@ -171,21 +172,44 @@ def compact(tiles: str) -> str:
 
 
 def _seat_field(seat_view: object) -> bytes:
+    """The `TableView.seats` field of a `SeatView`. With melds, the fields before them (1-3), each
+    meld (4, serialized once per value: `_meld_field`) and the fields after them (5-11), in the
+    field order the message serializes in, so the bytes are the whole message's
+    (tests/test_wire.py compares them)."""
     view = typing.cast(typing.Any, seat_view)
-    message = messages.SeatView(
-        seat=view.seat,
-        player_id=view.player_id,
-        concealed_count=view.concealed_tile_count,
-        melds=[codec.to_message(meld) for meld in view.melds],  # type: ignore[misc]
-        discards=view.discards,
-        missing_suit=view.missing_suit,
-        won=view.won,
-        left=view.left,
-        exchange_picked=view.exchange_picked,
-        missing_suit_chosen=view.missing_suit_chosen,
-        flowers="".join(view.flowers),
-    )
-    return field(_VIEW_SEATS, message.SerializeToString())
+    if not view.melds:
+        return field(
+            _VIEW_SEATS,
+            messages.SeatView(
+                seat=view.seat,
+                player_id=view.player_id,
+                concealed_count=view.concealed_tile_count,
+                **_seat_fields_after_melds(view),
+            ).SerializeToString(),
+        )
+    before = messages.SeatView(
+        seat=view.seat, player_id=view.player_id, concealed_count=view.concealed_tile_count
+    ).SerializeToString()
+    after = messages.SeatView(**_seat_fields_after_melds(view)).SerializeToString()
+    return field(_VIEW_SEATS, b"".join([before, *[_meld_field(meld) for meld in view.melds], after]))
+
+
+def _seat_fields_after_melds(view: typing.Any) -> dict[str, typing.Any]:
+    return {
+        "discards": view.discards,
+        "missing_suit": view.missing_suit,
+        "won": view.won,
+        "left": view.left,
+        "exchange_picked": view.exchange_picked,
+        "missing_suit_chosen": view.missing_suit_chosen,
+        "flowers": "".join(view.flowers),
+    }
+
+
+@functools.lru_cache(maxsize=4_096)
+def _meld_field(meld: object) -> bytes:
+    """The `SeatView.melds` field of a (public) meld: a function of its value."""
+    return field(_SEAT_MELDS, codec.to_message(meld).SerializeToString())
 
 
 def _legal_action_field(legal_action: object) -> bytes:

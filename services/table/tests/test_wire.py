@@ -209,6 +209,39 @@ def test_an_update_over_several_changes_is_their_updates_events_with_the_last_vi
             after = cut
 
 
+@pytest.mark.parametrize(
+    ("family", "seed", "play"), GAMES, ids=[f"{family}-{seed}" for family, seed, _ in GAMES]
+)
+def test_a_view_is_byte_for_byte_its_parts_as_protobuf_serializes_them(
+    family: str, seed: int, play: Callable[[int], list[Step]]
+) -> None:
+    """Not only the same message: the same bytes. A view is its scalar fields, then each seat and
+    each legal action as a field of its own, then the deadline, each part exactly as protobuf
+    serializes it (a seat composed from its fields before, at and after its melds included), so
+    what a client receives does not change with how the parts are composed."""
+    for state, _envelopes in play(seed):
+        for seat in range(len(PLAYERS)):
+            deadline = MOMENT + datetime.timedelta(seconds=state.version)
+            message = view_field_by_field(state, seat, deadline)
+            scalars = messages.TableView()
+            scalars.CopyFrom(message)
+            for part in ("seats", "legal_actions", "deadline"):
+                scalars.ClearField(part)
+            expected = b"".join(
+                [
+                    scalars.SerializeToString(),
+                    *[wire.field(bytes([6 << 3 | 2]), part.SerializeToString()) for part in message.seats],
+                    *[
+                        wire.field(bytes([10 << 3 | 2]), part.SerializeToString())
+                        for part in message.legal_actions
+                    ],
+                    wire.field(bytes([12 << 3 | 2]), message.deadline.SerializeToString()),
+                ]
+            )
+            composed = wire.view_bytes(state, seat) + wire.deadline_bytes(deadline)
+            assert composed == expected, (seat, state.version)
+
+
 def test_the_games_cover_what_the_seat_numbering_and_redaction_change() -> None:
     """The checks above see events hidden from a seat (numbers shift), redacted ones and public ones."""
     steps = [step for seed in range(6) for step in sichuan_game(seed)]

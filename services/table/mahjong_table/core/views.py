@@ -12,6 +12,7 @@ as they are (RULES.md 2.1, 2.3). The family views (`mahjong_table.sichuan.views`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -34,8 +35,8 @@ from mahjong_table.core.events import (
     TurnTimedOut,
 )
 from mahjong_table.core.frozen import fast_init
-from mahjong_table.core.state import Phase, PlayerShape, TableShape, replaced
-from mahjong_table.core.tiles import code_of
+from mahjong_table.core.state import MeldState, Phase, PlayerShape, TableShape, replaced
+from mahjong_table.core.tiles import code_of, codes_of
 
 ACTION_EXCHANGE_THREE = "exchange_three"
 ACTION_DECLARE_MISSING_SUIT = "declare_missing_suit"
@@ -127,8 +128,8 @@ def shows_concealed_kongs(state: TableShape, player: PlayerShape, seat: int, vie
     """Whether `viewer_seat` sees the tiles of `seat`'s concealed kongs: its own, or once the game
     is over (a concealed kong shows face down to the other seats until then)."""
     return (
-        not player.melds
-        or seat == viewer_seat
+        seat == viewer_seat
+        or not player.melds
         or state.is_over
         or all(meld.exposure != EXPOSURE_CONCEALED for meld in player.melds)
     )
@@ -155,7 +156,7 @@ def seat_view(
             player_id=player.player_id,
             concealed_tile_count=player.tile_count,
             melds=seat_melds(player, show_concealed_kongs),
-            discards=tuple(code_of(tile) for tile in player.discards),
+            discards=codes_of(player.discards),
             won=player.won,
             left=player.left,
             **(family_facts() if family_facts is not None else {}),
@@ -166,13 +167,17 @@ def seat_view(
 
 def seat_melds(player: PlayerShape, show_concealed_kongs: bool) -> tuple[Meld, ...]:
     """The seat's melds as a viewer sees them (`shows_concealed_kongs`)."""
-    return tuple(_public_meld(meld_event(meld), show_concealed_kongs) for meld in player.melds)
+    return tuple([_public_meld(meld, show_concealed_kongs) for meld in player.melds])
 
 
-def _public_meld(meld: Meld, show_concealed_kongs: bool) -> Meld:
-    if meld.exposure == EXPOSURE_CONCEALED and not show_concealed_kongs:
-        return replace(meld, tile="")
-    return meld
+@functools.lru_cache(maxsize=4_096)
+def _public_meld(meld: MeldState, show_concealed_kongs: bool) -> Meld:
+    """The meld's event form as a viewer sees it: a function of the two values alone, kept per
+    value (a meld stays on the table for the rest of the game, in every view of every seat)."""
+    public = meld_event(meld)
+    if public.exposure == EXPOSURE_CONCEALED and not show_concealed_kongs:
+        return replace(public, tile="")
+    return public
 
 
 def table_view(
