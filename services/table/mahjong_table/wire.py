@@ -103,7 +103,7 @@ class _StoredEnvelope:
     """A committed envelope in parts: everything but its sequence and payload, and its payload
     field, each serialized once (a seat's copy may carry another sequence, or another payload)."""
 
-    __slots__ = ("envelope", "event", "head", "payload", "payload_name")
+    __slots__ = ("envelope", "event", "head", "payload", "payload_name", "redacted")
 
     def __init__(self, envelope: envelope_pb2.Envelope) -> None:
         self.envelope = envelope
@@ -121,6 +121,9 @@ class _StoredEnvelope:
             self.payload = b""
         self.head = head.SerializeToString()
         self.event: object = None
+        # The redacted payloads made so far, each with the event it shows: the seats that see the
+        # same (another seat's draw without its tile) share one.
+        self.redacted: list[tuple[object, bytes]] = []
 
     def payload_for(self, viewer_seat: int) -> bytes | None:
         """The payload field as `viewer_seat` may see it; None: the seat must not learn of it."""
@@ -134,10 +137,15 @@ class _StoredEnvelope:
             return None
         if visible is event:
             return self.payload
+        for shown, payload in self.redacted:
+            if shown == visible:
+                return payload
         payload_only = envelope_pb2.Envelope()
         assert self.payload_name is not None
         getattr(payload_only, self.payload_name).CopyFrom(codec.to_message(visible))
-        return payload_only.SerializeToString()
+        payload = payload_only.SerializeToString()
+        self.redacted.append((visible, payload))
+        return payload
 
 
 _stored = ByIdentity(_StoredEnvelope, capacity=32_768)

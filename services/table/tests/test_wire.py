@@ -242,6 +242,24 @@ def test_a_view_is_byte_for_byte_its_parts_as_protobuf_serializes_them(
             assert composed == expected, (seat, state.version)
 
 
+def test_a_redacted_payload_shared_by_the_seats_that_see_the_same_is_the_bytes_made_for_each() -> None:
+    """Another seat's draw shows every other seat the same event without its tile: its payload
+    is serialized once, for the first seat that sees it, and the others get those bytes, exactly
+    the bytes made for each seat alone."""
+    shared = 0
+    for steps in [sichuan_game(seed) for seed in range(3)] + [formula_game(0)]:
+        for _state, envelopes in steps:
+            for envelope in envelopes:
+                stored = wire._StoredEnvelope(envelope)
+                for seat in (3, 1, 0, 2):
+                    alone = wire._StoredEnvelope(envelope).payload_for(seat)
+                    assert stored.payload_for(seat) == alone, (envelope.sequence, seat)
+                shared += len(stored.redacted) < sum(
+                    stored.payload_for(seat) not in (None, stored.payload) for seat in range(len(PLAYERS))
+                )
+    assert shared > 100, "no payload was shared"
+
+
 def test_the_games_cover_what_the_seat_numbering_and_redaction_change() -> None:
     """The checks above see events hidden from a seat (numbers shift), redacted ones and public ones."""
     steps = [step for seed in range(6) for step in sichuan_game(seed)]
