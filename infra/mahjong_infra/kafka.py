@@ -342,6 +342,11 @@ class KafkaBroker:
             "share.coordinator.state.topic.min.isr": "1",
             # Tests start consumer groups constantly; the default 3 s delay would slow every one.
             "group.initial.rebalance.delay.ms": "0",
+            # The active controller appends a no-op record to the metadata log this often when
+            # nothing else is written (default 500 ms), and the broker side of the same process
+            # fetches and applies each one: a single-node development broker has no follower whose
+            # liveness it shows. Idle broker CPU 0.022-0.028 -> 0.014 s/s at 5000 ms (this box).
+            "metadata.max.idle.interval.ms": "5000",
             # Topics are created by code (the platform library) with explicit partition counts.
             "auto.create.topics.enable": "false",
             "log.retention.hours": "168",
