@@ -3,16 +3,21 @@ in a transaction, map back.
 
 Every call is a coroutine on the server's event loop; a WatchTicket stream waits there for its own
 ticket's next change (`TicketWatchers`) instead of holding a pool thread and waking at every
-Enqueue of the process. Reads (a ticket, an earlier answer) run on the loop: one short read
-transaction that never waits for a writer (WAL on SQLite). The write transactions (Enqueue,
-Cancel) run in `WRITE_THREADS` threads, so that a commit's fsync or a wait for the room's lock
-never holds up the loop; the ledger's balance is awaited on the loop (`LedgerBalances`).
+Enqueue of the process. No database call runs on the loop: the reads (a ticket, an earlier answer,
+a player's live ticket) run in `READ_THREADS` threads (on PostgreSQL each is a network round trip,
+which on the loop held up every other call and stream of the process meanwhile), and the write
+transactions (Enqueue, Cancel) in `WRITE_THREADS` threads, so that a commit's fsync or a wait for
+the room's lock never holds up the loop either. The WatchTicket streams' periodic re-read (for the
+changes another replica made) is one query for all the tickets watched, every WATCH_POLL_SECONDS,
+not one per stream (`MatchmakingServicer._reread_watched`). The ledger's balance is awaited on the
+loop (`LedgerBalances`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,8 +53,8 @@ METHOD_ROLES = role_table(
 )
 """Who may call what (deny by default): any player; tickets are checked against their owner."""
 WATCH_POLL_SECONDS = 0.25
-"""How often a WatchTicket stream re-reads its ticket for a change another replica made (this
-process's changes wake it at once)."""
+"""How often the tickets of the open WatchTicket streams are read again, all in one query, for a
+change another replica made (this process's changes wake their streams at once)."""
 SEAT_RELEASE_WAIT_SECONDS = 1.0
 """How long an Enqueue of a seated player waits for the seat to be freed before it is refused."""
 SEAT_RECHECK_SECONDS = 0.1
@@ -57,8 +62,11 @@ WATCH_MAX_SECONDS = 3600.0
 WRITE_THREADS = 2
 """Threads running the write transactions (SQLite takes one writer at a time anyway; on
 PostgreSQL two rooms' enqueues may commit at once)."""
+READ_THREADS = 2
+"""Threads running the read transactions (short, never waiting for a writer: WAL on SQLite)."""
 
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 
 def _release(future: asyncio.Future[Any]) -> None:
@@ -145,6 +153,17 @@ class TicketWatchers:
                 if not future.done():
                     future.set_result(ticket)
 
+    def release(self, ticket_ids: Iterable[str]) -> None:
+        """Wake the streams of `ticket_ids` without a ticket: each reads its own (one that the
+        periodic re-read did not find, or when that read failed)."""
+        for ticket_id in ticket_ids:
+            for future in self._waiters.pop(ticket_id, ()):
+                _release(future)
+
+    def ticket_ids(self) -> list[str]:
+        """The tickets a stream waits for."""
+        return list(self._waiters)
+
     def watched(self) -> int:
         """How many tickets have a stream waiting (for tests)."""
         return len(self._waiters)
@@ -175,10 +194,37 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         """Notified by this process's seat-release consumer (`projection.seat_release_handler`)."""
         self.seat_release_wait_seconds = seat_release_wait_seconds
         self._writes = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="matchmaking-writes")
+        self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="matchmaking-reads")
+        self._reread_scheduled = False
+        """Whether the periodic re-read of the watched tickets is due or running (the loop's)."""
 
     async def _written(self, function: Callable[..., _T], *arguments: object) -> _T:
         """`function(*arguments)` (a write transaction) in a write thread."""
         return await asyncio.get_running_loop().run_in_executor(self._writes, function, *arguments)
+
+    async def _read(self, function: Callable[..., _T], *arguments: object) -> _T:
+        """`function(*arguments)` (a read transaction) in a read thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._reads, function, *arguments)
+
+    def _earlier_or_live(
+        self, player_id: str, key: str, digest: str
+    ) -> tuple[bytes | None, tickets.LiveTicket | None]:
+        """The stored answer of the Enqueue's key, else the player's live ticket (a read thread)."""
+        with read_transaction(self._session_factory) as session:
+            earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
+            return earlier, None if earlier is not None else tickets.live_ticket(session, player_id)
+
+    def _live_ticket(self, player_id: str) -> tickets.LiveTicket | None:
+        with read_transaction(self._session_factory) as session:
+            return tickets.live_ticket(session, player_id)
+
+    def _load_ticket(self, ticket_id: str) -> tickets.Ticket | None:
+        with read_transaction(self._session_factory) as session:
+            return tickets.load_ticket(session, ticket_id)
+
+    def _load_tickets(self, ticket_ids: list[str]) -> list[tickets.Ticket]:
+        with read_transaction(self._session_factory) as session:
+            return tickets.load_tickets(session, ticket_ids)
 
     async def ListRooms(
         self, request: messages.ListRoomsRequest, context: grpc.aio.ServicerContext
@@ -217,9 +263,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             )
         digest = request_digest(request)
         releases_seen = self.seat_releases.generation()
-        with read_transaction(self._session_factory) as session:
-            earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
-            live = None if earlier is not None else tickets.live_ticket(session, player_id)
+        earlier, live = await self._read(self._earlier_or_live, player_id, key, digest)
         if earlier is not None:
             return messages.EnqueueResponse.FromString(earlier)
         if live is not None and live.state == TICKET_SEATED:
@@ -302,8 +346,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                 live.table_id or "", generation, min(remaining, SEAT_RECHECK_SECONDS)
             )
             generation = self.seat_releases.generation()
-            with read_transaction(self._session_factory) as session:
-                live = tickets.live_ticket(session, player_id)
+            live = await self._read(self._live_ticket, player_id)
         return live
 
     async def Cancel(
@@ -348,8 +391,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             changed = self.watchers.expect(ticket_id)
             try:
                 if ticket is None:
-                    with read_transaction(self._session_factory) as session:
-                        ticket = tickets.load_ticket(session, ticket_id)
+                    ticket = await self._read(self._load_ticket, ticket_id)
                 if ticket is None:
                     raise NotFoundError(f"no ticket {ticket_id!r}")
                 if ticket.player_id != player_id:
@@ -361,10 +403,45 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                 remaining = ends - loop.time()
                 if ticket.state != TICKET_QUEUED or remaining <= 0:
                     return
-                timer = loop.call_later(min(WATCH_POLL_SECONDS, remaining), _release, changed)
+                self._schedule_reread()
+                timer = loop.call_later(remaining, _release, changed)
                 try:
-                    ticket = await changed  # None at the periodic re-read
+                    ticket = await changed  # None: read it (the re-read did not find it, or failed)
                 finally:
                     timer.cancel()
             finally:
                 self.watchers.forget(ticket_id, changed)
+
+    def _schedule_reread(self) -> None:
+        """Make the periodic re-read of the watched tickets due in WATCH_POLL_SECONDS, unless it is
+        already due or running (on the loop)."""
+        if not self._reread_scheduled:
+            self._reread_scheduled = True
+            asyncio.get_running_loop().call_later(WATCH_POLL_SECONDS, self._reread_watched)
+
+    def _reread_watched(self) -> None:
+        """Read every watched ticket in one query (a read thread) and hand each stream its ticket;
+        the streams then wait again, and the next re-read is due once they do. Replaces one read
+        per stream every WATCH_POLL_SECONDS (a few hundred queued players: a few hundred reads,
+        each a round trip on PostgreSQL, four times a second)."""
+        ticket_ids = self.watchers.ticket_ids()
+        if not ticket_ids:
+            self._reread_scheduled = False
+            return
+        loop = asyncio.get_running_loop()
+        read = loop.run_in_executor(self._reads, self._load_tickets, ticket_ids)
+        read.add_done_callback(lambda done: self._reread_done(ticket_ids, done))
+
+    def _reread_done(self, ticket_ids: list[str], read: asyncio.Future[list[tickets.Ticket]]) -> None:
+        self._reread_scheduled = False
+        if read.cancelled():
+            return
+        if read.exception() is not None:
+            logger.warning("re-reading the watched tickets failed", exc_info=read.exception())
+            self.watchers.release(ticket_ids)  # each stream reads its own (and fails alone)
+        else:
+            found = read.result()
+            self.watchers.changed(found)
+            self.watchers.release(set(ticket_ids) - {ticket.ticket_id for ticket in found})
+        if self.watchers.watched():  # a stream that began to wait during the read
+            self._schedule_reread()

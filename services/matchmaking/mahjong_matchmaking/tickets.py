@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
 from mahjong_platform import idempotency
-from mahjong_platform.database import compiled_once
+from mahjong_platform.database import PerDialect, compiled_once, one_of
 from mahjong_platform.envelopes import new_envelope
 from mahjong_platform.errors import FailedPreconditionError, NotFoundError
 from mahjong_platform.event_store import EventStore
@@ -99,6 +99,21 @@ def load_ticket(session: Session, ticket_id: str) -> Ticket | None:
     if row is None:
         return None
     return Ticket(row.ticket_id, row.player_id, row.room_id, row.state, row.table_id, row.seat)
+
+
+LOAD_TICKETS_PER_QUERY = 1000
+
+
+def load_tickets(session: Session, ticket_ids: list[str]) -> list[Ticket]:
+    """The tickets of `ticket_ids` that exist, a query per LOAD_TICKETS_PER_QUERY of them."""
+    statement = _LOAD_TICKETS(session)
+    return [
+        Ticket(row.ticket_id, row.player_id, row.room_id, row.state, row.table_id, row.seat)
+        for start in range(0, len(ticket_ids), LOAD_TICKETS_PER_QUERY)
+        for row in session.execute(
+            statement, {"wanted_ticket_ids": ticket_ids[start : start + LOAD_TICKETS_PER_QUERY]}
+        )
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +312,11 @@ _FIRST_ANSWER = sqlalchemy.select(idempotent_answers.c.answer, idempotent_answer
 _INSERT_ANSWER = idempotent_answers.insert()
 _LOAD_TICKET = sqlalchemy.select(tickets).where(
     tickets.c.ticket_id == sqlalchemy.bindparam("wanted_ticket_id")
+)
+_LOAD_TICKETS = PerDialect(
+    lambda dialect_name: sqlalchemy.select(tickets).where(
+        one_of(tickets.c.ticket_id, "wanted_ticket_ids", dialect_name)
+    )
 )
 _LIVE_TICKET = sqlalchemy.select(
     tickets.c.ticket_id, tickets.c.state, tickets.c.room_id, tickets.c.table_id

@@ -183,6 +183,56 @@ def test_a_watch_of_a_queued_ticket_is_woken_by_the_enqueue_that_seats_it_and_by
     assert next(iter(fresh)) == update, "the ticket handed over is not the ticket stored"
 
 
+def test_the_watched_tickets_are_read_again_together_and_a_change_another_replica_made_reaches_each_stream(
+    matchmaking: Matchmaking, enqueue: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three queued tickets, three open streams; another replica cancels the tickets (a write
+    this process's watchers are not told of): the periodic re-read finds the change, each stream
+    sends it and ends, and every re-read was one read of all the watched tickets, not one per
+    stream."""
+    rereads: list[list[str]] = []
+    load_tickets = tickets_module.load_tickets
+
+    def counted(session: object, ticket_ids: list[str]) -> object:
+        rereads.append(sorted(ticket_ids))
+        return load_tickets(session, ticket_ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tickets_module, "load_tickets", counted)
+    players = {"p0": "sichuan-novice", "p1": "sichuan-cap64", "p2": "sichuan-cap64-practice"}
+    ticket_of = {player: enqueue(player, room) for player, room in players.items()}
+    streams = {
+        player: iter(
+            matchmaking.stub_for(player).WatchTicket(
+                messages.WatchTicketRequest(ticket_id=ticket), timeout=HANG_SECONDS
+            )
+        )
+        for player, ticket in ticket_of.items()
+    }
+    assert all(next(stream).state == "queued" for stream in streams.values())
+    watching_all = threading.Event()
+    original_ids = matchmaking.servicer.watchers.ticket_ids
+
+    def ids() -> list[str]:
+        watched = original_ids()
+        if len(watched) == len(ticket_of):
+            watching_all.set()
+        return watched
+
+    monkeypatch.setattr(matchmaking.servicer.watchers, "ticket_ids", ids)
+    assert watching_all.wait(HANG_SECONDS), "the streams' tickets were not re-read"
+    with transaction(matchmaking.session_factory) as session:
+        for player, ticket in ticket_of.items():
+            tickets_module.cancel(session, matchmaking.servicer._store, ticket, player, utc_now)
+    for player, stream in streams.items():
+        update = next(stream)
+        assert (update.ticket_id, update.state) == (ticket_of[player], "cancelled")
+        assert list(stream) == []
+    assert rereads, "no periodic re-read"
+    assert sorted(ticket_of.values()) in rereads, "the watched tickets were not read in one query"
+    assert all(len(read) <= len(ticket_of) for read in rereads)
+    assert matchmaking.servicer.watchers.watched() == 0
+
+
 def test_a_seat_release_notifies_once_after_its_commit_and_never_after_a_rollback(
     matchmaking: Matchmaking, enqueue: Callable[..., str]
 ) -> None:
