@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2
@@ -31,6 +32,14 @@ from mahjong_platform.topics import Topics
 
 APPEND_EVENTS_MAX = 1_000
 LOAD_EVENTS_MAX = 100_000
+
+
+SqlCondition = tuple[str, tuple[Any, ...]]
+"""A boolean SQL expression (SQLite text with ``?`` parameters) and its parameters."""
+
+
+class ConditionUnmetError(Exception):
+    """`EventStore.append_batch`'s further condition was false: nothing was appended."""
 
 
 class WrongExpectedVersionError(Exception):
@@ -103,6 +112,7 @@ class EventStore:
         appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
         *,
         savepoint: bool = True,
+        sqlite_condition: SqlCondition | None = None,
     ) -> None:
         """`append` for many streams at once: (stream id, expected version, events) each.
 
@@ -116,10 +126,22 @@ class EventStore:
         (two statements fewer), so after an error the transaction holds what the inserts wrote
         before it and must not commit; a writer that raced past the version check fails on the
         unique (stream id, sequence) key as an `IntegrityError`, not named.
+
+        `sqlite_condition` (SQLite only; the caller checks its own conditions on PostgreSQL): a
+        further condition of the caller's (the table engine's ownership fence), checked in the
+        same statement as the versions, so in the same transaction with no statement of its own
+        (each statement is a GIL release and re-acquire in the driver); when it is false nothing is
+        written and `ConditionUnmetError` is raised (before any version conflict is named).
         """
         if appends:
             _check_appends(appends)
-            if session.get_bind().dialect.name == "sqlite" and _at_expected_versions_sqlite(session, appends):
+            sqlite = session.get_bind().dialect.name == "sqlite"
+            assert sqlite or sqlite_condition is None, "a further condition is for SQLite only"
+            if sqlite and (
+                _at_expected_versions_sqlite(session, appends)
+                if sqlite_condition is None
+                else _at_expected_versions_sqlite(session, appends, sqlite_condition)
+            ):
                 versions = {stream_id: expected for stream_id, expected, _ in appends}
             else:  # PostgreSQL (one round trip however many rows), or a conflict to name
                 versions = self.stream_versions(session, [stream for stream, _, _ in appends])
@@ -271,26 +293,41 @@ _VERSIONS_CHECKED_PER_QUERY_MAX = 256
 
 
 def _at_expected_versions_sqlite(
-    session: Session, appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]]
+    session: Session,
+    appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
+    condition: SqlCondition | None = None,
 ) -> bool:
     """SQLite: whether every stream is at its expected version, asked in one single-row query
     (per 256 streams) instead of one row per stream: the driver releases the GIL at every row
-    it steps, and a busy event loop may keep it a while."""
+    it steps, and a busy event loop may keep it a while. `condition`: asked in the first of them
+    (`ConditionUnmetError` when false)."""
     connection = session.connection()
     for chunk, size in padded_chunks(appends, _VERSIONS_CHECKED_PER_QUERY_MAX):
         padded = padded_by_repeating(chunk, size)
         values = tuple(value for stream_id, expected, _ in padded for value in (stream_id, expected))
-        if connection.exec_driver_sql(_versions_differing_text(size), values).scalar_one():
+        if condition is None:
+            differing = connection.exec_driver_sql(_versions_differing_text(size), values).scalar_one()
+        else:
+            text, parameters = condition
+            differing, met = connection.exec_driver_sql(
+                f"{_versions_differing_text(size)}, {text}", values + tuple(parameters)
+            ).one()
+            if not met:
+                raise ConditionUnmetError
+            condition = None
+        if differing:
             return False
     return True
 
 
 @functools.cache
 def _versions_differing_text(count: int) -> str:
+    """How many (stream id, expected version) pairs differ from their stream's version, as the
+    first column of a single-row SELECT (a caller may add columns after it)."""
     expected = ", ".join(["(?, ?)"] * count)
     return (
-        f"SELECT count(*) FROM (VALUES {expected}) AS expected WHERE coalesce((SELECT max(sequence) "
-        "FROM stored_events WHERE stored_events.stream_id = expected.column1), 0) != expected.column2"
+        f"SELECT (SELECT count(*) FROM (VALUES {expected}) AS expected WHERE coalesce((SELECT max(sequence) "
+        "FROM stored_events WHERE stored_events.stream_id = expected.column1), 0) != expected.column2)"
     )
 
 

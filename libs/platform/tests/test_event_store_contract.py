@@ -337,3 +337,29 @@ def test_two_concurrent_postgresql_writers_never_fork_a_stream(postgresql_engine
         thread.join(timeout=30)
     assert outcomes == {"first": "committed", "second": (0, 1)}
     assert row_counts(postgresql_engine) == (1, 1)
+
+
+def test_a_further_sqlite_condition_is_asked_in_the_statement_that_checks_the_versions(
+    sqlite_engine: Engine, store: EventStore
+) -> None:
+    """`append_batch(sqlite_condition=...)` (the table engine's ownership fence): no statement of
+    its own (each is a GIL release in the driver); a false one appends nothing, before any version
+    conflict is named."""
+    session_factory = create_session_factory(sqlite_engine)
+    statements: list[str] = []
+
+    def record(_connection: object, _cursor: object, statement: str, *_rest: object) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(sqlite_engine, "before_cursor_execute", record)
+    try:
+        with transaction(session_factory) as session:
+            store.append_batch(session, [("table-1", 0, [table_event()])], sqlite_condition=("(? = 7)", (7,)))
+        checks = [statement for statement in statements if statement.startswith("SELECT")]
+        assert len(checks) == 1 and checks[0].endswith(", (? = 7)")
+        for appends in ([("table-2", 0, [table_event("table-2")])], [("table-1", 0, [table_event()])]):
+            with pytest.raises(event_store.ConditionUnmetError), transaction(session_factory) as session:
+                store.append_batch(session, appends, savepoint=False, sqlite_condition=("(? = 7)", (8,)))
+    finally:
+        sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", record)
+    assert row_counts(sqlite_engine) == (1, 1)

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from mahjong_table.deadlines import DeadlineWorker
 from mahjong_table.metrics import instrument
 from mahjong_table.ownership import DirectoryWorker, Ownership, advertised_address
-from mahjong_table.projection import table_opening_handler
+from mahjong_table.projection import is_table_assignment, table_openings
 from mahjong_table.routing import OwnerRoutingInterceptor
 from mahjong_table.servicer import METHOD_ROLES, TABLE_ERROR_MAPPING, Presence, TableServicer
 from mahjong_table.tables import TableEngine
@@ -72,8 +72,11 @@ class TableProcess:
             ConsumerDefinition(
                 "table-openings",
                 lambda topics: [topics.match],
-                table_opening_handler(self.engine),
+                None,
+                wants=is_table_assignment,
+                batch_handler=table_openings(self.engine),
                 on_assignment=self.ownership(database, topics).assigned,
+                idempotent_handler=True,
             )
         ]
 

@@ -49,6 +49,7 @@ from kafka.partitioner.default import murmur2
 from mahjong_platform.config import Settings
 from mahjong_platform.database import SessionFactory, read_transaction, transaction
 from mahjong_platform.envelopes import Clock, utc_now
+from mahjong_platform.event_store import SqlCondition
 from mahjong_platform.metrics import ServiceMetrics
 from mahjong_platform.tracked_consumer import Assignment
 from prometheus_client import Counter, Gauge
@@ -225,6 +226,7 @@ class Ownership:
             # owns (before it, `routing` sends nothing here: no partition is known yet).
             self._engine.owns = self.owns
             self._engine.fence = self.fence
+            self._engine.fence_condition = self.fence_condition
             self.assigned_once.set()
         loaded = self._load_live_tables(reloaded)
         if self._taken_over is not None:
@@ -339,6 +341,32 @@ class Ownership:
         with a share lock (PostgreSQL; on SQLite every writer holds the database), so a takeover's
         claim waits for the writes in flight and every later write of this process fails: the new
         owner, which loads the tables after its claim commits, misses none of them."""
+        if session.get_bind().dialect.name == "sqlite":
+            condition, parameters = self.fence_condition(table_ids)
+            if not session.connection().exec_driver_sql(f"SELECT {condition}", parameters).scalar_one():
+                raise TableMovedError
+            return
+        partitions, claimed = self._fenced_partitions(table_ids)
+        rows = session.execute(_FENCE, {"fenced_topic": self.topic, "partitions": partitions}).all()
+        held = {row.partition: (row.owner_instance, int(row.epoch)) for row in rows}
+        for partition in partitions:
+            if held.get(partition) != (self.instance_id, claimed[partition]):
+                raise TableMovedError
+
+    def fence_condition(self, table_ids: Sequence[str]) -> SqlCondition:
+        """SQLite: `fence` as a condition for the caller to check in one of its own statements
+        (the group commit's version check, `EventStore.append_batch`): true when the directory
+        names this process, at the epoch it claimed, as the owner of every table written.
+        `TableMovedError` at once when this replica knows it does not own one of them. No row
+        locks to take (every writer holds the database): one row, how many of the partitions
+        name this process at its epoch, instead of a row per partition (each a GIL release)."""
+        partitions, claimed = self._fenced_partitions(table_ids)
+        epochs = tuple(value for partition in partitions for value in (partition, claimed[partition]))
+        return _fenced_count_text(len(partitions)), (self.topic, self.instance_id, *epochs, len(partitions))
+
+    def _fenced_partitions(self, table_ids: Sequence[str]) -> tuple[list[int], Mapping[int, int]]:
+        """The partitions of `table_ids`, in order, and the epochs claimed; `TableMovedError` when
+        one of them is not this replica's."""
         count = self._partitions
         if not count:
             raise TableMovedError
@@ -346,23 +374,7 @@ class Ownership:
         owned, claimed = self._owned, self._claimed
         if any(partition not in owned or partition not in claimed for partition in partitions):
             raise TableMovedError
-        if session.get_bind().dialect.name == "sqlite":
-            # No row locks to take: one row (how many of the partitions name this process at its
-            # epoch) instead of a row per partition, each a GIL release in the driver.
-            epochs = tuple(value for partition in partitions for value in (partition, claimed[partition]))
-            held_count = (
-                session.connection()
-                .exec_driver_sql(_fenced_count_text(len(partitions)), (self.topic, self.instance_id, *epochs))
-                .scalar_one()
-            )
-            if held_count != len(partitions):
-                raise TableMovedError
-            return
-        rows = session.execute(_FENCE, {"fenced_topic": self.topic, "partitions": partitions}).all()
-        held = {row.partition: (row.owner_instance, int(row.epoch)) for row in rows}
-        for partition in partitions:
-            if held.get(partition) != (self.instance_id, claimed[partition]):
-                raise TableMovedError
+        return partitions, claimed
 
     # ------------------------------------------------------------------ the directory
 
@@ -404,12 +416,12 @@ _FENCE = (
 
 @functools.cache
 def _fenced_count_text(partitions: int) -> str:
-    """SQLite: how many of `partitions` (partition, epoch) pairs the directory names this process
-    (topic, instance) as the owner of."""
+    """SQLite: whether the directory names this process (topic, instance) as the owner of all
+    `partitions` (partition, epoch) pairs (their count, the last parameter)."""
     pairs = ", ".join(["(?, ?)"] * partitions)
     return (
-        "SELECT count(*) FROM table_partition_owners WHERE topic = ? AND owner_instance = ? "
-        f"AND (partition, epoch) IN (VALUES {pairs})"
+        "((SELECT count(*) FROM table_partition_owners WHERE topic = ? AND owner_instance = ? "
+        f"AND (partition, epoch) IN (VALUES {pairs})) = ?)"
     )
 
 

@@ -22,7 +22,12 @@ from mahjong.v1 import envelope_pb2, match_events_pb2
 from mahjong_platform.database import insert_rows, padded_by_repeating, padded_chunks, upsert_rows
 from mahjong_platform.envelopes import Clock, new_envelope
 from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
-from mahjong_platform.event_store import EventStore, WrongExpectedVersionError
+from mahjong_platform.event_store import (
+    ConditionUnmetError,
+    EventStore,
+    SqlCondition,
+    WrongExpectedVersionError,
+)
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
 
@@ -209,6 +214,9 @@ class TableEngine:
     # Checks, first in every write transaction, that this replica still owns the tables it writes
     # (`Ownership.fence`): a replica that takes a table over never misses a previous owner's write.
     fence: Callable[[Session, Sequence[str]], None] | None = None
+    # SQLite: the same check as a condition for the group commit's version check to ask in its own
+    # statement (`Ownership.fence_condition`: `TableMovedError` when this replica knows better).
+    fence_condition: Callable[[Sequence[str]], SqlCondition] | None = None
     # The deadline written with each table's latest version, so a view needs no extra query.
     _deadlines: dict[str, tuple[int, datetime.datetime | None]] = dataclasses.field(default_factory=dict)
     _deadlines_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -328,9 +336,12 @@ class TableEngine:
         match_partition: int | None = None,
     ) -> list[envelope_pb2.Envelope]:
         """Open the table matchmaking formed; a table already open is left alone (redelivery).
-        `match_partition`: the partition the assignment was read from (its owner, `ownership`)."""
-        if self.store.stream_version(session, assigned.table_id) > 0:
-            return []
+        `match_partition`: the partition the assignment was read from (its owner, `ownership`).
+
+        Four statements (SQLite): the fence with the check that the stream is new, the outbox and
+        event inserts, the status row with its partition; an error leaves the transaction for the
+        caller to roll back (the table-openings consumer does). The events are decided before the
+        check: a redelivery costs one decision, a first delivery no query of its own."""
         seats = [seat.player_id for seat in sorted(assigned.seats, key=lambda seat: seat.seat)]
         events = open_table(
             assigned.table_id,
@@ -339,11 +350,15 @@ class TableEngine:
             seats,
             assigned.seed,
         )
-        envelopes = self._append(session, None, events, causation_id=causation_id)[0]
+        envelopes, state = self.prepared(None, events, causation_id=causation_id)
+        try:
+            self._append_fenced(session, [(assigned.table_id, 0, envelopes)])
+        except WrongExpectedVersionError:
+            return []  # raised before anything was written: the transaction is still clean
+        row = self._status_row(session, None, state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
         if match_partition is not None:
-            session.execute(
-                _SET_PARTITION, {"status_of": assigned.table_id, "match_partition": match_partition}
-            )
+            row["match_partition"] = match_partition
+        upsert_rows(session, table_status, [row], key=("table_id",))
         return envelopes
 
     def act(
@@ -452,13 +467,10 @@ class TableEngine:
         were decided on, the envelopes, the state after them) each, a table at most once. One
         version query and one insert for all the events (`EventStore.append_batch`: a table that
         moved raises `WrongExpectedVersionError`), one status upsert. Without a savepoint: after
-        any error the caller rolls the whole transaction back (the group commit does)."""
-        if self.fence is not None:
-            self.fence(session, [base.table_id for base, _envelopes, _new in appends])
-        self.store.append_batch(
-            session,
-            [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends],
-            savepoint=False,
+        any error the caller rolls the whole transaction back (the group commit does). On SQLite
+        the fence is checked in the statement that checks the versions (`fence_condition`)."""
+        self._append_fenced(
+            session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
         )
         rows = [
             self._status_row(session, base, new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
@@ -466,6 +478,22 @@ class TableEngine:
         ]
         upsert_rows(session, table_status, rows, key=("table_id",))
         return [typing.cast(datetime.datetime | None, row["deadline_at"]) for row in rows]
+
+    def _append_fenced(
+        self, session: Session, appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]]
+    ) -> None:
+        """The fence, then `EventStore.append_batch` without a savepoint (the caller rolls back on
+        any error); on SQLite the fence is asked in the statement that checks the versions."""
+        table_ids = [table_id for table_id, _version, _envelopes in appends]
+        fence_condition: SqlCondition | None = None
+        if self.fence_condition is not None and session.get_bind().dialect.name == "sqlite":
+            fence_condition = self.fence_condition(table_ids)
+        elif self.fence is not None:
+            self.fence(session, table_ids)
+        try:
+            self.store.append_batch(session, appends, savepoint=False, sqlite_condition=fence_condition)
+        except ConditionUnmetError:
+            raise TableMovedError from None
 
     def _status_row(
         self, session: Session, base: TableState | None, state: TableState, last_event_at: datetime.datetime
@@ -581,8 +609,6 @@ _FIRST_ANSWERS = sqlalchemy.select(
     table_answers.c.idempotency_key.in_(sqlalchemy.bindparam("idempotency_keys", expanding=True)),
 )
 _REMEMBER_ANSWER = table_answers.insert()
-_UPDATE_STATUS = table_status.update().where(table_status.c.table_id == sqlalchemy.bindparam("status_of"))
-_SET_PARTITION = _UPDATE_STATUS.values(match_partition=sqlalchemy.bindparam("match_partition"))
 
 
 def first_answer(session: Session, table_id: str, player_id: str, key: str, digest: str) -> bytes | None:
