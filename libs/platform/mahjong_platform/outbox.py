@@ -70,6 +70,29 @@ class _Unmarked(NamedTuple):
         return self.since + within_seconds - time.monotonic()
 
 
+@dataclasses.dataclass(slots=True)
+class _Offer:
+    """SQLite: a due mark the relay offers to the next write transaction of its process that queues
+    outbox messages (the table engine's group commit, a consumer's batch), so the mark rides on a
+    transaction that takes the write lock anyway instead of taking it for one of its own (a
+    transaction is a few GIL hand-offs and a fsync, and the group committer waited for each
+    mark). OFFERED until a committing transaction takes it (TAKEN, then MARKED at its commit, or
+    OFFERED again at its rollback); one nobody took within the mark interval is withdrawn and
+    marked by the relay itself."""
+
+    unmarked: _Unmarked
+    offered_at: float
+    state: str = "offered"
+    marked_rows: int = -1
+
+
+_OFFERED, _TAKEN, _MARKED, _WITHDRAWN = "offered", "taken", "marked", "withdrawn"
+_OFFERS: weakref.WeakKeyDictionary[Engine, _Offer] = weakref.WeakKeyDictionary()
+"""The mark each SQLite relay of this process offers, by the relay's database engine."""
+_OFFERS_LOCK = threading.Lock()
+_OFFER_KEY = "mahjong_outbox_offer"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class OutboxMessage:
     """One unsent outbox row, as the relay publishes it."""
@@ -98,10 +121,44 @@ leaves right after its commit, and no relay's wake-up is consumed by another's."
 _RELAY_WAKE_UPS_LOCK = threading.Lock()
 
 
+@sqlalchemy.event.listens_for(Session, "before_commit")
+def _mark_an_offered_mark(session: Session) -> None:
+    """A transaction that queued outbox messages carries its relay's offered mark (`_Offer`)."""
+    if session.in_nested_transaction() or not session.info.get(_WRITTEN_KEY):
+        return
+    engine = session.get_bind()
+    if not isinstance(engine, Engine):
+        return
+    with _OFFERS_LOCK:
+        offer = _OFFERS.get(engine)
+        if offer is None or offer.state != _OFFERED:
+            return
+        offer.state = _TAKEN
+    session.info[_OFFER_KEY] = offer
+    first_id, last_id, _count, _since = offer.unmarked
+    try:
+        marked = session.connection().execute(
+            _MARK_SENT_RANGE, {"first_id": first_id, "last_id": last_id, "marked_at": utc_now()}
+        )
+    except Exception:  # never the carrier's failure: the relay marks them itself
+        logger.warning("an offered outbox mark failed; the relay marks it", exc_info=True)
+        _settle_offer(session, _OFFERED)
+        return
+    offer.marked_rows = marked.rowcount
+
+
+def _settle_offer(session: Session, state: str) -> None:
+    offer = session.info.pop(_OFFER_KEY, None)
+    if offer is not None:
+        with _OFFERS_LOCK:
+            offer.state = state
+
+
 @sqlalchemy.event.listens_for(Session, "after_commit")
 def _outbox_committed(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released: the rows are not committed until the outer transaction is
+    _settle_offer(session, _MARKED)
     if session.info.pop(_WRITTEN_KEY, False):
         with _RELAY_WAKE_UPS_LOCK:
             wake_ups = list(_RELAY_WAKE_UPS)
@@ -113,6 +170,7 @@ def _outbox_committed(session: Session) -> None:
 def _outbox_rolled_back(session: Session, previous_transaction: Any) -> None:
     if not previous_transaction.nested:  # the whole transaction is gone, its rows with it
         session.info.pop(_WRITTEN_KEY, None)
+        _settle_offer(session, _OFFERED)  # its mark too: offered again
 
 
 def count_unsent_outbox_messages(session: Session) -> int:
@@ -241,6 +299,7 @@ class OutboxRelay:
             bootstrap_servers, client_id=client_id, delivery_timeout_ms=publish_timeout_ms
         )
         self._unmarked: _Unmarked | None = None
+        self._offer: _Offer | None = None  # SQLite: the mark offered to this process's writers
         self._wake_up = threading.Event()
         with _RELAY_WAKE_UPS_LOCK:
             _RELAY_WAKE_UPS.add(self._wake_up)
@@ -262,8 +321,9 @@ class OutboxRelay:
                 self._published.inc(len(messages))
             return len(messages)
         # Reading takes no write lock (SQLite's writers queue for one); the mark does.
+        unmarked = self._unmarked or (self._offer.unmarked if self._offer else None)
         with read_transaction(self._session_factory) as session:
-            messages = self._read_unsent(session, after_id=self._unmarked.last_id if self._unmarked else 0)
+            messages = self._read_unsent(session, after_id=unmarked.last_id if unmarked else 0)
         if messages:
             self._publish(messages)
             if self._unmarked is None:
@@ -272,21 +332,53 @@ class OutboxRelay:
                 self._unmarked = self._unmarked._replace(
                     last_id=messages[-1].id, rows=self._unmarked.rows + len(messages)
                 )
+        self._settle_offer(mark_within_seconds)
         if self._unmarked is not None and self._unmarked.seconds_until_due(mark_within_seconds) <= 0:
-            self._mark_unmarked()
+            if mark_within_seconds <= 0:
+                self._mark_unmarked()
+            elif self._offer is None:  # offered to the next writer that commits outbox rows
+                self._offer = _Offer(self._unmarked, time.monotonic())
+                self._unmarked = None
+                with _OFFERS_LOCK:
+                    _OFFERS[self._engine] = self._offer
         return len(messages)
 
+    def _settle_offer(self, within_seconds: float) -> None:
+        """SQLite: count an offered mark a writer committed; withdraw and mark one nobody took
+        within `within_seconds`."""
+        offer = self._offer
+        if offer is None:
+            return
+        with _OFFERS_LOCK:
+            if offer.state == _OFFERED and offer.offered_at + within_seconds <= time.monotonic():
+                offer.state = _WITHDRAWN
+            if offer.state in (_MARKED, _WITHDRAWN) and _OFFERS.get(self._engine) is offer:
+                del _OFFERS[self._engine]
+        if offer.state == _MARKED:
+            # One relay per SQLite database: nobody else marks these rows (as in `_mark_sent`).
+            assert offer.marked_rows == offer.unmarked.rows, (offer.marked_rows, offer.unmarked.rows)
+            self._published.inc(offer.unmarked.rows)
+            self._offer = None
+        elif offer.state == _WITHDRAWN:
+            self._offer = None
+            self._mark_range(offer.unmarked)
+
     def _mark_unmarked(self) -> None:
-        """SQLite: mark sent every row published since the last mark, in one transaction."""
-        assert self._unmarked is not None
-        first_id, last_id, count, _since = self._unmarked
+        """SQLite: mark sent every row published since the last mark, in one transaction (an
+        offered mark nobody has taken yet too)."""
+        self._settle_offer(0.0)
+        if self._unmarked is not None:
+            self._mark_range(self._unmarked)
+            self._unmarked = None
+
+    def _mark_range(self, unmarked: _Unmarked) -> None:
+        first_id, last_id, count, _since = unmarked
         # Its one writer at a time numbers the rows in commit order, and the rows published are the
         # lowest unsent ids read (each round after the previous one's), so every row between the
         # first and the last is one of them or was sent before (one statement text for any count).
         with transaction(self._session_factory) as session:
             ids = {"first_id": first_id, "last_id": last_id}
             self._mark_sent(session.connection(), _MARK_SENT_RANGE, ids, count)
-        self._unmarked = None
         self._published.inc(count)
 
     def _locked_connection(self) -> sqlalchemy.Connection | None:
@@ -336,9 +428,11 @@ class OutboxRelay:
                 if self._unmarked is not None:  # no longer than until their mark is due
                     due = self._unmarked.seconds_until_due(SQLITE_MARK_SENT_SECONDS)
                     wait_seconds = max(0.0, min(wait_seconds, due))
+                if self._offer is not None:  # nor than until an offer nobody takes is withdrawn
+                    due = self._offer.offered_at + SQLITE_MARK_SENT_SECONDS - time.monotonic()
+                    wait_seconds = max(0.0, min(wait_seconds, due))
                 _wait_for_commit(stop_event, self._wake_up, wait_seconds)
-        if self._unmarked is not None:
-            self._mark_unmarked()  # stopping: what Kafka has is not sent again after a restart
+        self._mark_unmarked()  # stopping: what Kafka has is not sent again after a restart
 
     def close(self) -> None:
         """Close the relay's connection (under PostgreSQL: releases the relay lock, then ends its
@@ -348,8 +442,7 @@ class OutboxRelay:
         when its backend has exited, a moment after the socket closed, and until then another
         replica's relay would find the lock taken (a test saw that, now and then)."""
         try:
-            if self._unmarked is not None:
-                self._mark_unmarked()
+            self._mark_unmarked()
         finally:
             try:
                 if self._holds_lock:

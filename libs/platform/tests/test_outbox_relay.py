@@ -160,6 +160,42 @@ def test_a_sqlite_relay_marks_the_rounds_of_its_mark_interval_at_once(
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
 
 
+def test_a_sqlite_relays_due_mark_rides_on_the_next_transaction_that_queues_outbox_rows(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """A due mark is offered to this process's writers: the next transaction that queues outbox
+    messages marks the rows in its own commit (the relay takes no write lock for it); one that
+    rolls back leaves it offered; one nobody takes within the interval the relay marks itself."""
+    within = 0.05
+    event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 3})
+    with OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS) as relay:
+        assert relay.run_once(mark_within_seconds=within) == 3
+        time.sleep(within)
+        assert relay.run_once(mark_within_seconds=within) == 0  # due: offered, not marked
+        assert unsent_count(sqlite_engine) == 3
+        with pytest.raises(_RelayKilledError), transaction(create_session_factory(sqlite_engine)) as session:
+            EventStore(topics=kafka_topics).append(session, "table-9", 0, table_events(1))
+            raise _RelayKilledError  # a writer that rolls back carries nothing
+        assert unsent_count(sqlite_engine) == 3
+        event_ids += append_events(sqlite_engine, kafka_topics, {"table-2": 2})
+        assert unsent_count(sqlite_engine) == 2  # the offered three marked in that commit
+        assert relay.run_once(mark_within_seconds=within) == 2
+        time.sleep(within)
+        assert relay.run_once(mark_within_seconds=within) == 0  # offered
+        time.sleep(within)
+        assert relay.run_once(mark_within_seconds=within) == 0  # nobody took it: marked by the relay
+        assert unsent_count(sqlite_engine) == 0
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    _each_consumed_once(sqlite_engine, consumer, poll_consumer_until, 5)
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
 def _each_consumed_once(
     engine: Engine, consumer: TrackedConsumer, poll_consumer_until: Callable[..., None], count: int
 ) -> None:
