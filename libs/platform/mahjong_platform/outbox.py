@@ -267,9 +267,11 @@ class OutboxRelay:
     Under SQLite there is one writer per database anyway, and holding its single write lock while
     waiting for Kafka would stall every other writer, so the rows are read, published and marked in
     separate short transactions; run one relay per SQLite database. `run_forever` marks what it
-    published at most every SQLITE_MARK_SENT_SECONDS, in one transaction for all the rounds of
-    that time; meanwhile the next round reads the unsent rows after the last one it published
-    (the one writer numbers the rows in commit order, so none can appear before it).
+    published at most every SQLITE_MARK_SENT_SECONDS, in one statement for all the rounds of
+    that time, which it first offers to the process's next transaction that queues outbox rows
+    (`_Offer`) and runs in a transaction of its own only when none took it within as long;
+    meanwhile the next round reads the unsent rows after the last one it published (the one
+    writer numbers the rows in commit order, so none can appear before it).
     """
 
     def __init__(
