@@ -28,6 +28,7 @@ from mahjong.v1 import envelope_pb2
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.events import payloads
 from mahjong_rules import format_tiles, parse_tiles
+from mahjong_rules.tiles import TILE_KIND_COUNT, copies_allowed, tile_code
 
 from mahjong_table import codec
 from mahjong_table.core.views import ACTION_LEAVE, redact
@@ -179,6 +180,41 @@ def compact(tiles: str) -> str:
     return tiles and format_tiles(parse_tiles(tiles))
 
 
+@functools.lru_cache(maxsize=65_536)
+def compact_codes(codes: tuple[str, ...]) -> str:
+    """`compact` of the tile codes `codes` ("1m", "2m", "2m": "122m"), without joining them into
+    a text to parse again: sorted by tile, one suit letter per run (`format_tiles`). Codes that
+    are not all known tile codes, or more copies of a tile than a set holds, go through `compact`
+    itself (which refuses them as it always did)."""
+    tiles: list[int] = []
+    for code in codes:
+        tile = _TILE_BY_CODE.get(code)
+        if tile is None:
+            return compact("".join(codes))
+        tiles.append(tile)
+    tiles.sort()
+    parts: list[str] = []
+    letter = ""
+    copies = 0
+    for index, tile in enumerate(tiles):
+        copies = copies + 1 if index and tiles[index - 1] == tile else 1
+        if copies > copies_allowed(tile):
+            return compact("".join(codes))
+        code = _TILE_CODES[tile]
+        if code[1] != letter:
+            if letter:
+                parts.append(letter)
+            letter = code[1]
+        parts.append(code[0])
+    if letter:
+        parts.append(letter)
+    return "".join(parts)
+
+
+_TILE_CODES: Final = tuple(tile_code(tile) for tile in range(TILE_KIND_COUNT))
+_TILE_BY_CODE: Final = {code: tile for tile, code in enumerate(_TILE_CODES)}
+
+
 def _seat_field(seat_view: object) -> bytes:
     """The `TableView.seats` field of a `SeatView`. With melds, the fields before them (1-3), each
     meld (4, serialized once per value: `_meld_field`) and the fields after them (5-11), in the
@@ -261,7 +297,7 @@ def view_bytes(state: AnyTableState, seat: int) -> bytes:
         room_id=state.room_id,
         sequence=seat_sequence(state, seat),
         your_seat=seat,
-        hand=compact("".join(view.hand)),
+        hand=compact_codes(view.hand),
         dealer_seat=view.dealer_seat,
         phase=view.phase,
         turn_seat=view.turn_seat,
@@ -276,7 +312,7 @@ def view_bytes(state: AnyTableState, seat: int) -> bytes:
         wildcard=view.wildcard,
         bird_tile=view.bird_tile,
         bird_seat=view.bird_seat,
-        waits=compact("".join(view.waits)),
+        waits=compact_codes(view.waits),
     ).SerializeToString()
     return b"".join(
         [

@@ -18,7 +18,7 @@ from google.protobuf import timestamp_pb2
 from mahjong.v1 import envelope_pb2
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.envelopes import new_envelope
-from mahjong_rules import format_tiles, parse_tiles
+from mahjong_rules import RulesError, format_tiles, parse_tiles
 from mahjong_rules.room_rules import RoomRules
 from mahjong_table import codec, wire
 from mahjong_table.formula.decide import execute as formula_execute
@@ -288,6 +288,29 @@ def test_a_composed_answer_is_the_play_answer() -> None:
         answer=messages.PlayAnswer(idempotency_key="key-2", code=9, message="not your turn")
     )
     assert not refused.answer.HasField("result")
+
+
+def test_compact_codes_is_compact_of_the_joined_codes_refusals_included() -> None:
+    """Seeded random tile codes of every family, sorted or not, with unknown codes and more
+    copies than a set holds now and then: the same notation as parsing and formatting the
+    joined text, or the same refusal."""
+    generator = random.Random(0)
+    codes = [format_tiles([tile]) for tile in range(42)]
+    for _ in range(20_000):
+        tiles = tuple(
+            generator.choice(["0m", "x5", "5"]) if generator.random() < 0.01 else generator.choice(codes)
+            for _ in range(generator.randint(0, 18))
+        )
+        if generator.random() < 0.5:
+            tiles = tuple(sorted(tiles))
+        assert _outcome(wire.compact, "".join(tiles)) == _outcome(wire.compact_codes, tiles), tiles
+
+
+def _outcome(compose: Callable[[Any], str], tiles: object) -> object:
+    try:
+        return compose(tiles)
+    except RulesError as error:
+        return type(error)
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16_383, 16_384, 2**35 + 5])
