@@ -430,7 +430,9 @@ class OutboxRelay:
                 if self._unmarked is not None:  # no longer than until their mark is due
                     due = self._unmarked.seconds_until_due(SQLITE_MARK_SENT_SECONDS)
                     wait_seconds = max(0.0, min(wait_seconds, due))
-                if self._offer is not None:  # nor than until an offer nobody takes is withdrawn
+                if self._offer is not None and self._offer.state == _OFFERED:
+                    # Nor than until an offer nobody takes is withdrawn (one a writer has taken is
+                    # settled at its commit or rollback, and that commit wakes the relay).
                     due = self._offer.offered_at + SQLITE_MARK_SENT_SECONDS - time.monotonic()
                     wait_seconds = max(0.0, min(wait_seconds, due))
                 _wait_for_commit(stop_event, self._wake_up, wait_seconds)
