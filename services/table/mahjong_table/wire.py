@@ -183,9 +183,9 @@ def compact(tiles: str) -> str:
 @functools.lru_cache(maxsize=65_536)
 def compact_codes(codes: tuple[str, ...]) -> str:
     """`compact` of the tile codes `codes` ("1m", "2m", "2m": "122m"), without joining them into
-    a text to parse again: sorted by tile, one suit letter per run (`format_tiles`). Codes that
-    are not all known tile codes, or more copies of a tile than a set holds, go through `compact`
-    itself (which refuses them as it always did)."""
+    a text to parse again (`format_tiles` of their tiles). Codes that are not all known tile
+    codes, or more copies of a tile than a set holds, go through `compact` itself (which refuses
+    them as it always did)."""
     tiles: list[int] = []
     for code in codes:
         tile = _TILE_BY_CODE.get(code)
@@ -193,22 +193,11 @@ def compact_codes(codes: tuple[str, ...]) -> str:
             return compact("".join(codes))
         tiles.append(tile)
     tiles.sort()
-    parts: list[str] = []
-    letter = ""
-    copies = 0
     for index, tile in enumerate(tiles):
-        copies = copies + 1 if index and tiles[index - 1] == tile else 1
-        if copies > copies_allowed(tile):
+        allowed = copies_allowed(tile)
+        if index >= allowed and tiles[index - allowed] == tile:  # more copies than a set holds
             return compact("".join(codes))
-        code = _TILE_CODES[tile]
-        if code[1] != letter:
-            if letter:
-                parts.append(letter)
-            letter = code[1]
-        parts.append(code[0])
-    if letter:
-        parts.append(letter)
-    return "".join(parts)
+    return format_tiles(tiles)
 
 
 _TILE_CODES: Final = tuple(tile_code(tile) for tile in range(TILE_KIND_COUNT))
