@@ -28,6 +28,7 @@ The handler then reads the verified caller with `current_identity`. Seat- and ta
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import re
@@ -201,7 +202,11 @@ class VerifiedTokens:
     and refused with its message, every time."""
 
     def __init__(self, capacity: int = VERIFIED_TOKENS_MAX, clock: Callable[[], float] = time.time) -> None:
-        self._entries: dict[tuple[str, int, str], tuple[Identity, int]] = {}
+        # Oldest first: `popitem(last=False)` drops it in O(1), where `del d[next(iter(d))]` on a
+        # plain dict scans past every slot deleted since its last resize, at every eviction.
+        self._entries: collections.OrderedDict[tuple[str, int, str], tuple[Identity, int]] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
         self._capacity = capacity
         self._clock = clock
@@ -219,7 +224,7 @@ class VerifiedTokens:
         if self._clock() < expires_at:
             with self._lock:
                 while len(self._entries) >= self._capacity:
-                    del self._entries[next(iter(self._entries))]
+                    self._entries.popitem(last=False)
                 self._entries[key] = (identity, expires_at)
         return identity
 
