@@ -147,15 +147,18 @@ def _writer_lock(engine: Engine) -> contextlib.AbstractContextManager[object]:
     return lock
 
 
-_READ_ONLY_ENGINES: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+_READ_ONLY_ENGINE_ATTRIBUTE = "_mahjong_read_only_engine"
 
 
 def _read_only_engine(engine: Engine, options: dict[str, object]) -> Engine:
     """`engine` with the read-only options, made once per engine (an option engine per call would
-    redo its set-up for every read)."""
-    read_only = _READ_ONLY_ENGINES.get(engine)
+    redo its set-up for every read). Kept on the engine itself: the option engine refers to its
+    base, so a cache keyed by the engine would keep every engine (and its pool) alive for good;
+    the two referring to each other are collected together."""
+    read_only: Engine | None = getattr(engine, _READ_ONLY_ENGINE_ATTRIBUTE, None)
     if read_only is None:
-        read_only = _READ_ONLY_ENGINES[engine] = engine.execution_options(**options)
+        read_only = engine.execution_options(**options)
+        setattr(engine, _READ_ONLY_ENGINE_ATTRIBUTE, read_only)
     return read_only
 
 

@@ -448,15 +448,18 @@ class OutboxRelay:
         try:
             self._mark_unmarked()
         finally:
+            connection = self._connection
             try:
                 if self._holds_lock:
                     with contextlib.suppress(sqlalchemy.exc.DBAPIError):  # a lost session holds none
                         self._release_lock()
-                connection, self._connection, self._holds_lock = self._connection, None, False
-                if connection is not None:
-                    connection.close()
             finally:
-                self._producer.close(timeout=self._publish_timeout_ms / 1000)
+                self._connection, self._holds_lock = None, False
+                try:
+                    if connection is not None:
+                        connection.close()
+                finally:
+                    self._producer.close(timeout=self._publish_timeout_ms / 1000)
 
     def __enter__(self) -> OutboxRelay:
         return self

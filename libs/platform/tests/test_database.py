@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import pathlib
 import time
+import weakref
 
 import pytest
 import sqlalchemy
@@ -13,6 +15,7 @@ from mahjong_platform.database import (
     compiled_once,
     create_engine_for,
     create_session_factory,
+    read_transaction,
     sqlite_url,
     transaction,
 )
@@ -282,3 +285,18 @@ def test_a_statement_compiled_once_runs_as_the_statement_and_is_cached(database_
         assert hits == [CacheStats.CACHE_HIT, CacheStats.NO_CACHE_KEY] * 3
     finally:
         engine.dispose()
+
+
+def test_an_engine_that_read_is_collected_once_dropped(tmp_path: pathlib.Path) -> None:
+    """`read_transaction` keeps its read-only option engine on the engine itself: a cache keyed by
+    the engine kept every engine that had read alive for good (the option engine refers to its
+    base), with its pool and the SQLite files' descriptors."""
+    engine = create_engine_for(sqlite_url(tmp_path, "collected"))
+    with read_transaction(create_session_factory(engine)) as reader:
+        assert reader.execute(sqlalchemy.text("SELECT 1")).scalar_one() == 1
+    del reader
+    engine.dispose()
+    dropped = weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert dropped() is None

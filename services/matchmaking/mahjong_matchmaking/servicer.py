@@ -429,7 +429,13 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
             self._reread_scheduled = False
             return
         loop = asyncio.get_running_loop()
-        read = loop.run_in_executor(self._reads, self._load_tickets, ticket_ids)
+        try:
+            read = loop.run_in_executor(self._reads, self._load_tickets, ticket_ids)
+        except Exception:  # the read threads are gone (shutting down): never leave it "scheduled"
+            logger.warning("could not start re-reading the watched tickets", exc_info=True)
+            self._reread_scheduled = False
+            self.watchers.release(ticket_ids)  # each stream reads its own (and fails alone)
+            return
         read.add_done_callback(lambda done: self._reread_done(ticket_ids, done))
 
     def _reread_done(self, ticket_ids: list[str], read: asyncio.Future[list[tickets.Ticket]]) -> None:
