@@ -209,7 +209,8 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
     def _earlier_or_live(
         self, player_id: str, key: str, digest: str
     ) -> tuple[bytes | None, tickets.LiveTicket | None]:
-        """The stored answer of the Enqueue's key, else the player's live ticket (a read thread)."""
+        """The stored answer of the Enqueue's key, else the player's live ticket (in a read thread,
+        or in the write thread of an Enqueue whose write failed)."""
         with read_transaction(self._session_factory) as session:
             earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
             return earlier, None if earlier is not None else tickets.live_ticket(session, player_id)
@@ -299,9 +300,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
                     session, player_id, "Enqueue", key, digest, answer.SerializeToString()
                 )
         except (FailedPreconditionError, IntegrityError) as error:
-            with read_transaction(self._session_factory) as session:
-                earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
-                live = None if earlier is not None else tickets.live_ticket(session, player_id)
+            earlier, live = self._earlier_or_live(player_id, key, digest)
             if earlier is not None:
                 return messages.EnqueueResponse.FromString(earlier), []
             if isinstance(error, IntegrityError) and live is not None:
