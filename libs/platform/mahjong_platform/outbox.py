@@ -85,6 +85,10 @@ class _Offer:
     state: str = "offered"
     marked_rows: int = -1
 
+    def seconds_until_withdrawn(self, within_seconds: float) -> float:
+        """How much longer it stays offered if nobody takes it (at most 0: withdraw it now)."""
+        return self.offered_at + within_seconds - time.monotonic()
+
 
 _OFFERED, _TAKEN, _MARKED, _WITHDRAWN = "offered", "taken", "marked", "withdrawn"
 _OFFERS: weakref.WeakKeyDictionary[Engine, _Offer] = weakref.WeakKeyDictionary()
@@ -352,7 +356,7 @@ class OutboxRelay:
         if offer is None:
             return
         with _OFFERS_LOCK:
-            if offer.state == _OFFERED and offer.offered_at + within_seconds <= time.monotonic():
+            if offer.state == _OFFERED and offer.seconds_until_withdrawn(within_seconds) <= 0:
                 offer.state = _WITHDRAWN
             if offer.state in (_MARKED, _WITHDRAWN) and _OFFERS.get(self._engine) is offer:
                 del _OFFERS[self._engine]
@@ -427,13 +431,15 @@ class OutboxRelay:
             retry_pause_ms = poll_interval_ms
             if published_count < self._batch_size:
                 wait_seconds = poll_interval_ms / 1000
-                if self._unmarked is not None:  # no longer than until their mark is due
+                if self._offer is None and self._unmarked is not None:
+                    # No longer than until their mark is due (while an offer is out, the rows
+                    # published since wait for it to settle: a due mark could not be offered).
                     due = self._unmarked.seconds_until_due(SQLITE_MARK_SENT_SECONDS)
                     wait_seconds = max(0.0, min(wait_seconds, due))
                 if self._offer is not None and self._offer.state == _OFFERED:
                     # Nor than until an offer nobody takes is withdrawn (one a writer has taken is
                     # settled at its commit or rollback, and that commit wakes the relay).
-                    due = self._offer.offered_at + SQLITE_MARK_SENT_SECONDS - time.monotonic()
+                    due = self._offer.seconds_until_withdrawn(SQLITE_MARK_SENT_SECONDS)
                     wait_seconds = max(0.0, min(wait_seconds, due))
                 _wait_for_commit(stop_event, self._wake_up, wait_seconds)
         self._mark_unmarked()  # stopping: what Kafka has is not sent again after a restart
@@ -445,21 +451,23 @@ class OutboxRelay:
         The lock is released by a statement first: the server frees a closed session's locks only
         when its backend has exited, a moment after the socket closed, and until then another
         replica's relay would find the lock taken (a test saw that, now and then)."""
-        try:
+        # Each step runs even if one before it failed, in the reverse order of registration: mark,
+        # release the lock, forget the connection, close it, close the producer.
+        with contextlib.ExitStack() as closing:
+            closing.callback(self._producer.close, timeout=self._publish_timeout_ms / 1000)
+            if self._connection is not None:
+                closing.callback(self._connection.close)
+            closing.callback(self._forget_connection)
+            if self._holds_lock:
+                closing.callback(self._release_lock_quietly)
             self._mark_unmarked()
-        finally:
-            connection = self._connection
-            try:
-                if self._holds_lock:
-                    with contextlib.suppress(sqlalchemy.exc.DBAPIError):  # a lost session holds none
-                        self._release_lock()
-            finally:
-                self._connection, self._holds_lock = None, False
-                try:
-                    if connection is not None:
-                        connection.close()
-                finally:
-                    self._producer.close(timeout=self._publish_timeout_ms / 1000)
+
+    def _forget_connection(self) -> None:
+        self._connection, self._holds_lock = None, False
+
+    def _release_lock_quietly(self) -> None:
+        with contextlib.suppress(sqlalchemy.exc.DBAPIError):  # a lost session holds no lock
+            self._release_lock()
 
     def __enter__(self) -> OutboxRelay:
         return self
