@@ -137,11 +137,7 @@ class EventStore:
             _check_appends(appends)
             sqlite = session.get_bind().dialect.name == "sqlite"
             assert sqlite or sqlite_condition is None, "a further condition is for SQLite only"
-            if sqlite and (
-                _at_expected_versions_sqlite(session, appends)
-                if sqlite_condition is None
-                else _at_expected_versions_sqlite(session, appends, sqlite_condition)
-            ):
+            if sqlite and _at_expected_versions_sqlite(session, appends, sqlite_condition):
                 versions = {stream_id: expected for stream_id, expected, _ in appends}
             else:  # PostgreSQL (one round trip however many rows), or a conflict to name
                 versions = self.stream_versions(session, [stream for stream, _, _ in appends])

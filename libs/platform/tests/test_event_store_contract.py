@@ -183,7 +183,9 @@ def test_a_batch_without_a_savepoint_that_raced_past_the_version_check_fails_and
     with transaction(session_factory) as session:
         store.append(session, "table-1", 0, [table_event(), table_event()])
     # The check sees table-1 at version 1, as it was before that commit (two writers reading at once).
-    monkeypatch.setattr(event_store, "_at_expected_versions_sqlite", lambda _session, _appends: True)
+    monkeypatch.setattr(
+        event_store, "_at_expected_versions_sqlite", lambda _session, _appends, _condition=None: True
+    )
     monkeypatch.setattr(
         EventStore, "stream_versions", lambda _self, _session, ids: {i: int(i == "table-1") for i in ids}
     )
