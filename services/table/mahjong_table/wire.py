@@ -28,7 +28,8 @@ from mahjong.v1 import envelope_pb2
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.events import payloads
 from mahjong_rules import format_tiles, parse_tiles
-from mahjong_rules.tiles import TILE_KIND_COUNT, copies_allowed, tile_code
+from mahjong_rules.errors import TileCountError
+from mahjong_rules.tiles import TILE_KIND_COUNT, check_tile_copies, tile_code
 
 from mahjong_table import codec
 from mahjong_table.core.views import ACTION_LEAVE, redact
@@ -192,11 +193,10 @@ def compact_codes(codes: tuple[str, ...]) -> str:
         if tile is None:
             return compact("".join(codes))
         tiles.append(tile)
-    tiles.sort()
-    for index, tile in enumerate(tiles):
-        allowed = copies_allowed(tile)
-        if index >= allowed and tiles[index - allowed] == tile:  # more copies than a set holds
-            return compact("".join(codes))
+    try:
+        check_tile_copies(tiles)
+    except TileCountError:
+        return compact("".join(codes))  # more copies than a set holds: refused as compact refuses
     return format_tiles(tiles)
 
 
