@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 
 import grpc
+import psycopg
 import pytest
 import sqlalchemy
 from mahjong_platform.errors import client_status, is_database_unavailable
@@ -48,7 +49,6 @@ def test_a_sqlite_disk_failing_at_commit_is_not_a_lost_connection(message: str, 
 
 
 def test_a_postgresql_error_at_commit_with_a_sqlstate_is_not_a_lost_connection() -> None:
-    psycopg = pytest.importorskip("psycopg")
     serialization_failure = psycopg.errors.SerializationFailure("could not serialize access")
     assert serialization_failure.sqlstate == "40001"
     assert not is_database_unavailable(_at_commit(serialization_failure))
@@ -56,7 +56,6 @@ def test_a_postgresql_error_at_commit_with_a_sqlstate_is_not_a_lost_connection()
 
 @pytest.mark.parametrize("sqlstate_class", ["CannotConnectNow", "AdminShutdown", "TooManyConnections"])
 def test_a_postgresql_server_that_cannot_take_connections_now_is_unavailable(sqlstate_class: str) -> None:
-    psycopg = pytest.importorskip("psycopg")
     error = getattr(psycopg.errors, sqlstate_class)("the server cannot take the connection now")
     assert is_database_unavailable(_at_commit(error))
     status = client_status(_at_commit(error))
