@@ -375,6 +375,51 @@ def _upsert_of(
     return insert.on_conflict_do_update(index_elements=list(key), set_=updates)
 
 
+_SQLITE_DRIVER_KEY = "mahjong_sqlite_driver"
+
+
+def _sqlite_driver(session: Session) -> tuple[sqlalchemy.Connection, sqlite3.Cursor]:
+    """The session's connection and a driver cursor of it, found once per transaction (kept in
+    `session.info` with the transaction they belong to: `session.connection()` alone costs about
+    as much as running a small statement through the driver). A savepoint is a transaction of
+    its own here: the session emits its SAVEPOINT at its first `session.connection()`."""
+    known = session.info.get(_SQLITE_DRIVER_KEY)
+    if known is not None and known[0] is _innermost_transaction(session):
+        return known[1], known[2]
+    connection = session.connection()
+    dbapi_connection = connection.connection.dbapi_connection
+    assert isinstance(dbapi_connection, sqlite3.Connection), dbapi_connection
+    cursor = dbapi_connection.cursor()
+    session.info[_SQLITE_DRIVER_KEY] = (_innermost_transaction(session), connection, cursor)
+    return connection, cursor
+
+
+def _innermost_transaction(session: Session) -> object:
+    nested = session.get_nested_transaction()
+    return nested if nested is not None else session.get_transaction()
+
+
+def sqlite_rows(session: Session, statement: str, parameters: tuple[Any, ...]) -> Sequence[Sequence[Any]]:
+    """SQLite: run `statement` (SQL text with ``?`` parameters) in the session's transaction and
+    return its rows (tuples in column order; none for an INSERT).
+
+    Through the driver's cursor, not SQLAlchemy's execution machinery, which costs several times
+    what the statement itself does (result metadata, execution context, events): 200 µs against
+    10 µs a small SELECT, 68 against 15 a one-row INSERT, measured. Errors are raised as
+    SQLAlchemy's (a violated unique key is an `IntegrityError`), as `exec_driver_sql` would. While
+    anyone listens for the engine's cursor events (the statement audits of the tests and of
+    `query_plans`) the statement goes through `exec_driver_sql`, so they see it as before."""
+    connection, cursor = _sqlite_driver(session)
+    dispatch = connection.dispatch
+    if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+        result = connection.exec_driver_sql(statement, parameters)
+        return result.all() if result.returns_rows else []
+    try:
+        return cursor.execute(statement, parameters).fetchall()
+    except sqlite3.Error as error:
+        raise sqlalchemy.exc.DBAPIError.instance(statement, parameters, error, sqlite3.Error) from error
+
+
 def _insert_rows_sqlite(
     session: Session,
     dialect: sqlalchemy.Dialect,
@@ -398,26 +443,35 @@ def _insert_rows_sqlite(
     `upsert_rows`."""
     columns = tuple(rows[0])
     processors = _sqlite_bind_processors(dialect, table, columns)
-    connection = session.connection()
     per_statement = min(
         SQLITE_ROWS_PER_INSERT_MAX, _power_of_two_at_most((_SQLITE_VARIABLES_MAX - 1) // len(columns))
     )
+    width = len(columns)
+    processed = [(index, processor) for index, (_column, processor) in enumerate(processors) if processor]
+    # The last value bound per processed column, and what it became: the rows of one batch share
+    # most of their times (one transaction's `recorded_at`, one command's `occurred_at`).
+    last: list[tuple[Any, Any]] = [(None, None)] * width
     for chunk, size in padded_chunks(rows, per_statement):
         values: list[Any] = []
         for row in chunk:
-            if len(row) != len(columns):
+            if len(row) != width:
                 raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}")
-            for column, processor in processors:
-                try:
-                    value = row[column]
-                except KeyError:
-                    raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}") from None
-                values.append(value if processor is None or value is None else processor(value))
-        values += [None] * (len(columns) * (size - len(chunk)))
+            try:
+                row_values = [row[column] for column in columns]
+            except KeyError:
+                raise ValueError(f"rows for {table.name} name different columns: {sorted(row)}") from None
+            for index, processor in processed:
+                value = row_values[index]
+                if value is not None:
+                    known, bound = last[index]
+                    if value is not known:
+                        bound = processor(value)
+                        last[index] = (value, bound)
+                    row_values[index] = bound
+            values += row_values
+        values += [None] * (width * (size - len(chunk)))
         values.append(len(chunk))
-        connection.exec_driver_sql(
-            _sqlite_insert_text(dialect, table, columns, size, on_conflict), tuple(values)
-        )
+        sqlite_rows(session, _sqlite_insert_text(dialect, table, columns, size, on_conflict), tuple(values))
 
 
 def padded_chunks(items: Sequence[_T], most: int) -> Iterator[tuple[Sequence[_T], int]]:

@@ -14,8 +14,9 @@ import datetime
 import os
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from google.protobuf import timestamp_pb2
 from google.protobuf.message import DecodeError, Message
 from mahjong.v1 import envelope_pb2
 
@@ -58,21 +59,62 @@ class _RandomBytes:
         self._offset = 0
 
     def take16(self) -> bytes:
+        return self.take(1)[0]
+
+    def take(self, count: int) -> list[bytes]:
+        """`count` fresh 16-byte strings (read from the buffer, refilled as it runs out)."""
+        taken: list[bytes] = []
         with self._lock:
-            if self._offset >= len(self._buffer):
-                self._buffer = os.urandom(16 * EVENT_IDS_PER_RANDOM_READ)
-                self._offset = 0
-            offset = self._offset
-            self._offset = offset + 16
-        return self._buffer[offset : offset + 16]
+            while len(taken) < count:
+                if self._offset >= len(self._buffer):
+                    self._buffer = os.urandom(16 * EVENT_IDS_PER_RANDOM_READ)
+                    self._offset = 0
+                buffer, offset = self._buffer, self._offset
+                end = min(len(buffer), offset + 16 * (count - len(taken)))
+                taken += [buffer[start : start + 16] for start in range(offset, end, 16)]
+                self._offset = end
+        return taken
 
 
 _RANDOM_BYTES = _RandomBytes()
+_VARIANT_DIGITS = "89ab89ab89ab89ab"  # RFC 4122's variant bits (10xx) over the digit's low two bits
+
+
+def _uuid4_text(random16: bytes) -> str:
+    """`str(uuid.UUID(bytes=random16, version=4))` formatted directly (a tenth of its time)."""
+    digits = random16.hex()
+    variant = _VARIANT_DIGITS[int(digits[16], 16)]
+    return f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{variant}{digits[17:20]}-{digits[20:]}"
 
 
 def new_event_id() -> str:
     """A fresh random event id (UUID 4, canonical text form), as `uuid.uuid4` makes it."""
-    return str(uuid.UUID(bytes=_RANDOM_BYTES.take16(), version=4))
+    return _uuid4_text(_RANDOM_BYTES.take16())
+
+
+def new_event_ids(count: int) -> list[str]:
+    """`count` fresh event ids (`new_event_id`), taking the random bytes once."""
+    return [_uuid4_text(random16) for random16 in _RANDOM_BYTES.take(count)]
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def timestamp_of(moment: datetime.datetime) -> timestamp_pb2.Timestamp:
+    """The `Timestamp` of a timezone-aware datetime, as `Timestamp.FromDatetime` sets it (that
+    helper is pure Python and about 20 times slower: it goes through a UTC time tuple)."""
+    if moment.tzinfo is None:
+        raise ValueError("the clock must return timezone-aware datetimes")
+    delta = moment - _EPOCH
+    return timestamp_pb2.Timestamp(
+        seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000
+    )
+
+
+def datetime_of(timestamp: timestamp_pb2.Timestamp) -> datetime.datetime:
+    """`timestamp.ToDatetime(tzinfo=datetime.UTC)` without the slow helper (microseconds, the
+    nanoseconds below them dropped, as it does)."""
+    return _EPOCH + datetime.timedelta(seconds=timestamp.seconds, microseconds=timestamp.nanos // 1000)
 
 
 def new_envelope(
@@ -100,10 +142,40 @@ def new_envelope(
         correlation_id=correlation_id,
         causation_id=causation_id,
     )
-    envelope.occurred_at.FromDatetime(occurred_at)
+    envelope.occurred_at.CopyFrom(timestamp_of(occurred_at))
     payload_field = _payload_field_for(payload)
     getattr(envelope, payload_field).CopyFrom(payload)
     return envelope
+
+
+def new_envelopes(
+    payloads: Sequence[Message],
+    *,
+    clock: Clock,
+    stream_id: str = "",
+    first_sequence: int = 0,
+    correlation_id: str = "",
+    causation_id: str = "",
+) -> list[envelope_pb2.Envelope]:
+    """`new_envelope` for the events of one decision: one reading of the clock for all of them
+    (they occur together), their ids drawn at once; numbered from `first_sequence` (0: left
+    unnumbered, for the event store to number)."""
+    if not payloads:
+        return []
+    occurred_at = timestamp_of(clock())
+    envelopes = []
+    for index, (payload, event_id) in enumerate(zip(payloads, new_event_ids(len(payloads)), strict=True)):
+        envelope = envelope_pb2.Envelope(
+            event_id=event_id,
+            stream_id=stream_id,
+            sequence=first_sequence + index if first_sequence else 0,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            occurred_at=occurred_at,
+        )
+        getattr(envelope, _payload_field_for(payload)).CopyFrom(payload)
+        envelopes.append(envelope)
+    return envelopes
 
 
 def payload_type_name(envelope: envelope_pb2.Envelope) -> str:

@@ -13,7 +13,6 @@ transaction, so an event is stored if and only if it will be published.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -23,8 +22,22 @@ from mahjong.v1 import envelope_pb2
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from mahjong_platform.database import PerDialect, insert_rows, one_of, padded_by_repeating, padded_chunks
-from mahjong_platform.envelopes import Clock, parse_envelope, payload_type_name, serialize_envelope, utc_now
+from mahjong_platform.database import (
+    PerDialect,
+    insert_rows,
+    one_of,
+    padded_by_repeating,
+    padded_chunks,
+    sqlite_rows,
+)
+from mahjong_platform.envelopes import (
+    Clock,
+    datetime_of,
+    parse_envelope,
+    payload_type_name,
+    serialize_envelope,
+    utc_now,
+)
 from mahjong_platform.metrics import count_events_appended
 from mahjong_platform.outbox import add_outbox_messages
 from mahjong_platform.schema import STREAM_ID_MAX_LENGTH, stored_events
@@ -232,11 +245,18 @@ class EventStore:
         recorded_at = self.clock()
         event_rows = []
         outbox_rows: list[dict[str, object]] = []
+        # The events of one decision share their time: each distinct one made a datetime once.
+        last_time: tuple[int, int] | None = None
+        occurred_at = recorded_at
         for event in events:
             # Its own topic first; a seat-releasing event is also copied to the seats topic (the
             # same bytes, so the same event id): one outbox message per topic, same transaction.
             topics = self.topics.destinations(event)
             value = serialize_envelope(event)
+            timestamp = event.occurred_at
+            if (timestamp.seconds, timestamp.nanos) != last_time:
+                last_time = (timestamp.seconds, timestamp.nanos)
+                occurred_at = datetime_of(timestamp)
             event_rows.append(
                 {
                     "stream_id": event.stream_id,
@@ -244,7 +264,7 @@ class EventStore:
                     "event_id": event.event_id,
                     "event_type": payload_type_name(event),
                     "topic": topics[0],
-                    "occurred_at": event.occurred_at.ToDatetime(tzinfo=datetime.UTC),
+                    "occurred_at": occurred_at,
                     "recorded_at": recorded_at,
                     "envelope": value,
                 }
@@ -297,17 +317,16 @@ def _at_expected_versions_sqlite(
     (per 256 streams) instead of one row per stream: the driver releases the GIL at every row
     it steps, and a busy event loop may keep it a while. `condition`: asked in the first of them
     (`ConditionUnmetError` when false)."""
-    connection = session.connection()
     for chunk, size in padded_chunks(appends, _VERSIONS_CHECKED_PER_QUERY_MAX):
         padded = padded_by_repeating(chunk, size)
         values = tuple(value for stream_id, expected, _ in padded for value in (stream_id, expected))
         if condition is None:
-            differing = connection.exec_driver_sql(_versions_differing_text(size), values).scalar_one()
+            ((differing,),) = sqlite_rows(session, _versions_differing_text(size), values)
         else:
             text, parameters = condition
-            differing, met = connection.exec_driver_sql(
-                f"{_versions_differing_text(size)}, {text}", values + tuple(parameters)
-            ).one()
+            ((differing, met),) = sqlite_rows(
+                session, f"{_versions_differing_text(size)}, {text}", values + tuple(parameters)
+            )
             if not met:
                 raise ConditionUnmetError
             condition = None

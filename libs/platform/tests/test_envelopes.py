@@ -7,14 +7,19 @@ import os
 import uuid
 
 import pytest
+from google.protobuf import timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 from mahjong.v1 import envelope_pb2, ledger_events_pb2, table_events_pb2
 from mahjong_platform.envelopes import (
     EVENT_IDS_PER_RANDOM_READ,
     EnvelopeDecodeError,
+    _uuid4_text,
+    datetime_of,
     new_envelope,
+    new_envelopes,
     new_event_id,
+    new_event_ids,
     parse_envelope,
     payload_type_name,
     serialize_envelope,
@@ -54,6 +59,71 @@ def test_event_ids_are_distinct_version_4_uuids_across_random_reads() -> None:
     for event_id in ids:
         parsed = uuid.UUID(event_id)
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, event_id)
+
+
+def test_event_ids_are_formatted_as_uuid_formats_them() -> None:
+    for _ in range(2_000):
+        random16 = os.urandom(16)
+        assert _uuid4_text(random16) == str(uuid.UUID(bytes=random16, version=4))
+    for random16 in (bytes(16), b"\xff" * 16):
+        assert _uuid4_text(random16) == str(uuid.UUID(bytes=random16, version=4))
+    ids = new_event_ids(2 * EVENT_IDS_PER_RANDOM_READ + 3) + new_event_ids(1) + new_event_ids(0)
+    assert len(set(ids)) == len(ids) == 2 * EVENT_IDS_PER_RANDOM_READ + 4
+    assert all(uuid.UUID(event_id).version == 4 for event_id in ids)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime.datetime(1900, 1, 1),
+        max_value=datetime.datetime(2200, 1, 1),
+        timezones=st.sampled_from(
+            [
+                datetime.UTC,
+                datetime.timezone(datetime.timedelta(hours=5, minutes=30)),
+                datetime.timezone(-datetime.timedelta(hours=8)),
+            ]
+        ),
+    )
+)
+def test_envelope_times_are_those_of_the_protobuf_helpers(moment: datetime.datetime) -> None:
+    expected = timestamp_pb2.Timestamp()
+    expected.FromDatetime(moment)
+    envelope = new_envelope(table_events_pb2.TileDrawn(seat=1, tile="3C"), clock=lambda: moment)
+    assert envelope.occurred_at == expected
+    (batched,) = new_envelopes([table_events_pb2.TileDrawn(seat=1, tile="3C")], clock=lambda: moment)
+    assert batched.occurred_at == expected
+    assert datetime_of(expected) == expected.ToDatetime(tzinfo=datetime.UTC) == moment
+    with_nanos = timestamp_pb2.Timestamp(seconds=expected.seconds, nanos=expected.nanos + 999)
+    assert datetime_of(with_nanos) == with_nanos.ToDatetime(tzinfo=datetime.UTC)
+
+
+def test_the_envelopes_of_one_decision_share_a_clock_reading_and_are_numbered_in_order() -> None:
+    readings: list[datetime.datetime] = []
+
+    def clock() -> datetime.datetime:
+        readings.append(FIXED_TIME + datetime.timedelta(seconds=len(readings)))
+        return readings[-1]
+
+    payloads = [
+        table_events_pb2.TileDrawn(seat=1, tile="3C"),
+        table_events_pb2.TileDiscarded(seat=1, tile="4C"),
+    ]
+    envelopes = new_envelopes(
+        payloads, clock=clock, stream_id="table-1", first_sequence=7, correlation_id="c", causation_id="d"
+    )
+    assert len(readings) == 1
+    assert [envelope.sequence for envelope in envelopes] == [7, 8]
+    assert [envelope.WhichOneof("payload") for envelope in envelopes] == ["tile_drawn", "tile_discarded"]
+    assert [envelope.tile_discarded for envelope in envelopes[1:]] == [payloads[1]]
+    for envelope in envelopes:
+        assert envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC) == FIXED_TIME
+        assert (envelope.stream_id, envelope.correlation_id, envelope.causation_id) == ("table-1", "c", "d")
+        assert parse_envelope(serialize_envelope(envelope)) == envelope
+    assert len({envelope.event_id for envelope in envelopes}) == 2
+    assert [envelope.sequence for envelope in new_envelopes(payloads, clock=clock)] == [0, 0]
+    assert new_envelopes([], clock=clock) == []
+    with pytest.raises(ValueError, match="timezone-aware"):
+        new_envelopes(payloads, clock=lambda: datetime.datetime(2025, 1, 1))
 
 
 def test_a_forked_child_never_repeats_its_parents_next_event_ids() -> None:

@@ -16,6 +16,7 @@ from mahjong_platform.database import (
     SQLITE_ROWS_PER_INSERT_MAX,
     create_session_factory,
     insert_rows,
+    sqlite_rows,
     transaction,
     upsert_rows,
 )
@@ -181,3 +182,50 @@ def test_sqlite_row_counts_that_pad_to_the_same_power_of_two_share_one_statement
     finally:
         sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", remember)
     assert len(texts[33]) == 2 and texts[33] == texts[37]
+
+
+def test_sqlite_statements_run_through_the_driver_unless_someone_listens_for_them(
+    sqlite_engine: Engine,
+) -> None:
+    """`sqlite_rows` (the writers' multi-row INSERTs and version checks) runs its statement on the
+    driver's cursor, not through SQLAlchemy's execution (the same statements reach SQLite, with
+    SQLAlchemy's errors); while a cursor-event listener is attached, through SQLAlchemy, so a
+    statement audit still sees every statement; a savepoint still rolls back its rows."""
+    traced: list[str] = []
+    listened: list[str] = []
+    sqlite_engine.dispose()
+    sqlalchemy.event.listen(
+        sqlite_engine, "connect", lambda connection, _record: connection.set_trace_callback(traced.append)
+    )
+    session_factory = create_session_factory(sqlite_engine)
+    with transaction(session_factory) as session:
+        insert_rows(session, outbox_messages, [message(1), message(2)])
+        assert sqlite_rows(session, "SELECT event_id FROM outbox_messages ORDER BY id", ()) == [
+            ("event-0001",),
+            ("event-0002",),
+        ]
+        with pytest.raises(IntegrityError), session.begin_nested():
+            insert_rows(session, outbox_messages, [message(3), message(1)])
+            pytest.fail("the clash is in the same statement")
+        with session.begin_nested():
+            insert_rows(session, outbox_messages, [message(4)])
+            with pytest.raises(IntegrityError), session.begin_nested():
+                insert_rows(session, outbox_messages, [message(5)])
+                insert_rows(session, outbox_messages, [message(2)])
+    assert [row["event_id"] for row in stored(sqlite_engine)] == ["event-0001", "event-0002", "event-0004"]
+    inserts = [text for text in traced if text.startswith("INSERT INTO outbox_messages")]
+    assert len(inserts) == 5 and any(text.startswith("SAVEPOINT") for text in traced)
+
+    def listen(_connection: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        listened.append(statement)
+
+    sqlalchemy.event.listen(sqlite_engine, "before_cursor_execute", listen)
+    try:
+        with transaction(session_factory) as session:
+            insert_rows(session, outbox_messages, [message(6)])
+            assert sqlite_rows(session, "SELECT count(*) FROM outbox_messages", ()) == [(4,)]
+            with pytest.raises(IntegrityError):
+                insert_rows(session, outbox_messages, [message(6)])
+    finally:
+        sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", listen)
+    assert [text.split()[0] for text in listened] == ["BEGIN", "INSERT", "SELECT", "INSERT"]

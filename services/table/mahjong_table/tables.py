@@ -19,8 +19,14 @@ from contextlib import AbstractContextManager
 
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2
-from mahjong_platform.database import insert_rows, padded_by_repeating, padded_chunks, upsert_rows
-from mahjong_platform.envelopes import Clock, new_envelope
+from mahjong_platform.database import (
+    insert_rows,
+    padded_by_repeating,
+    padded_chunks,
+    sqlite_rows,
+    upsert_rows,
+)
+from mahjong_platform.envelopes import Clock, datetime_of, new_envelopes
 from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
 from mahjong_platform.event_store import (
     ConditionUnmetError,
@@ -355,7 +361,7 @@ class TableEngine:
             self._append_fenced(session, [(assigned.table_id, 0, envelopes)])
         except WrongExpectedVersionError:
             return []  # raised before anything was written: the transaction is still clean
-        row = self._status_row(session, None, state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+        row = self._status_row(session, None, state, datetime_of(envelopes[-1].occurred_at))
         if match_partition is not None:
             row["match_partition"] = match_partition
         upsert_rows(session, table_status, [row], key=("table_id",))
@@ -422,18 +428,14 @@ class TableEngine:
         and the state after them; nothing is written."""
         table_id = state.table_id if state is not None else _table_id_of(events)
         version = state.version if state is not None else 0
-        envelopes = [
-            new_envelope(
-                codec.to_message(event),
-                clock=self.clock,
-                stream_id=table_id,
-                causation_id=causation_id,
-                correlation_id=table_id,
-            )
-            for event in events
-        ]
-        for sequence, envelope in enumerate(envelopes, start=version + 1):
-            envelope.sequence = sequence
+        envelopes = new_envelopes(
+            [codec.to_message(event) for event in events],
+            clock=self.clock,
+            stream_id=table_id,
+            first_sequence=version + 1,
+            causation_id=causation_id,
+            correlation_id=table_id,
+        )
         new_state = fold(events, state) if events else state
         assert new_state is not None
         assert new_state.version == version + len(envelopes), (new_state.version, version, len(envelopes))
@@ -454,7 +456,7 @@ class TableEngine:
             self.fence(session, (new_state.table_id,))
         last_sequence = self.store.append(session, new_state.table_id, version, envelopes)
         assert new_state.version == last_sequence, (new_state.version, last_sequence)
-        row = self._status_row(session, base, new_state, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+        row = self._status_row(session, base, new_state, datetime_of(envelopes[-1].occurred_at))
         upsert_rows(session, table_status, [row], key=("table_id",))
         return typing.cast(datetime.datetime | None, row["deadline_at"])
 
@@ -473,7 +475,7 @@ class TableEngine:
             session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
         )
         rows = [
-            self._status_row(session, base, new, envelopes[-1].occurred_at.ToDatetime(datetime.UTC))
+            self._status_row(session, base, new, datetime_of(envelopes[-1].occurred_at))
             for base, envelopes, new in appends
         ]
         upsert_rows(session, table_status, rows, key=("table_id",))
@@ -632,7 +634,7 @@ def first_answers(session: Session, keys: Sequence[AnswerKey]) -> dict[AnswerKey
     if not keys:
         return {}
     wanted = set(keys)
-    rows: Sequence[sqlalchemy.Row[typing.Any]]
+    rows: Sequence[Sequence[typing.Any]]
     if session.get_bind().dialect.name == "sqlite":
         rows = _first_answers_sqlite(session, sorted(wanted))
     else:
@@ -643,23 +645,20 @@ def first_answers(session: Session, keys: Sequence[AnswerKey]) -> dict[AnswerKey
                 "idempotency_keys": sorted({key[2] for key in wanted}),
             },
         ).all()
-    found = {
-        (row.table_id, row.player_id, row.idempotency_key): (row.request_digest, bytes(row.answer))
-        for row in rows
-    }
+    # (table id, player id, key, request digest, answer) each: the column order of both queries.
+    found = {(row[0], row[1], row[2]): (row[3], bytes(row[4])) for row in rows}
     return {key: answer for key, answer in found.items() if key in wanted}
 
 
-def _first_answers_sqlite(session: Session, keys: Sequence[AnswerKey]) -> list[sqlalchemy.Row[typing.Any]]:
+def _first_answers_sqlite(session: Session, keys: Sequence[AnswerKey]) -> list[Sequence[typing.Any]]:
     """SQLite: the stored answers of exactly these keys, by primary key, in one statement per
     COMMANDS_PER_ANSWER_QUERY_MAX keys, padded to a power of two by repeating a key (a few
     statement texts, cached by the driver; SQLAlchemy's expanding IN renders a new one for every
     batch size)."""
-    connection = session.connection()
-    rows: list[sqlalchemy.Row[typing.Any]] = []
+    rows: list[Sequence[typing.Any]] = []
     for chunk, size in padded_chunks(keys, COMMANDS_PER_ANSWER_QUERY_MAX):
         values = tuple(value for key in padded_by_repeating(chunk, size) for value in key)
-        rows += connection.exec_driver_sql(_first_answers_text(size), values).all()
+        rows += sqlite_rows(session, _first_answers_text(size), values)
     return rows
 
 

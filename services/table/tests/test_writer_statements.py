@@ -7,6 +7,7 @@ guarantees stay: a replica that lost a table writes nothing, a re-sent assignmen
 from __future__ import annotations
 
 import concurrent.futures
+import sqlite3
 import uuid
 from collections.abc import Iterator
 
@@ -59,6 +60,24 @@ def statements(table_server: TableServer) -> Iterator[list[str]]:
     sqlalchemy.event.remove(engine, "before_cursor_execute", record)
 
 
+@pytest.fixture
+def traced(table_server: TableServer) -> Iterator[list[str]]:
+    """Every statement SQLite runs on the table database from now on, as SQLite reports it (the
+    writers send their statements through the driver unless a cursor-event listener is attached,
+    as `statements` is: this sees what a service without one sends)."""
+    engine = table_server.session_factory.kw["bind"]  # type: ignore[attr-defined]
+    sent: list[str] = []
+
+    def trace(connection: sqlite3.Connection, _record: object) -> None:
+        connection.set_trace_callback(lambda statement: sent.append(" ".join(statement.split()[:4])))
+
+    engine.dispose()  # new connections, each with the trace
+    sqlalchemy.event.listen(engine, "connect", trace)
+    yield sent
+    sqlalchemy.event.remove(engine, "connect", trace)
+    engine.dispose()
+
+
 def table_in(partition: int) -> str:
     while True:
         table_id = str(uuid.uuid4())
@@ -108,6 +127,27 @@ def test_a_batch_asks_the_fence_in_the_statement_that_checks_the_versions(
         "INSERT INTO stored_events (stream_id,",
         "INSERT INTO table_status (table_id,",
         "INSERT INTO table_answers (table_id,",
+    ]
+
+
+def test_without_a_listener_a_batch_sends_sqlite_the_same_statements_through_the_driver(
+    table_server: TableServer, owner: Ownership, traced: list[str]
+) -> None:
+    tables = [table_server.open_table(PLAYERS, seed=3, table_id=table_in(partition)) for partition in (0, 1)]
+    for table_id in tables:
+        table_server.engine.read_state(lambda: read_transaction(table_server.session_factory), table_id)  # type: ignore[arg-type]
+    traced.clear()
+    outcomes = batch_of(table_server, tables)
+    assert all(isinstance(outcome, Accepted) and outcome.envelopes for outcome in outcomes)
+    assert traced == [
+        "BEGIN IMMEDIATE",
+        "SELECT table_id, player_id, idempotency_key,",
+        "SELECT (SELECT count(*) FROM",
+        "INSERT INTO outbox_messages (topic,",
+        "INSERT INTO stored_events (stream_id,",
+        "INSERT INTO table_status (table_id,",
+        "INSERT INTO table_answers (table_id,",
+        "COMMIT",
     ]
 
 
