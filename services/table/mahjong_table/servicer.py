@@ -74,6 +74,9 @@ WATCH_POLL_SECONDS = 0.5
 WATCH_BATCH_EVENTS = 500
 WATCH_MAX_SECONDS = 4 * 3600.0
 STORE_READ_THREADS = 4
+CURRENT_READS_MAX = 3
+"""Reads of a table's state and deadline from memory until they are of the same version
+(`TableServicer._current`); a table this process did not write never matches (the store answers)."""
 LAST_READS_TABLES_MAX = 4_096
 """Tables whose feeds' last read of events is kept (`TableServicer._events_up_to`)."""
 _T = TypeVar("_T")
@@ -251,10 +254,14 @@ class TableWakeups:
         seen_version: int,
         timeout_seconds: float,
         future: asyncio.Future[None] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """Return once the table is past `seen_version`, or after `timeout_seconds`, or once
-        `future` (given: another reason to wake, say a Play stream's answer) is done."""
-        loop = asyncio.get_running_loop()
+        `future` (given: another reason to wake, say a Play stream's answer) is done. `loop`: the
+        running loop, when the caller has it (`asyncio.get_running_loop` costs a `getpid` system
+        call on Python 3.11, and a stream waits several times per command)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         self._loop = loop
         if self._changes.version(table_id) > seen_version:
             return
@@ -466,6 +473,23 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             return state
         return await self._off_loop(self._engine.read_state, self._read_transaction, table_id)
 
+    def _current(self, table_id: str) -> tuple[TableState, bool, datetime.datetime | None] | None:
+        """The table's state from memory (None: the store must be asked, `_state`) with whether
+        its deadline is known and the deadline, read together: the writer records a version's
+        deadline before it publishes the state, so a deadline of a later version than the state
+        read means the writer published meanwhile, and the state is read again (the deadline of
+        the state read first would have been asked of the store, which answers the table's
+        current deadline, a later version's, and costs a read off the loop)."""
+        state = self._engine.cached_state(table_id)
+        for _ in range(CURRENT_READS_MAX):
+            if state is None:
+                return None
+            known, deadline = self._engine.known_deadline(state)
+            if known:
+                return state, True, deadline
+            state = self._engine.cached_state(table_id)
+        return None if state is None else (state, False, None)
+
     async def _deadline_of(self, state: TableState) -> datetime.datetime | None:
         known, deadline = self._engine.known_deadline(state)
         if known:
@@ -645,9 +669,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         The seats' feeds of a table wake together and ask for the same events: the last read of
         each table is kept (committed events never change), so one read serves all four. The
         list is shared: its readers never change it."""
-        last = self._last_reads.get(table_id)
-        if last is not None and last[0] == after and last[1] == version:
-            return last[2]
+        last = self._last_read(table_id, after, version)
+        if last is not None:
+            return last
         envelopes = await self._read_events_up_to(table_id, after, version)
         if envelopes is not None:
             self._last_reads.pop(table_id, None)
@@ -655,6 +679,13 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             if len(self._last_reads) > LAST_READS_TABLES_MAX:
                 del self._last_reads[next(iter(self._last_reads))]
         return envelopes
+
+    def _last_read(self, table_id: str, after: int, version: int) -> list[envelope_pb2.Envelope] | None:
+        """The table's feeds' last read (`_events_up_to`) when it is of exactly these events."""
+        last = self._last_reads.get(table_id)
+        if last is not None and last[0] == after and last[1] == version:
+            return last[2]
+        return None
 
     async def _read_events_up_to(
         self, table_id: str, after: int, version: int
@@ -724,6 +755,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         seat (`visibility`)."""
         stored_after = after_seat_sequence  # a seat's number is never above the stored one
         started = time.monotonic()
+        loop = asyncio.get_running_loop()  # once: each call is a `getpid` system call (3.11)
         first = True
         last_view: bytes | None = None  # the view of `last_state` (None: not built, held)
         last_state: TableState | None = None  # the state of the last update sent or held
@@ -736,7 +768,13 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 assert last_state is not None
                 yield _held_update(held_events, last_state, seat, held_deadline), False
                 held_events, held_until = [], 0.0
-            state = await self._state(table_id)
+            # The table's state and the events up to it come from memory almost always: asked
+            # without a coroutine first (`_state`, `_events_up_to` are the same with the store).
+            cached = self._current(table_id)
+            if cached is None:
+                state, deadline_known, deadline = await self._state(table_id), False, None
+            else:
+                state, deadline_known, deadline = cached
             envelopes: list[envelope_pb2.Envelope] | None = None
             hidden = window_hidden_from(state, seat)
             if hidden:
@@ -749,7 +787,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 # Answers that go alone go before this update is built (they go before it anyway).
                 wait_past = state.version
             else:
-                envelopes = await self._events_up_to(table_id, stored_after, state.version)
+                envelopes = self._last_read(table_id, stored_after, state.version)
+                if envelopes is None:
+                    envelopes = await self._events_up_to(table_id, stored_after, state.version)
                 # None: never a view ahead of its events; look again once the store shows them.
                 wait_past = state.version
             if envelopes is None:
@@ -757,9 +797,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 if held_until:
                     seconds = max(0.0, min(seconds, held_until - time.monotonic()))
                 if play is None or not play.answers or (hidden and play.rides()):
-                    await self._wait(table_id, wait_past, play, seconds)
+                    await self._wait(table_id, wait_past, play, seconds, loop)
                 elif (ride_seconds := play.ride_seconds()) > 0:
-                    await self._wait(table_id, wait_past, play, min(ride_seconds, seconds))
+                    await self._wait(table_id, wait_past, play, min(ride_seconds, seconds), loop)
                 else:
                     if held_until:
                         assert last_state is not None
@@ -791,7 +831,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 if not held_until:
                     held_until = time.monotonic() + hold_seconds
                 held_events.extend(events)
-                held_deadline = await self._deadline_of(state)
+                held_deadline = deadline if deadline_known else await self._deadline_of(state)
                 continue
             if view is None:
                 view = last_view = wire.view_bytes(state, seat)
@@ -799,7 +839,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             if held_until:
                 events = held_events + events
                 held_events, held_until = [], 0.0
-            yield wire.update_bytes(events, view + wire.deadline_bytes(await self._deadline_of(state))), True
+            if not deadline_known:
+                deadline = await self._deadline_of(state)
+            yield wire.update_bytes(events, view + wire.deadline_bytes(deadline)), True
             if state.is_over:
                 return
         if held_until:
@@ -807,17 +849,24 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             yield _held_update(held_events, last_state, seat, held_deadline), False
 
     async def _wait(
-        self, table_id: str, seen_version: int, play: _PlayStream | None, seconds: float = WATCH_POLL_SECONDS
+        self,
+        table_id: str,
+        seen_version: int,
+        play: _PlayStream | None,
+        seconds: float = WATCH_POLL_SECONDS,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """Until the table is past `seen_version` (or `seconds` passed), or, for a Play stream,
-        until it has a new answer."""
+        until it has a new answer. `loop`: the running loop, when the caller has it."""
         if play is None:
-            await self._wakeups.wait(table_id, seen_version, seconds)
+            await self._wakeups.wait(table_id, seen_version, seconds, loop=loop)
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         play.wake_on = future
         try:
-            await self._wakeups.wait(table_id, seen_version, seconds, future)
+            await self._wakeups.wait(table_id, seen_version, seconds, future, loop)
         finally:
             play.wake_on = None
 
@@ -904,9 +953,11 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
     ) -> None:
         """A Play stream's commands, each decided in a task of its own (at most
         PLAY_COMMANDS_IN_FLIGHT at once), until the client stops sending."""
+        loop = asyncio.get_running_loop()  # once: each call is a `getpid` system call (3.11)
         async for request in requests:
             # A client that sends without reading its answers is not read further until it does.
-            await play.room_for_answers.wait()
+            if not play.room_for_answers.is_set():
+                await play.room_for_answers.wait()
             if request.WhichOneof("request") != "act":
                 play.refuse(
                     "", grpc.StatusCode.INVALID_ARGUMENT, "after open, a Play stream takes act requests"
@@ -921,7 +972,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 continue
             play.in_flight += 1
             stamps = stages.timeline()
-            task = asyncio.create_task(self._play_command(request.act, table_id, seat, play, stamps))
+            task = loop.create_task(self._play_command(request.act, table_id, seat, play, stamps))
             play.tasks.add(task)
             task.add_done_callback(play.tasks.discard)
 
