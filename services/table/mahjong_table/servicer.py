@@ -18,6 +18,7 @@ import functools
 import logging
 import threading
 import time
+import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -457,6 +458,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         # Per table, its feeds' last read (`_events_up_to`): after, up to, the events (on the loop).
         self._last_reads: dict[str, tuple[int, int, list[envelope_pb2.Envelope]]] = {}
         self._opening_waits = 0  # Play streams waiting for their tables to open (`_seat_once_open`)
+        self._reads_in_flight: dict[tuple[object, ...], asyncio.Future[typing.Any]] = {}  # `_shared_read`
 
     def _transaction(self) -> AbstractContextManager[Session]:
         return transaction(self._session_factory)
@@ -467,11 +469,33 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
     async def _off_loop(self, function: Callable[..., _T], *arguments: object) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._store_reads, function, *arguments)
 
+    async def _shared_read(
+        self, key: tuple[object, ...], function: Callable[..., _T], *arguments: object
+    ) -> _T:
+        """`_off_loop(function, *arguments)`, one store read for the callers that ask the same `key`
+        while it runs: the four seats of a table open their streams together, and each asked the
+        store for the same state and events (a read each, in a thread). The read is shielded: a
+        caller that goes away does not cancel it for the others."""
+        reading = self._reads_in_flight.get(key)
+        if reading is None:
+            reading = asyncio.ensure_future(self._off_loop(function, *arguments))
+            self._reads_in_flight[key] = reading
+            reading.add_done_callback(functools.partial(self._read_done, key))
+        return typing.cast(_T, await asyncio.shield(reading))
+
+    def _read_done(self, key: tuple[object, ...], reading: asyncio.Future[object]) -> None:
+        if self._reads_in_flight.get(key) is reading:
+            del self._reads_in_flight[key]
+        if not reading.cancelled():
+            reading.exception()  # retrieved: every caller that waited got it already
+
     async def _state(self, table_id: str) -> TableState:
         state = self._engine.cached_state(table_id)
         if state is not None:
             return state
-        return await self._off_loop(self._engine.read_state, self._read_transaction, table_id)
+        return await self._shared_read(
+            ("state", table_id), self._engine.read_state, self._read_transaction, table_id
+        )
 
     def _current(self, table_id: str) -> tuple[TableState, bool, datetime.datetime | None] | None:
         """The table's state from memory (None: the store must be asked, `_state`) with whether
@@ -494,7 +518,12 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         known, deadline = self._engine.known_deadline(state)
         if known:
             return deadline
-        return await self._off_loop(self._engine.deadline_of, self._read_transaction, state)
+        return await self._shared_read(
+            ("deadline", state.table_id, state.version),
+            self._engine.deadline_of,
+            self._read_transaction,
+            state,
+        )
 
     async def _events_after(
         self, table_id: str, after: int, *, at_least_up_to: int = 0
@@ -504,7 +533,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         )
         if recent is not None:
             return recent
-        return await self._off_loop(
+        return await self._shared_read(
+            ("events", table_id, after, at_least_up_to),
             functools.partial(
                 self._engine.events_after,
                 self._read_transaction,
@@ -512,7 +542,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 after,
                 WATCH_BATCH_EVENTS,
                 at_least_up_to=at_least_up_to,
-            )
+            ),
         )
 
     async def _caller_seat(self, table_id: str) -> tuple[TableState, int | None]:

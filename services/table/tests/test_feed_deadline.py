@@ -1,4 +1,5 @@
-"""A feed reads a table's state and its deadline from memory together.
+"""A feed reads a table's state and its deadline from memory together; the streams that ask the
+store for the same thing at once share one read.
 
 The writer records a version's deadline before it publishes the state. A feed that read the state
 just before the writer published the next version found the deadline of that next version, asked
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -76,3 +78,31 @@ def test_a_feed_that_read_a_state_the_writer_just_replaced_reads_it_again(
     assert update.view.sequence == seat_sequence(after, seat)
     assert update.view.deadline.ToDatetime().replace(tzinfo=deadline.tzinfo) == deadline
     assert asked_store == []
+
+
+def test_the_streams_that_ask_for_a_table_together_share_one_store_read(
+    table_server: TableServer, monkeypatch: Any
+) -> None:
+    """The four seats of a new table open their streams together; the table is not in memory yet
+    (the consumer that opened it does not publish its state), so each asked the store for it: four
+    reads in the read threads where one serves them all."""
+    table_id = table_server.open_table(PLAYERS)
+    engine = table_server.engine
+    assert engine.cached_state(table_id) is None
+    reads: list[str] = []
+    read_state = engine.read_state
+
+    def slow_read_state(*arguments: Any) -> Any:
+        reads.append(arguments[1])
+        time.sleep(0.2)  # the other callers ask while this read runs
+        return read_state(*arguments)
+
+    monkeypatch.setattr(engine, "read_state", slow_read_state)
+    servicer = TableServicer(table_server.session_factory, engine, Presence())
+
+    async def four_callers() -> list[Any]:
+        return list(await asyncio.gather(*[servicer._state(table_id) for _ in range(4)]))
+
+    states = asyncio.run(four_callers())
+    assert reads == [table_id]
+    assert all(state is states[0] for state in states) and states[0].table_id == table_id
