@@ -19,16 +19,17 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
+import sqlalchemy
 from mahjong.v1 import matchmaking_service_pb2 as messages
 from mahjong.v1 import matchmaking_service_pb2_grpc
 from mahjong_platform.auth import EVERY_CALLER, current_identity, role_table
-from mahjong_platform.database import SessionFactory, read_transaction, transaction
+from mahjong_platform.database import READ_ONLY_OPTION, SessionFactory, transaction
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.errors import (
     FailedPreconditionError,
@@ -72,6 +73,14 @@ logger = logging.getLogger(__name__)
 def _release(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _read_only(engine: sqlalchemy.Engine) -> sqlalchemy.Engine:
+    """`engine` with the options `mahjong_platform.database.read_transaction` reads with."""
+    options: dict[str, object] = {READ_ONLY_OPTION: True}
+    if engine.dialect.name == "postgresql":
+        options.update(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+    return engine.execution_options(**options)
 
 
 class SeatReleases:
@@ -195,6 +204,7 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
         self.seat_release_wait_seconds = seat_release_wait_seconds
         self._writes = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="matchmaking-writes")
         self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="matchmaking-reads")
+        self._read_engine = _read_only(session_factory.kw["bind"])
         self._reread_scheduled = False
         """Whether the periodic re-read of the watched tickets is due or running (the loop's)."""
 
@@ -211,21 +221,35 @@ class MatchmakingServicer(matchmaking_service_pb2_grpc.MatchmakingServiceService
     ) -> tuple[bytes | None, tickets.LiveTicket | None]:
         """The stored answer of the Enqueue's key, else the player's live ticket (in a read thread,
         or in the write thread of an Enqueue whose write failed)."""
-        with read_transaction(self._session_factory) as session:
-            earlier = tickets.first_answer(session, player_id, "Enqueue", key, digest)
-            return earlier, None if earlier is not None else tickets.live_ticket(session, player_id)
+        with self._reading() as connection:
+            earlier = tickets.first_answer(connection, player_id, "Enqueue", key, digest)
+            return earlier, None if earlier is not None else tickets.live_ticket(connection, player_id)
+
+    # One statement each: it reads one snapshot by itself, so no BEGIN and COMMIT around it (on
+    # PostgreSQL the driver opens the transaction, REPEATABLE READ READ ONLY, and the connection's
+    # return to the pool rolls it back).
 
     def _live_ticket(self, player_id: str) -> tickets.LiveTicket | None:
-        with read_transaction(self._session_factory) as session:
-            return tickets.live_ticket(session, player_id)
+        with self._read_engine.connect() as connection:
+            return tickets.live_ticket(connection, player_id)
 
     def _load_ticket(self, ticket_id: str) -> tickets.Ticket | None:
-        with read_transaction(self._session_factory) as session:
-            return tickets.load_ticket(session, ticket_id)
+        with self._read_engine.connect() as connection:
+            return tickets.load_ticket(connection, ticket_id)
 
     def _load_tickets(self, ticket_ids: list[str]) -> list[tickets.Ticket]:
-        with read_transaction(self._session_factory) as session:
-            return tickets.load_tickets(session, ticket_ids)
+        """A query per LOAD_TICKETS_PER_QUERY tickets, in one snapshot."""
+        with self._reading() as connection:
+            return tickets.load_tickets(connection, ticket_ids)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlalchemy.Connection]:
+        """A read transaction as `read_transaction` opens one (on SQLite a plain BEGIN, on
+        PostgreSQL REPEATABLE READ READ ONLY: one snapshot) on a connection, without a session
+        (whose set-up and commit cost more than the one or two statements a read runs), for the
+        reads of more than one statement."""
+        with self._read_engine.connect() as connection, connection.begin():
+            yield connection
 
     async def ListRooms(
         self, request: messages.ListRoomsRequest, context: grpc.aio.ServicerContext
