@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 import grpc
+import sqlalchemy
 from mahjong.v1 import ledger_events_pb2, ledger_service_pb2, ledger_service_pb2_grpc
 from mahjong_platform.auth import (
     EVERY_CALLER,
@@ -67,7 +68,7 @@ from mahjong_ledger.messages import (
     transfer_posted_from_record,
 )
 from mahjong_ledger.reconcile import ScoringInstructions, reconcile
-from mahjong_ledger.repository import LedgerRepository
+from mahjong_ledger.repository import LedgerRepository, known_balance
 from mahjong_ledger.scoring_client import BUDGET_SECONDS_MAX as SCORING_BUDGET_SECONDS_MAX
 from mahjong_ledger.scoring_client import ScoringServiceInstructions
 from mahjong_ledger.settings import LedgerSettings
@@ -115,6 +116,7 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
         scoring: ScoringInstructions | None = None,
     ) -> None:
         self._session_factory = session_factory
+        self._engine: sqlalchemy.Engine = session_factory.kw["bind"]
         self._repository = repository
         self._settings = settings
         self._scoring = scoring
@@ -132,8 +134,10 @@ class LedgerServicer(ledger_service_pb2_grpc.LedgerServiceServicer):
 
         # A known account is read without a write transaction (on SQLite that waits for the
         # consumer's writer); only a first sight grants, and the write re-checks under its lock.
-        with read_transaction(self._session_factory) as session:
-            balance_beans = self._repository.known_balance(session, account)
+        # One statement on a connection that begins no transaction of its own (no session, no
+        # BEGIN and COMMIT: on SQLite the statement reads one snapshot by itself).
+        with self._engine.connect() as connection:
+            balance_beans = known_balance(connection, account)
         if balance_beans is None:
             balance_beans = self._write(read)
         return ledger_service_pb2.GetBalanceResponse(account=account, balance_beans=balance_beans)
