@@ -5,7 +5,9 @@ Starts a Kafka broker on free ports, a throwaway database (SQLite files by defau
 visiting every database each second: `POSTGRESQL_SETTINGS`), and the four
 services as their own processes on free ports; then plays ``--tables`` tables at once with bots
 (``mjctl bots --processes``) twice: at saturation (bots decide at once) and with every bot thinking
-``--think-ms`` before each decision. For each run it prints one table: games settled per second, Act
+``--think-ms`` before each decision. When a run's bots have started it prints one line with the pids
+of the services, the broker, ``mjctl bots`` and its bot processes (to attach a profiler while they
+play); then, for each run, one table: games settled per second, Act
 p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit -> the bot read it;
 the bots hold the updates that give them nothing to decide up to 250 ms,
 `bots.PLAY_HOLD_IDLE_UPDATES_MS`, ``--hold-idle-updates-ms``) and that of decisions apart (the last
@@ -50,6 +52,8 @@ events, more with every batch), and scoring fell seconds behind (settlement lag 
 A service that has run for a while has statistics; visiting each second, autovacuum analyzes a
 growing table about as it would there (past 50 rows plus a tenth of its size), and the run
 measures that. The first minute of a new production database is still planned without them."""
+WORKERS_START_SECONDS = 60.0
+"""How long `_measure` looks for the bot processes (to print their pids) before it goes on."""
 BOT_STARTING_GRANT_BEANS = 10**9
 """The ledger's starting grant in a bench run (`MAHJONG_STARTING_GRANT_BEANS`)."""
 
@@ -201,11 +205,56 @@ def _measure(
     if arguments.hold_idle_updates_ms is not None:
         command += ["--hold-idle-updates-ms", str(arguments.hold_idle_updates_ms)]
     with (root / f"bots-{think_ms}.log").open("wb") as log:
-        subprocess.run(command, env=environment, stdout=log, stderr=subprocess.STDOUT, check=True)
+        bots = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            workers = _worker_pids(bots, arguments.processes)
+            print(_pids_line(pids, bots.pid, workers), flush=True)
+            if bots.wait() != 0:
+                raise subprocess.CalledProcessError(bots.returncode, command)
+        finally:
+            if bots.poll() is None:
+                bots.kill()
+                bots.wait()
     figures: dict[str, Any] = json.loads(output.read_text())
     figures["server_cpu_seconds"] = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     figures["load_average"] = os.getloadavg()
     return figures
+
+
+def _worker_pids(bots: subprocess.Popen[bytes], processes: int) -> list[int]:
+    """The pids of the bot processes `mjctl bots` started (its children running
+    `multiprocessing.spawn`), once all `processes` have started (or after `WORKERS_START_SECONDS`,
+    or when it has ended): for profiling them while they play."""
+    deadline = time.monotonic() + WORKERS_START_SECONDS
+    workers: list[int] = []
+    while bots.poll() is None and time.monotonic() < deadline:
+        workers = [pid for pid in _children(bots.pid) if b"spawn_main" in _cmdline(pid)]
+        if len(workers) >= processes:
+            break
+        time.sleep(0.1)
+    return workers
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of a process's children (Linux /proc; none once it has ended)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return sorted(children)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _pids_line(services: dict[str, int], bots: int, workers: list[int]) -> str:
+    """One line with the pids of the run's processes (to attach a profiler while the bots play)."""
+    named = ", ".join(f"{name} {pid}" for name, pid in services.items())
+    return f"pids: {named}; bots {bots} (bot processes {', '.join(map(str, workers)) or 'not found'})"
 
 
 def _engine_rate(engine_games: int) -> float:
