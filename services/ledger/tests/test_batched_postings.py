@@ -5,6 +5,7 @@ an account's ``opened_at`` is the earliest event time that touched it whatever t
 from __future__ import annotations
 
 import datetime
+import logging
 import pathlib
 
 import pytest
@@ -221,3 +222,21 @@ def test_the_posting_lookups_search_the_transfer_key_instead_of_scanning(backend
         for recorded in statements.values():
             for parameters in recorded.parameters:
                 assert plans.scans(recorded.statement, parameters) == [], recorded.statement
+
+
+def test_a_batch_logs_at_info_only_when_it_skips_instructions_posted_before(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The postings are counted by the metrics: a batch of new instructions logs no INFO line (one
+    a batch cost about 3% of the ledger's CPU); a batch that skips a re-sent one says so."""
+    envelopes = game_stream()
+    resent = next(envelope for envelope in envelopes if envelope.event_id == "resent-win-2")
+    with caplog.at_level(logging.INFO, logger="mahjong_ledger.projection"):
+        apply_in_batches(sqlite_url(tmp_path, "ledger"), [e for e in envelopes if e is not resent], 100)
+        assert [record.getMessage() for record in caplog.records if record.levelno >= logging.INFO] == []
+    database_url = sqlite_url(tmp_path, "ledger-resent")
+    with caplog.at_level(logging.INFO, logger="mahjong_ledger.projection"):
+        apply_in_batches(database_url, envelopes, 100)
+    skipped = [record for record in caplog.records if record.levelno >= logging.INFO]
+    assert [record.getMessage() for record in skipped] == ["settlement instructions skipped as posted before"]
+    assert skipped[0].already_posted == 1  # type: ignore[attr-defined]
