@@ -347,6 +347,12 @@ class KafkaBroker:
             # fetches and applies each one: a single-node development broker has no follower whose
             # liveness it shows. Idle broker CPU 0.022-0.028 -> 0.014 s/s at 5000 ms (this box).
             "metadata.max.idle.interval.ms": "5000",
+            # Thread counts for a development broker on a small machine (defaults 3 network and 8
+            # request handler threads, 10 background): the clients of one test or `make run` send
+            # a few dozen requests a second, and extra threads only take turns on the same cores.
+            "num.network.threads": "1",
+            "num.io.threads": "2",
+            "background.threads": "2",
             # Topics are created by code (the platform library) with explicit partition counts.
             "auto.create.topics.enable": "false",
             "log.retention.hours": "168",
