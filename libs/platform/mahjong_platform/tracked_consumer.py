@@ -478,6 +478,9 @@ class TrackedConsumer:
             metadata_max_age_ms=metadata_max_age_ms,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             fetch_min_bytes=1,
+            # Nothing reads kafka-python's own sensors (the lag gauge comes from `highwater`), and
+            # recording them was a few per cent of a consumer process's work on every fetch.
+            metrics_enabled=False,
         )
         # The fetcher reads these two for every fetch it sends, on this thread (`poll` sends the
         # next fetch while it hands out the records of the last one): `_fetch_as` sets them.

@@ -5,6 +5,7 @@ Each test gets its own prefixed topics on the shared broker (see the `kafka_topi
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -13,14 +14,16 @@ import pytest
 import sqlalchemy
 from kafka.errors import KafkaTimeoutError
 from mahjong.v1 import envelope_pb2, table_events_pb2
+from mahjong_platform import outbox
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.outbox import OutboxMessage, OutboxRelay, count_unsent_outbox_messages
-from mahjong_platform.schema import consumer_positions
+from mahjong_platform.schema import consumer_positions, outbox_messages
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import TrackedConsumer
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 pytestmark = pytest.mark.integration
 
@@ -194,6 +197,133 @@ def test_a_sqlite_relays_due_mark_rides_on_the_next_transaction_that_queues_outb
     consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
     _each_consumed_once(sqlite_engine, consumer, poll_consumer_until, 5)
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
+def _outbox_sent_at(engine: Engine) -> list[datetime.datetime | None]:
+    with engine.connect() as connection:
+        return [
+            row.sent_at
+            for row in connection.execute(
+                sqlalchemy.select(outbox_messages.c.sent_at).order_by(outbox_messages.c.id)
+            )
+        ]
+
+
+def _aware(moment: datetime.datetime) -> datetime.datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def test_a_writer_carrying_a_sqlite_relays_mark_stamps_it_with_the_relays_clock(
+    sqlite_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> None:
+    """The offered mark's `sent_at` is the relay's injected clock's, as the relay's own mark is
+    (the carrier stamped `utc_now()`)."""
+    within = 0.05
+    moment = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    append_events(sqlite_engine, kafka_topics, {"table-1": 2})
+    with OutboxRelay(
+        sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS, clock=lambda: moment
+    ) as relay:
+        assert relay.run_once(mark_within_seconds=within) == 2
+        time.sleep(within)
+        assert relay.run_once(mark_within_seconds=within) == 0  # due: offered
+        append_events(sqlite_engine, kafka_topics, {"table-2": 1})  # carries the mark
+        sent_at = _outbox_sent_at(sqlite_engine)
+        assert [value is not None and _aware(value) for value in sent_at] == [moment, moment, False]
+
+
+def test_a_new_sqlite_relay_withdraws_the_offer_a_closed_relay_left_to_a_writer(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """A relay closed while a writer holds its offered mark leaves the offer behind: the writer
+    rolls back, and the offer is offered again with no relay to settle it. The next relay of the
+    engine withdraws it; its own marks count the rows another writer still carrying an old
+    offer marked first (at most the rows it published, not exactly them)."""
+    within = 0.05
+    session_factory = create_session_factory(sqlite_engine)
+    event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 3})
+    first = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+    assert first.run_once(mark_within_seconds=within) == 3
+    time.sleep(within)
+    assert first.run_once(mark_within_seconds=within) == 0  # due: offered
+    with pytest.raises(_RelayKilledError), transaction(session_factory) as session:
+        event_ids += [event.event_id for event in _append_one(session, kafka_topics, "table-2")]
+        outbox._mark_an_offered_mark(session)  # the writer takes the offer (its commit would mark)
+        first.close()  # cannot settle a taken offer
+        raise _RelayKilledError  # the writer rolls back: the offer is offered again, ownerless
+    event_ids = event_ids[:3]
+    assert outbox._OFFERS.get(sqlite_engine) is not None
+    with OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS) as second:
+        assert outbox._OFFERS.get(sqlite_engine) is None  # withdrawn
+        assert second.run_once(mark_within_seconds=within) == 3  # unmarked: published again
+        time.sleep(within)
+        assert second.run_once(mark_within_seconds=within) == 0  # its own offer
+        with transaction(session_factory) as session:
+            event_ids += [event.event_id for event in _append_one(session, kafka_topics, "table-3")]
+            outbox._mark_an_offered_mark(session)  # a writer takes it, and before its commit ...
+            third = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+            assert third.run_once(mark_within_seconds=3600) == 3  # ... a new relay publishes them
+        try:
+            # The writer's commit marked the three; the new relay's mark covers them and the
+            # writer's own row, of which only that one was still unsent.
+            assert third.run_once() == 1
+        finally:
+            third.close()
+    assert unsent_count(sqlite_engine) == 0
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    poll_consumer_until(consumer, lambda: _stored_offsets_total(sqlite_engine) >= 10)
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
+def _append_one(session: Session, topics: Topics, stream_id: str) -> list[envelope_pb2.Envelope]:
+    events = table_events(1)
+    EventStore(topics=topics).append(session, stream_id, 0, events)
+    return events
+
+
+def test_run_forever_spaces_the_rounds_that_publish(
+    sqlite_engine: Engine, kafka_bootstrap_servers: str, kafka_topics: Topics
+) -> None:
+    """After a round that published, the next one waits for `round_interval_ms` from its start
+    even when commits wake the relay sooner: commits made meanwhile go in one round."""
+    published: list[tuple[float, int]] = []
+    stop_event = threading.Event()
+    relay = OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS)
+    relay.run_once()  # connect to the broker before timing anything
+    original = relay.run_once
+
+    def counted(mark_within_seconds: float = 0.0) -> int:
+        started = time.monotonic()  # the spacing counts from a round's start
+        count = original(mark_within_seconds)
+        if count:
+            published.append((started, count))
+        return count
+
+    relay.run_once = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=relay.run_forever, args=(stop_event, 3_600_000, 2_000))
+    thread.start()
+    try:
+        append_events(sqlite_engine, kafka_topics, {"table-1": 1})
+        started = time.monotonic()
+        while not published and time.monotonic() - started < 60:
+            time.sleep(0.005)
+        for stream in range(5):  # each its own commit, each waking the relay
+            append_events(sqlite_engine, kafka_topics, {f"table-{stream + 2}": 1})
+        while sum(count for _, count in published) < 6 and time.monotonic() - started < 60:
+            time.sleep(0.005)
+    finally:
+        stop_event.set()
+        thread.join(timeout=60)
+        relay.close()
+    assert not thread.is_alive()
+    assert [count for _, count in published] == [1, 5]
+    assert published[1][0] - published[0][0] >= 1.9
 
 
 def _each_consumed_once(
