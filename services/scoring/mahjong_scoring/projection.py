@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -119,7 +120,13 @@ def is_table_event(envelope: envelope_pb2.Envelope) -> bool:
     """Whether the envelope carries a table event (the only ones the projection applies)."""
     payload_name = envelope.WhichOneof("payload")
     assert payload_name is not None, "the tracked consumer only passes parsed envelopes"
-    return envelope.DESCRIPTOR.fields_by_name[payload_name].number in TABLE_PAYLOAD_FIELD_NUMBERS
+    return _is_table_payload(payload_name)
+
+
+@functools.cache
+def _is_table_payload(payload_name: str) -> bool:
+    field_number = envelope_pb2.Envelope.DESCRIPTOR.fields_by_name[payload_name].number
+    return field_number in TABLE_PAYLOAD_FIELD_NUMBERS
 
 
 def apply_table_event(

@@ -32,12 +32,12 @@ def evolve(value: _Value, **changes: Any) -> _Value:
     an unknown field name raises, as with `dataclasses.replace`.
     """
     fields = value.__dataclass_fields__  # type: ignore[attr-defined]
-    unknown = changes.keys() - fields.keys()
-    if unknown:
-        raise TypeError(f"{type(value).__name__} has no field {sorted(unknown)}")
+    if not changes.keys() <= fields.keys():  # a comparison of views: no set built when it holds
+        raise TypeError(f"{type(value).__name__} has no field {sorted(changes.keys() - fields.keys())}")
     copy = object.__new__(type(value))
-    copy.__dict__.update(value.__dict__)
-    copy.__dict__.update(changes)
+    copied = copy.__dict__
+    copied.update(value.__dict__)
+    copied.update(changes)
     return copy
 
 
