@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import sqlalchemy
 from mahjong_platform.database import create_session_factory, read_transaction, transaction
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
-from mahjong_table import codec, stages
+from mahjong_table import codec, commits, stages
 from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
 from mahjong_table.core.commands import Discard, TableCommand
 from mahjong_table.selfplay import greedy_command
@@ -33,13 +34,18 @@ def greedy(state: AnyTableState) -> TableCommand:
     return greedy_command(state)  # type: ignore[arg-type]  # Sichuan tables only here
 
 
-def committer_of(server: TableServer, engine: TableEngine | None = None) -> GroupCommitter:
+def committer_of(
+    server: TableServer, engine: TableEngine | None = None, *, on_loop: bool | None = False
+) -> GroupCommitter:
+    """A committer whose writer thread starts at `start()`; `submit_async` on the writer thread
+    too unless `on_loop` says otherwise (None: the default, by the database)."""
     session_factory = server.session_factory
     return GroupCommitter(
         engine or server.engine,
         lambda: transaction(session_factory),  # type: ignore[arg-type]
         TABLE_ERROR_MAPPING,
         autostart=False,
+        on_loop=on_loop,
     )
 
 
@@ -263,6 +269,74 @@ def test_an_event_loop_caller_that_gives_up_before_its_batch_writes_nothing(
     committer.stop()
     assert isinstance(result, Accepted) and result.envelopes[0].sequence == version + 1
     assert stored_state(table_server, table_id) == result.state
+
+
+@pytest.mark.parametrize(
+    "on_loop", [True, None], ids=["on the loop", "MAHJONG_TABLE_WRITES_ON_LOOP=1 on SQLite"]
+)
+def test_on_sqlite_a_loop_turns_commands_commit_as_one_batch_on_the_loops_own_thread(
+    table_server: TableServer, monkeypatch: pytest.MonkeyPatch, on_loop: bool | None
+) -> None:
+    """`submit_async` on the loop: the commands submitted in one turn of the loop are one batch,
+    decided, written and committed by the loop's next callback, on its own thread (no writer
+    thread: none is started); published, then answered, then the watchers told, each command
+    stamped at every stage in order; the stored streams are the answered states. Off by default
+    (`commits.WRITES_ON_LOOP`): the writer thread's, as every other test here."""
+    monkeypatch.setattr(stages, "ENABLED", True)
+    monkeypatch.setattr(commits, "WRITES_ON_LOOP", True)
+    tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (16, 17, 18)]
+    committer = committer_of(table_server, on_loop=on_loop)
+    deciding_threads: set[int] = set()
+    told: list[list[str]] = []
+    table_server.engine.changes.add_listener(lambda table_ids: told.append(list(table_ids)))
+
+    def greedy_here(state: AnyTableState) -> TableCommand:
+        deciding_threads.add(threading.get_ident())
+        return greedy(state)
+
+    async def play() -> tuple[list[Outcome], list[stages.Timeline], int]:
+        timelines = [stages.timeline() for _ in range(2) for _table_id in tables]
+        tasks = [
+            asyncio.ensure_future(committer.submit_async(table_id, greedy_here, stamps=stamps))
+            for table_id, stamps in zip(tables * 2, timelines, strict=True)
+        ]
+        results = await asyncio.gather(*tasks)
+        return results, [stamps for stamps in timelines if stamps is not None], threading.get_ident()
+
+    results, timelines, loop_thread = asyncio.run(play())
+    committer.stop()
+    assert deciding_threads == {loop_thread} and committer._thread is None
+    assert committer.batches == 1 and told == [tables]
+    assert all(isinstance(result, Accepted) and result.envelopes for result in results)
+    for table_id, first, second in zip(tables, results[: len(tables)], results[len(tables) :], strict=True):
+        assert isinstance(first, Accepted) and isinstance(second, Accepted)
+        assert second.envelopes[0].sequence == first.envelopes[-1].sequence + 1
+        assert stored_state(table_server, table_id) == second.state
+    for stamps in timelines:
+        path = stamps[stages.QUEUED : stages.RESOLVED + 1]
+        assert all(path) and path == sorted(path), stamps
+
+
+def test_on_the_loop_a_caller_that_gives_up_before_its_batch_runs_writes_nothing(
+    table_server: TableServer,
+) -> None:
+    table_id = table_server.open_table(PLAYERS, seed=19)
+    version = stored_state(table_server, table_id).version
+    committer = committer_of(table_server, on_loop=True)
+
+    async def play() -> Outcome:
+        gone = asyncio.ensure_future(committer.submit_async(table_id, greedy))
+        waiting = asyncio.ensure_future(committer.submit_async(table_id, greedy))
+        await asyncio.sleep(0)  # both queued, their batch scheduled
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        return await waiting
+
+    result = asyncio.run(play())
+    assert isinstance(result, Accepted) and result.envelopes[0].sequence == version + 1
+    assert stored_state(table_server, table_id) == result.state
+    assert committer.batches == 1 and committer.commands == 1
 
 
 def test_the_stored_first_answers_are_found_for_exactly_the_keys_asked(table_server: TableServer) -> None:
