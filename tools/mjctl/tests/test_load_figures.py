@@ -1,8 +1,12 @@
-"""`mjctl.load`'s per-kind Act figures (what `make bench-system` prints under each run's table)."""
+"""`mjctl.load`'s per-kind Act figures (what `make bench-system` prints under each run's table),
+and the environment its bot processes start with."""
 
 from __future__ import annotations
 
+import os
 import queue
+import subprocess
+import sys
 
 import pytest
 from mjctl.load import _collect, act_by_kind, act_kind_lines
@@ -41,3 +45,27 @@ def test_collect_stops_at_the_first_failed_process_instead_of_waiting_for_the_ot
     assert errors == ["BelowEntryFloorError('bot-7')"]
     assert reports == []
     assert messages.qsize() == 1
+
+
+def test_bot_processes_start_with_the_bots_grpc_experiments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mjctl import load
+
+    monkeypatch.delenv("GRPC_EXPERIMENTS", raising=False)
+    with load.bot_process_environment():  # a process started here (spawned, as the bots are) sees it
+        seen = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.environ.get('GRPC_EXPERIMENTS'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    assert seen == load.BOT_GRPC_EXPERIMENTS == "-event_engine_client"
+    assert "GRPC_EXPERIMENTS" not in os.environ  # this process's environment is restored
+
+
+def test_grpc_experiments_set_by_the_user_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mjctl import load
+
+    monkeypatch.setenv("GRPC_EXPERIMENTS", "tcp_rcv_lowat")
+    with load.bot_process_environment():
+        assert os.environ["GRPC_EXPERIMENTS"] == "tcp_rcv_lowat"
+    assert os.environ["GRPC_EXPERIMENTS"] == "tcp_rcv_lowat"
