@@ -29,6 +29,7 @@ from typing import Final
 
 import grpc
 import grpc.aio
+from google.protobuf.timestamp_pb2 import Timestamp
 from mahjong.v1 import (
     ledger_service_pb2,
     ledger_service_pb2_grpc,
@@ -93,17 +94,39 @@ def choose_missing_suit(hand: str) -> str:
 
 def choose_discard(hand: str, allowed: list[str]) -> str:
     """The allowed tile that helps least: no pair, fewest neighbours (keeps pairs and runs)."""
-    counts = Counter(tiles_of(hand))
+    counts = _rank_counts(hand)
+    best: tuple[int, int, str] | None = None
+    for tile in allowed:
+        rank = int(tile[0])
+        row = counts.get(tile[1], _NO_RANKS)
+        # Rank r at index r + 2: the neighbours r-2..r+2 of ranks 1..9 are in range, 0 outside 1..9.
+        neighbours = row[rank] + row[rank + 1] + row[rank + 3] + row[rank + 4]
+        usefulness = (min(row[rank + 2], 3) * 4 + neighbours, 0 if rank in (1, 9) else 1, tile)
+        if best is None or usefulness < best:
+            best = usefulness
+    if best is None:
+        raise ValueError("choose_discard: no tile allowed")
+    return best[2]
 
-    def usefulness(tile: str) -> tuple[int, int, str]:
-        rank, suit = int(tile[0]), tile[1]
-        neighbours = sum(
-            counts.get(f"{rank + step}{suit}", 0) for step in (-2, -1, 1, 2) if 1 <= rank + step <= 9
-        )
-        edge = 0 if rank in (1, 9) else 1
-        return (min(counts[tile], 3) * 4 + neighbours, edge, tile)
 
-    return min(allowed, key=usefulness)
+_NO_RANKS: Final = (0,) * 14
+
+
+def _rank_counts(hand: str) -> dict[str, list[int]]:
+    """Compact notation to each suit's copies per rank (rank r at index r + 2, `choose_discard`)."""
+    counts: dict[str, list[int]] = {}
+    ranks: list[int] = []
+    for character in hand:
+        if character.isdigit():
+            ranks.append(int(character))
+        else:
+            row = counts.get(character)
+            if row is None:
+                row = counts[character] = [0] * 14
+            for rank in ranks:
+                row[rank + 2] += 1
+            ranks = []
+    return counts
 
 
 def choose_command(
@@ -305,6 +328,17 @@ def _seat_not_freed_yet(
 def _pause_while_seat_not_freed(freeing: client.Backoff, error: grpc.RpcError) -> float:
     """The next pause (doubling, `client.catching_up`); the error again once the wait is spent."""
     return freeing.pause_for(error, "seat not freed yet", frozenset({error.code()}))
+
+
+def _asks(view: table_messages.TableView) -> bool:
+    """Whether `view` asks its seat to decide: a legal action other than leaving (always legal)."""
+    return any(action.kind != "leave" for action in view.legal_actions)
+
+
+def _epoch_seconds(timestamp: Timestamp) -> float:
+    """A Timestamp as epoch seconds (its fields read directly: `Timestamp.ToNanoseconds` is Python
+    code that checks the value first, twice as slow, for every event a bot reads)."""
+    return timestamp.seconds + timestamp.nanos * 1e-9
 
 
 def describe_game(view: table_messages.TableView) -> str:
@@ -632,9 +666,9 @@ class AsyncBotPlayer:
                     view = update.view
                     if update.events:
                         received = time.time()
-                        latencies = [received - e.occurred_at.ToNanoseconds() / 1e9 for e in update.events]
+                        latencies = [received - _epoch_seconds(e.occurred_at) for e in update.events]
                         self.delivery_latencies_seconds.extend(latencies)
-                        if any(action.kind != "leave" for action in view.legal_actions):
+                        if _asks(view):
                             self.decision_delivery_latencies_seconds.append(latencies[-1])
                         for envelope in update.events if view.phase == "ended" else ():
                             if envelope.WhichOneof("payload") == "game_ended":
@@ -645,8 +679,8 @@ class AsyncBotPlayer:
                     if sent or thinking is not None:
                         waiting = view
                         continue
-                if view.sequence < acted_through or not view.legal_actions:
-                    continue
+                if view.sequence < acted_through or not _asks(view):
+                    continue  # (most views only watched: no key, request or decision made for them)
                 # The view seen again after a reconnect gets the same request (the same key).
                 request = decisions.for_view(
                     view.sequence, functools.partial(choose_command, view, self._new_key())
