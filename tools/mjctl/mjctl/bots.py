@@ -41,6 +41,7 @@ from mahjong.v1 import table_service_pb2 as table_messages
 from mahjong_platform.grpc_client import bearer_metadata
 
 from mjctl import client
+from mjctl.bot_options import PLAY_HOLD_IDLE_UPDATES_MS as PLAY_HOLD_IDLE_UPDATES_MS
 
 GAME_MAX_SECONDS = 600.0
 PLAY_WAIT_FOR_TABLE_MS = 10_000
@@ -52,11 +53,6 @@ only with the update after a claim window the discarder is not asked in (the rul
 that window hidden), so the Act latency the benchmark reports would include the other seats'
 thinking; and riding saved no CPU measurable in `bench-system` (one message in five fewer, about
 2-5 ms of the table process per game)."""
-PLAY_HOLD_IDLE_UPDATES_MS = 250
-"""The bots' `PlayOptions.hold_idle_updates_ms` (``mjctl bots --hold-idle-updates-ms``): a seat's
-update that gives it nothing to decide waits up to this long for the next and goes out merged with
-it, so a bot reads about two messages per command instead of four (its decisions still arrive at
-once); the events it only watches arrive up to this much later."""
 CALL_TIMEOUT_SECONDS = 30.0
 TABLE_OPEN_MAX_SECONDS = 120.0  # a table opens in well under a second; longer only while a consumer recovers
 

@@ -1,17 +1,21 @@
 """``mjctl bots``: the command line of the bots (`mjctl.bots`), one process or, with ``--processes``
 or ``--json``, spread over several (`mjctl.load`).
 
-Its own module so that the bots do not import the load runner that imports them.
+Its own module so that the bots do not import the load runner that imports them, and light: the
+bots (gRPC, the stubs) are imported only by the process that runs them, not by the parent of
+``--processes`` (its CPU counts as the bots').
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-import grpc
+from mjctl.bot_options import PLAY_HOLD_IDLE_UPDATES_MS
 
-from mjctl.bots import PLAY_HOLD_IDLE_UPDATES_MS, BelowEntryFloorError, run_bots, starting_balance_funder
+if TYPE_CHECKING:
+    import grpc
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +71,8 @@ def _run(arguments: argparse.Namespace) -> int:
     from mahjong_platform.auth import mint_token
     from mahjong_platform.config import load_settings
     from mahjong_platform.grpc_client import open_channel
+
+    from mjctl.bots import BelowEntryFloorError, run_bots, starting_balance_funder
 
     settings = load_settings()
 

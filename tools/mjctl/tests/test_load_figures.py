@@ -69,3 +69,14 @@ def test_grpc_experiments_set_by_the_user_are_kept(monkeypatch: pytest.MonkeyPat
     with load.bot_process_environment():
         assert os.environ["GRPC_EXPERIMENTS"] == "tcp_rcv_lowat"
     assert os.environ["GRPC_EXPERIMENTS"] == "tcp_rcv_lowat"
+
+
+def test_the_bots_command_line_does_not_import_the_bots() -> None:
+    """The parent of ``mjctl bots --processes`` parses its options without importing the bots
+    (gRPC and the stubs, 0.4 s of CPU counted as the bots'): the bot processes import them."""
+    code = (
+        "import sys; from mjctl.__main__ import build_parser; build_parser('bots'); "
+        "print('mjctl.bots' in sys.modules, 'grpc' in sys.modules)"
+    )
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert imported.stdout.split() == ["False", "False"]
