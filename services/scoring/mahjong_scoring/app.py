@@ -20,12 +20,14 @@ from sqlalchemy import Engine
 from mahjong_scoring.projection import CONSUMER_GROUP, IDEMPOTENT_HANDLER, SettlementProjection
 from mahjong_scoring.servicer import METHOD_ROLES, registration
 
-CONSUMER_LINGER_MS = 50
+CONSUMER_LINGER_MS = 100
 """After a poll that brought table events, the next fetch waits this long at the broker for more:
 batches of a few Acts' events cost about as much as batches of one (see `TrackedConsumer`'s
 `linger_ms`); at most this is added to the settlement lag. A batch covers what arrived while the
 batch before it was applied, or this long if that was quicker (the sleep this replaced added its
-25 ms to the time of applying: similar batches)."""
+25 ms to the time of applying: similar batches). 100 ms rather than 50: in a saturation pair,
+scoring 0.045 -> 0.040 CPU s and 8.2 -> 6.3 fetches a game (offline, a batch costs about 2.4 ms
+of CPU whatever its size), settlement lag p50 186 -> 219 ms (p99 467 -> 357)."""
 
 
 def registrations(engine: Engine, settings: Settings, topics: Topics) -> list[ServiceRegistration]:
