@@ -42,6 +42,7 @@ from typing import Final, NamedTuple
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
 from mahjong_platform.database import PerDialect, compiled_once, insert_rows, one_of
+from mahjong_platform.driver_sql import Sql, run, run_many
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -67,7 +68,6 @@ from mahjong_ledger.domain import (
     starting_grant_order,
     transfer_id_for,
 )
-from mahjong_ledger.driver_sql import Sql, run, run_many
 from mahjong_ledger.models import ledger_accounts, ledger_games, ledger_postings, ledger_transfers
 
 ENTRIES_FETCH_MAX: Final = 1_000

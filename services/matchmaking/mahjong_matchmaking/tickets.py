@@ -18,13 +18,13 @@ from typing import NamedTuple
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, match_events_pb2, matchmaking_service_pb2
 from mahjong_platform import idempotency
+from mahjong_platform.driver_sql import Sql, run, run_many, timestamp
 from mahjong_platform.envelopes import new_envelope
 from mahjong_platform.errors import FailedPreconditionError, NotFoundError
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.orm import Session
 
 from mahjong_matchmaking.catalog import Room
-from mahjong_matchmaking.driver_sql import Sql, run, run_many, timestamp
 from mahjong_matchmaking.models import (
     LIVE_TICKET_STATES,
     TICKET_CANCELLED,

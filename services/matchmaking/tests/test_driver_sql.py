@@ -1,4 +1,4 @@
-"""The Enqueue's statements run on the driver's cursor (`mahjong_matchmaking.driver_sql`), on
+"""The Enqueue's statements run on the driver's cursor (`mahjong_platform.driver_sql`), on
 SQLite and on the real PostgreSQL: the rows they write read back through SQLAlchemy as the
 SQLAlchemy statements wrote them, a unique key broken is SQLAlchemy's IntegrityError (what the
 servicer answers a racing retry by), and the engine's statement listeners see every statement."""

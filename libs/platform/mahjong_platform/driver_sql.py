@@ -1,8 +1,9 @@
-"""The ledger's own statements as SQL texts written once, run on the driver's cursor of the
-caller's SQLAlchemy connection (in its transaction), instead of SQLAlchemy statements.
+"""A service's own hot statements as SQL texts written once, run on the driver's cursor of the
+caller's SQLAlchemy connection (in its transaction), instead of SQLAlchemy statements (matchmaking's
+Enqueue, the ledger's GetBalance and settlement batches).
 
-A small statement through `Session.execute` cost about 100-170 us of Python on this project's
-box (compiled-cache look-up, parameter processing, result metadata), on the driver's cursor about
+A small statement through `Session.execute` cost about 100-170 us of Python on this project's box
+(compiled-cache look-up, parameter processing, result metadata), on the driver's cursor about
 10 us. What SQLAlchemy did around them is kept:
 
 - the engine's ``before_cursor_execute`` listeners are told of each statement (the query-plan
@@ -13,8 +14,7 @@ box (compiled-cache look-up, parameter processing, result metadata), on the driv
 - a timestamp is bound as SQLAlchemy's ``DateTime`` binds it: on SQLite the same text, so rows
   written here and rows written through SQLAlchemy read back and sort alike.
 
-One text per dialect: SQLite's ``?`` parameters become psycopg's ``%s`` on PostgreSQL. (The same
-module as matchmaking's `mahjong_matchmaking.driver_sql`: each service package stands alone.)
+One text per dialect: SQLite's ``?`` parameters become psycopg's ``%s`` on PostgreSQL.
 """
 
 from __future__ import annotations
