@@ -122,22 +122,21 @@ def test_four_bots_play_a_full_game_and_kafka_carries_the_event_store(
     )
     statement = wait_for_rake(ledger, table_id)
     net = {posting.account: posting.beans for posting in statement.net}
-    assert sum(net.values()) == 0  # every transfer of the game is double entry
-    assert net["house:rake"] == 4 * 50  # sichuan-novice: A = 50 from each seated player (RULES.md 1.9)
+    assert sum(net.values()) == 0, describe(statement)  # every transfer of the game is double entry
+    balances = balances_after(ledger, statement)
+    assert all(balance >= 0 for balance in balances.values()), describe(statement)
+    # Every player started with the grant; what they hold now is the grant plus the game's net.
+    assert sum(balances.values()) == 4 * 100_000 + sum(
+        v for k, v in net.items() if k.startswith("player:")
+    ), describe(statement)
+    collected = check_rake(statement, balances, rake_beans=50)  # sichuan-novice: A = 50 (RULES.md 1.9)
+    assert net["house:rake"] == collected, describe(statement)
     reconciled = ledger.Reconcile(ledger_service_pb2.ReconcileRequest())
     assert reconciled.ok, reconciled.findings
     assert reconciled.accounts_sum_beans == 0
     assert reconciled.scoring_checked and reconciled.instructions_checked > 0  # postings = scoring
     assert {rake.room_id for rake in reconciled.rake} == {"sichuan-novice"}  # per UTC day of posting
-    assert sum(rake.rake_beans for rake in reconciled.rake) == 4 * 50
-    balances = [
-        ledger.GetBalance(ledger_service_pb2.GetBalanceRequest(account=account)).balance_beans
-        for account in net
-        if account.startswith("player:")
-    ]
-    assert all(balance >= 0 for balance in balances)
-    # Every player started with the grant; what they hold now is the grant plus the game's net.
-    assert sum(balances) == 4 * 100_000 + sum(v for k, v in net.items() if k.startswith("player:"))
+    assert sum(rake.rake_beans for rake in reconciled.rake) == collected
 
 
 def wait_for_rake(
@@ -148,6 +147,59 @@ def wait_for_rake(
     assert statement is not None, "the ledger did not post the game's rake in 120 s"
     assert sum(transfer.reason == "rake" for transfer in statement.transfers) == 4
     return statement
+
+
+def balances_after(
+    ledger: ledger_service_pb2_grpc.LedgerServiceStub, statement: ledger_service_pb2.GetGameStatementResponse
+) -> dict[str, int]:
+    """The balance now of every player the game's statement names."""
+    players = {
+        posting.account
+        for transfer in statement.transfers
+        for posting in transfer.postings
+        if posting.account.startswith("player:")
+    }
+    return {
+        account: ledger.GetBalance(ledger_service_pb2.GetBalanceRequest(account=account)).balance_beans
+        for account in sorted(players)
+    }
+
+
+def check_rake(
+    statement: ledger_service_pb2.GetGameStatementResponse, balances: dict[str, int], rake_beans: int
+) -> int:
+    """RULES.md 1.9: after the game every seated player pays the rake A to the house, capped by
+    balance. Each rake transfer asked for A; it posted A, or less only when that emptied its payer
+    (the rake is a game's last lines and each player here plays one game, so `balances`, read
+    after the game, are the balances after the rake). Returns the rake the house collected."""
+    rakes = [transfer for transfer in statement.transfers if transfer.reason == "rake"]
+    assert len(rakes) == 4, describe(statement)
+    paid_in_full = set()
+    for transfer in rakes:
+        assert transfer.requested_beans == rake_beans, describe(statement)
+        assert 0 <= transfer.posted_beans <= rake_beans, describe(statement)
+        # A transfer that moved nothing has no postings (its payer had 0 beans), so no payer here.
+        payers = [posting.account for posting in transfer.postings if posting.beans < 0]
+        if transfer.posted_beans == rake_beans:
+            paid_in_full.update(payers)
+        else:
+            assert all(balances[payer] == 0 for payer in payers), describe(statement)
+    unpaid = [player for player in balances if player not in paid_in_full]
+    assert len(paid_in_full) + len(unpaid) == 4, describe(statement)
+    assert all(balances[player] == 0 for player in unpaid), describe(statement)
+    return sum(transfer.posted_beans for transfer in rakes)
+
+
+def describe(statement: ledger_service_pb2.GetGameStatementResponse) -> str:
+    """A game's statement, a line per transfer, for a failing assertion's message."""
+    lines = [f"statement of {statement.table_id}:"]
+    for transfer in statement.transfers:
+        postings = ", ".join(f"{posting.account} {posting.beans:+d}" for posting in transfer.postings)
+        lines.append(
+            f"  {transfer.reason}: requested {transfer.requested_beans}, posted {transfer.posted_beans}: {postings}"
+        )
+    lines.append("  net: " + ", ".join(f"{posting.account} {posting.beans:+d}" for posting in statement.net))
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("lag_source", ["ledger topic", "ledger polls"])

@@ -21,7 +21,7 @@ from mahjong_platform.event_store import EventStore
 from mahjong_platform.grpc_client import open_channel
 from mjctl.bots import run_bots
 
-from .test_end_to_end import SECRET, services, settings, wait_for_rake
+from .test_end_to_end import SECRET, balances_after, check_rake, describe, services, settings, wait_for_rake
 
 pytestmark = pytest.mark.integration
 __all__ = ["services", "settings"]  # the fixtures, shared with the Sichuan end-to-end test
@@ -62,8 +62,10 @@ def test_four_bots_play_a_formula_room_and_the_books_reconcile(
     )
     statement = wait_for_rake(ledger, table_id)
     net = {posting.account: posting.beans for posting in statement.net}
-    assert sum(net.values()) == 0
-    assert net["house:rake"] == 4 * rake_of(stored)
+    assert sum(net.values()) == 0, describe(statement)
+    # RULES.md 2.3: everyone pays the rake A; capped by balance as in 1.9.
+    collected = check_rake(statement, balances_after(ledger, statement), rake_beans=rake_of(stored))
+    assert net["house:rake"] == collected, describe(statement)
     win_transfers = [transfer for transfer in statement.transfers if transfer.reason == "win"]
     assert bool(win_transfers) == ("player_won" in kinds)  # a drawn hand pays only the rake
     reconciled = ledger.Reconcile(ledger_service_pb2.ReconcileRequest())

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from mahjong.v1 import ledger_service_pb2_grpc
 from mahjong_ledger.app import LedgerProcess
 from mahjong_ledger.settings import load_ledger_settings
 from mahjong_matchmaking.__main__ import DEFINITION as MATCHMAKING
@@ -23,6 +24,8 @@ from mahjong_scoring.__main__ import DEFINITION as SCORING
 from mahjong_table.__main__ import definition as table_definition
 from mjctl.bots import run_bots
 from prometheus_client.parser import text_string_to_metric_families
+
+from .test_end_to_end import balances_after, check_rake, wait_for_rake
 
 pytestmark = pytest.mark.integration
 SECRET = "metrics-end-to-end-secret-0123456789abcdef"
@@ -139,8 +142,17 @@ def test_a_played_game_moves_every_services_metrics(services: dict[str, RunningS
         and total(s, "mahjong_consumer_lag_messages") == 0,
     )
     assert total(ledger, "mahjong_settlement_lag_seconds_count") == 1
-    assert total(ledger, "mahjong_ledger_postings_total", reason="rake") == 8  # 4 payers, 4 rake credits
-    assert total(ledger, "mahjong_ledger_beans_moved_total", reason="rake") == 4 * 50  # RULES.md 1.9
+    # The counters agree with the ledger's own statement of the game; its rake is RULES.md 1.9's
+    # (A = 50 from each seated player, capped by balance: `check_rake`).
+    finance = ledger_service_pb2_grpc.LedgerServiceStub(
+        open_channel(f"127.0.0.1:{ports['ledger']}", mint_token(SECRET, "finance-desk", ["finance"]))
+    )
+    statement = wait_for_rake(finance, report.table_ids[0])
+    rakes = [transfer for transfer in statement.transfers if transfer.reason == "rake"]
+    rake_postings = sum(len(transfer.postings) for transfer in rakes)  # 8: 4 payers, 4 rake credits
+    assert total(ledger, "mahjong_ledger_postings_total", reason="rake") == rake_postings
+    collected = check_rake(statement, balances_after(finance, statement), rake_beans=50)
+    assert total(ledger, "mahjong_ledger_beans_moved_total", reason="rake") == collected
     assert total(ledger, "mahjong_ledger_postings_total") > 8  # the starting grants, the game's payments
     assert (
         total(ledger, "mahjong_grpc_server_handled_total", method="LedgerService/GetBalance", code="OK") > 0
