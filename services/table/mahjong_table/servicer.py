@@ -243,6 +243,18 @@ class TableWakeups:
                 # Play streams they answer run before the view updates of every seat it woke.
                 loop.call_soon_threadsafe(loop.call_soon, self._wake, table_ids)
 
+    def call_after_wakeups(self, callback: Callable[[], object]) -> bool:
+        """Call `callback()` on the loop (from any thread) after the streams woken by every change
+        handed to it so far have taken their next step (one turn of the loop after their wake-up:
+        a stream that finds the change in memory has taken it in by then). For tests that must
+        act after a stream saw a change, a state the server reaches rather than a time. False
+        (nothing called) when no stream ever waited here."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return False
+        loop.call_soon_threadsafe(loop.call_soon, loop.call_soon, callback)
+        return True
+
     def _wake(self, table_ids: Sequence[str]) -> None:
         for table_id in table_ids:
             for future in self._waiters.pop(table_id, ()):
@@ -459,6 +471,11 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         self._last_reads: dict[str, tuple[int, int, list[envelope_pb2.Envelope]]] = {}
         self._opening_waits = 0  # Play streams waiting for their tables to open (`_seat_once_open`)
         self._reads_in_flight: dict[tuple[object, ...], asyncio.Future[typing.Any]] = {}  # `_shared_read`
+
+    @property
+    def wakeups(self) -> TableWakeups:
+        """How the streams of this servicer wait for their tables' changes."""
+        return self._wakeups
 
     def _transaction(self) -> AbstractContextManager[Session]:
         return transaction(self._session_factory)

@@ -156,6 +156,14 @@ def test_a_decision_is_never_held_and_nothing_else_but_the_first_view_and_the_en
     reader.client.close()
 
 
+def _after_feeds_woke(server: TableServer) -> None:
+    """Return once the server's streams woken by every change committed so far have taken it in."""
+    assert server.servicer is not None
+    taken_in = threading.Event()
+    assert server.servicer.wakeups.call_after_wakeups(taken_in.set), "no stream waits on the server"
+    assert taken_in.wait(60), "the server's loop did not run the wake-ups"
+
+
 def test_what_is_held_goes_before_an_answer_that_goes_alone(
     table_server: TableServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,6 +185,10 @@ def test_what_is_held_goes_before_an_answer_that_goes_alone(
     assert not _decides(state, 0), "east still has its pick to make"
     held_up_to = seat_sequence(state, 0)
     assert held_up_to == first.view.sequence + 3
+    # The refusal is sent once east's feed has taken in the last change (its wake-up is handed to
+    # the server's loop after the commit; the request could otherwise be read first, and what is
+    # held would then rightly stop one change earlier).
+    _after_feeds_woke(table_server)
     refused = messages.ActRequest(idempotency_key="refused-1")
     refused.leave.SetInParent()
     refused.table_id = "another-table"  # refused at once, writes nothing
