@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import logging
 import threading
 import time
@@ -72,6 +73,7 @@ from mahjong_platform.database import (
     one_of,
     transaction,
 )
+from mahjong_platform.driver_sql import Sql, run, timestamp
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
 from mahjong_platform.errors import UnavailableError
 from mahjong_platform.metrics import ConsumerMetrics, metrics_for_engine
@@ -375,6 +377,23 @@ class BatchApplier:
             return
         updated_at = self._clock()
         # In (topic, partition) order: two writers of overlapping partitions lock rows in one order.
+        ordered = sorted(next_offsets.items())
+        connection = session.connection()
+        if connection.dialect.name == "sqlite":
+            # One statement on the driver's cursor (`driver_sql`): the upsert below through
+            # `Session.execute` (an executemany stepping once per row) cost about 300 us of CPU
+            # per batch, a tenth of a small batch, in every consumer of every service.
+            when = timestamp(connection, updated_at)
+            run(
+                connection,
+                _upsert_positions_sqlite(len(ordered)),
+                [
+                    value
+                    for (topic, partition), next_offset in ordered
+                    for value in (self._group_id, topic, partition, next_offset, when)
+                ],
+            )
+            return
         session.execute(
             _UPSERT_POSITIONS(session),
             [
@@ -385,7 +404,7 @@ class BatchApplier:
                     "next_offset": next_offset,
                     "updated_at": updated_at,
                 }
-                for (topic, partition), next_offset in sorted(next_offsets.items())
+                for (topic, partition), next_offset in ordered
             ],
         )
 
@@ -768,6 +787,17 @@ def _position_upsert(dialect_name: str) -> sqlalchemy.Insert:
 
 
 _UPSERT_POSITIONS = compiled_once(_position_upsert)
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert_positions_sqlite(count: int) -> Sql:
+    """SQLite: `_position_upsert` of `count` positions as one statement text."""
+    values = ", ".join(["(?, ?, ?, ?, ?)"] * count)
+    return Sql.of(
+        "INSERT INTO consumer_positions (consumer_group, topic, partition, next_offset, updated_at) "
+        f"VALUES {values} ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET "
+        "next_offset = excluded.next_offset, updated_at = excluded.updated_at"
+    )
 
 
 class UnknownTopicError(LookupError):

@@ -284,3 +284,33 @@ def test_an_idempotent_handler_gets_the_repeats_of_other_batches_and_no_processe
     assert projected_event_ids(migrated_engine) == [delivery.envelope.event_id for delivery in events]
     assert processed_ids(migrated_engine) == set()
     assert stored_positions(migrated_engine) == {0: 5}
+
+
+def test_positions_are_upserted_in_one_statement_and_read_back_as_written(migrated_engine: Engine) -> None:
+    """A batch's positions of several partitions are one upsert (on SQLite a multi-row statement on
+    the driver's cursor, not a statement per row), a later batch moves them on, and the update time
+    reads back through SQLAlchemy as the datetime it wrote."""
+    moment = utc_now()
+    upserts: list[str] = []
+
+    @sqlalchemy.event.listens_for(migrated_engine, "before_cursor_execute")
+    def _note(
+        _connection: object, _cursor: object, statement: str, _parameters: object, *rest: object
+    ) -> None:
+        if statement.startswith("INSERT INTO consumer_positions"):
+            many = rest[-1]
+            upserts.append("many" if many else "one")
+
+    projection = RecordingProjection()
+    batch = applier(migrated_engine, projection, [], clock=lambda: moment)
+    first = deliveries("table-1", 2) + deliveries("table-2", 2, partition=1, first_offset=5)
+    batch.apply(first, [delivery.position for delivery in first])
+    later = deliveries("table-3", 1, partition=1, first_offset=9)
+    batch.apply(later, [delivery.position for delivery in later])
+    assert stored_positions(migrated_engine) == {0: 2, 1: 10}
+    with migrated_engine.connect() as connection:
+        times = set(connection.execute(sqlalchemy.select(consumer_positions.c.updated_at)).scalars())
+    assert {time.replace(tzinfo=moment.tzinfo) for time in times} == {moment}
+    assert len(upserts) == 2
+    if migrated_engine.dialect.name == "sqlite":
+        assert upserts == ["one", "one"]

@@ -42,7 +42,7 @@ from typing import Final, NamedTuple
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
 from mahjong_platform.database import PerDialect, compiled_once, insert_rows, one_of
-from mahjong_platform.driver_sql import Sql, run, run_many
+from mahjong_platform.driver_sql import Sql, run, run_many, stream_versions_sqlite
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -557,10 +557,7 @@ class LedgerRepository:
         # is what `savepoint=False` asks; a writer that appended to a stream since the read
         # fails the append (the version check, or the stream's unique key: an IntegrityError,
         # which the consumer tries once more and the servicer retries once).
-        streams = sorted(by_stream)
-        versions = dict.fromkeys(streams, 0)
-        for stream_id, version in run(connection, _stream_versions_sqlite(len(streams)), streams):
-            versions[stream_id] = int(version)
+        versions = stream_versions_sqlite(connection, list(by_stream))
         appends = [(stream_id, versions[stream_id], events) for stream_id, events in by_stream.items()]
         self._event_store.append_batch(session, appends, savepoint=False)
 
@@ -851,15 +848,6 @@ def _posted_digests_sqlite(kinds: int, order_keys: int) -> Sql:
     return Sql.of(
         "SELECT kind, order_key, request_digest FROM ledger_transfers "
         f"WHERE kind IN ({_marks(kinds)}) AND order_key IN ({_marks(order_keys)})"
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _stream_versions_sqlite(count: int) -> Sql:
-    # The event store's own version query (`EventStore.stream_versions`), on the primary key.
-    return Sql.of(
-        "SELECT stream_id, max(sequence) FROM stored_events "
-        f"WHERE stream_id IN ({_marks(count)}) GROUP BY stream_id"
     )
 
 

@@ -45,6 +45,7 @@ from typing import Final
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, settlement_events_pb2
 from mahjong_platform.database import PerDialect, insert_rows
+from mahjong_platform.driver_sql import Sql, run, run_many, stream_versions_sqlite
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -164,7 +165,8 @@ def apply_table_events(
     if not envelopes:
         return received_before
     table_ids = sorted({envelope.stream_id for envelope in envelopes})
-    stored_sequences = _last_sequences(session, table_ids)
+    connection = session.connection()  # found once: each `session.connection()` costs a statement's worth
+    stored_sequences = _last_sequences(session, table_ids, connection)
     games: dict[str, _Game] = {}
     inbox_rows: list[dict[str, object]] = []
     seen: set[str] = set()
@@ -194,8 +196,8 @@ def apply_table_events(
     if not inbox_rows:
         return received_before
     insert_rows(session, scoring_table_events, inbox_rows)
-    _append_settlement_events(session, event_store, games)
-    _store_games(session, games)
+    _append_settlement_events(session, connection, event_store, games)
+    _store_games(session, connection, games)
     if cache is not None:
         for table_id, game in games.items():
             cache.remember(table_id, game.last_sequence, game.state)
@@ -233,13 +235,29 @@ def _fold(game: _Game, table_id: str, envelope: envelope_pb2.Envelope) -> None:
         game.changed_at = envelope.sequence
 
 
-def _append_settlement_events(session: Session, event_store: EventStore, games: dict[str, _Game]) -> None:
+def _append_settlement_events(
+    session: Session, connection: sqlalchemy.Connection, event_store: EventStore, games: dict[str, _Game]
+) -> None:
     streams = [table_id for table_id, game in games.items() if game.settlement_events]
     if not streams:
         return
-    event_store.append_after_current(
-        session, [(table_id, games[table_id].settlement_events) for table_id in streams]
-    )
+    if connection.dialect.name != "sqlite":
+        event_store.append_after_current(
+            session, [(table_id, games[table_id].settlement_events) for table_id in streams]
+        )
+    else:
+        # SQLite: the versions read on the driver's cursor and the append without a savepoint
+        # (`append_after_current` reads them through SQLAlchemy and wraps the inserts in a
+        # SAVEPOINT and RELEASE: three statements' worth of SQLAlchemy per batch). Every caller
+        # rolls its whole transaction back on any error (the tracked consumer's batch, then each
+        # event alone), which is what `savepoint=False` asks; a writer that appended to a stream
+        # since the read fails the append (its version check, or the stream's unique key).
+        versions = stream_versions_sqlite(connection, streams)
+        event_store.append_batch(
+            session,
+            [(table_id, versions[table_id], games[table_id].settlement_events) for table_id in streams],
+            savepoint=False,
+        )
     lines = [
         _line_row(envelope.settlement_instructed)
         for table_id in streams
@@ -276,6 +294,7 @@ def _last_sequences_statement(dialect_name: str) -> sqlalchemy.TextClause:
 
 
 _LAST_SEQUENCES = PerDialect(_last_sequences_statement)
+_LAST_SEQUENCES_SQLITE = Sql.of(str(_last_sequences_statement("sqlite")).replace(":table_ids", "?"))
 _RECEIVED_OF_GAME = (
     sqlalchemy.select(scoring_table_events.c.envelope)
     .where(scoring_table_events.c.table_id == sqlalchemy.bindparam("rebuilt_table_id"))
@@ -286,20 +305,33 @@ _UPDATE_PLAYER = scoring_players.update().where(
     scoring_players.c.table_id == sqlalchemy.bindparam("game_of"),
     scoring_players.c.seat == sqlalchemy.bindparam("seat_of"),
 )
+_GAME_COLUMNS_SET = ("room_id", "coefficient", "settles", "last_sequence", "line_count", "settled")
+_UPDATE_GAME_SQLITE = Sql.of(
+    f"UPDATE scoring_games SET {', '.join(f'{column} = ?' for column in _GAME_COLUMNS_SET)} "
+    "WHERE table_id = ?"
+)
+_UPDATE_PLAYER_SQLITE = Sql.of(
+    "UPDATE scoring_players SET points = ?, beans = ?, rake_beans = ? WHERE table_id = ? AND seat = ?"
+)
 
 
 def _received(session: Session, event_id: str) -> bool:
     return session.execute(_RECEIVED, {"wanted_event_id": event_id}).first() is not None
 
 
-def _last_sequences(session: Session, table_ids: Sequence[str]) -> dict[str, int]:
-    """Each game's last sequence received, 0 for a game with nothing received yet."""
-    statement = _LAST_SEQUENCES(session)
-    ids: object = (
-        json.dumps(list(table_ids)) if session.get_bind().dialect.name == "sqlite" else list(table_ids)
-    )
+def _last_sequences(
+    session: Session, table_ids: Sequence[str], connection: sqlalchemy.Connection | None = None
+) -> dict[str, int]:
+    """Each game's last sequence received, 0 for a game with nothing received yet (SQLite: on the
+    driver's cursor, the same text as `_LAST_SEQUENCES`' there). `connection`: the session's."""
+    if connection is None:
+        connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        rows = run(connection, _LAST_SEQUENCES_SQLITE, (json.dumps(list(table_ids)),))
+        return {table_id: last_sequence or 0 for table_id, last_sequence in rows}
     return {
-        row.table_id: int(row.last_sequence or 0) for row in session.execute(statement, {"table_ids": ids})
+        row.table_id: int(row.last_sequence or 0)
+        for row in session.execute(_LAST_SEQUENCES(session), {"table_ids": list(table_ids)})
     }
 
 
@@ -324,7 +356,7 @@ def _line_row(instruction: settlement_events_pb2.SettlementInstructed) -> dict[s
     }
 
 
-def _store_games(session: Session, games: dict[str, _Game]) -> None:
+def _store_games(session: Session, connection: sqlalchemy.Connection, games: dict[str, _Game]) -> None:
     """The rows and seats of the games whose figures the batch changed, as it left them: inserted
     when new, else updated. The row's `last_sequence` is the sequence of the event that last
     changed it, so the rows do not depend on where the batches were cut (a rebuild compares)."""
@@ -362,6 +394,23 @@ def _store_games(session: Session, games: dict[str, _Game]) -> None:
         )
     insert_rows(session, scoring_games, new_games)
     insert_rows(session, scoring_players, new_players)
+    if game_updates and connection.dialect.name == "sqlite":
+        # On the driver's cursor (`driver_sql`), the values in the texts' order (booleans as the
+        # driver binds them: 1 and 0, as SQLAlchemy's Boolean does on SQLite).
+        run_many(
+            connection,
+            _UPDATE_GAME_SQLITE,
+            [(*(row[column] for column in _GAME_COLUMNS_SET), row["game_of"]) for row in game_updates],
+        )
+        run_many(
+            connection,
+            _UPDATE_PLAYER_SQLITE,
+            [
+                (row["points"], row["beans"], row["rake_beans"], row["game_of"], row["seat_of"])
+                for row in player_updates
+            ],
+        )
+        return
     for statement, rows in ((_UPDATE_GAME, game_updates), (_UPDATE_PLAYER, player_updates)):
         if rows:
             session.execute(statement, rows)

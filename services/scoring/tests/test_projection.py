@@ -387,3 +387,38 @@ def test_the_last_sequences_query_does_not_read_every_event_of_a_game(tmp_path: 
             engine.dispose()
 
     assert steps_with(400) == steps_with(4)
+
+
+def test_a_sqlite_batch_runs_a_fixed_list_of_statements_without_a_savepoint(
+    scoring_engine: Engine, session_factory: SessionFactory
+) -> None:
+    """On SQLite a batch's statements are one each: the games' last sequences, the inbox rows, the
+    output streams' versions, the append's own version check, its outbox and event rows, the lines,
+    the games' and seats' updates; no SAVEPOINT around the append (every caller rolls the whole
+    transaction back on an error, and the batch is then applied one event at a time)."""
+    script = whole_game()
+    projection = SettlementProjection(EventStore())
+    with transaction(session_factory) as session:
+        projection.apply_batch(session, [Delivery(envelope, POSITION) for envelope in script.events[:5]])
+    statements: list[str] = []
+
+    @sqlalchemy.event.listens_for(scoring_engine, "before_cursor_execute")
+    def _note(_connection: object, _cursor: object, statement: str, *_rest: object) -> None:
+        statements.append(statement.split(" WHERE")[0].split(" (")[0])
+
+    with transaction(session_factory) as session:  # the concealed kong: a settlement line
+        projection.apply_batch(session, [Delivery(envelope, POSITION) for envelope in script.events[5:8]])
+    assert not [statement for statement in statements if "SAVEPOINT" in statement.upper()]
+    assert statements == [
+        "BEGIN IMMEDIATE",
+        "SELECT ids.value AS table_id,",
+        "INSERT INTO scoring_table_events",
+        "SELECT stream_id, max(sequence) FROM stored_events",
+        "SELECT",
+        "INSERT INTO outbox_messages",
+        "INSERT INTO stored_events",
+        "INSERT INTO scoring_lines",
+        "UPDATE scoring_games SET room_id = ?, coefficient = ?, settles = ?, last_sequence = ?, "
+        "line_count = ?, settled = ?",
+        "UPDATE scoring_players SET points = ?, beans = ?, rake_beans = ?",
+    ], statements
