@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import functools
+import itertools
 import os
+import time
 import uuid
 
 import pytest
@@ -14,7 +17,7 @@ from mahjong.v1 import envelope_pb2, ledger_events_pb2, table_events_pb2
 from mahjong_platform.envelopes import (
     EVENT_IDS_PER_RANDOM_READ,
     EnvelopeDecodeError,
-    _uuid4_text,
+    _uuid7_text,
     datetime_of,
     new_envelope,
     new_envelopes,
@@ -38,14 +41,15 @@ def valid_envelope() -> envelope_pb2.Envelope:
     )
 
 
-def test_a_new_envelope_gets_a_random_uuid_and_the_clock_time() -> None:
+def test_a_new_envelope_gets_a_uuid_of_its_time_and_the_clock_time() -> None:
     envelope = new_envelope(
         ledger_events_pb2.TransferPosted(),
         clock=fixed_clock,
         correlation_id="request-1",
         causation_id="cause-1",
     )
-    assert uuid.UUID(envelope.event_id).version == 4
+    assert uuid.UUID(envelope.event_id).version == 7
+    assert milliseconds_of(envelope.event_id) == int(FIXED_TIME.timestamp() * 1000)
     assert envelope.occurred_at.ToDatetime(tzinfo=datetime.UTC) == FIXED_TIME
     assert envelope.WhichOneof("payload") == "transfer_posted"
     assert payload_type_name(envelope) == "TransferPosted"
@@ -53,23 +57,65 @@ def test_a_new_envelope_gets_a_random_uuid_and_the_clock_time() -> None:
     assert new_envelope(ledger_events_pb2.TransferPosted(), clock=fixed_clock).event_id != envelope.event_id
 
 
-def test_event_ids_are_distinct_version_4_uuids_across_random_reads() -> None:
+def milliseconds_of(event_id: str) -> int:
+    return uuid.UUID(event_id).int >> 80
+
+
+def uuid7_of(milliseconds: int, random16: bytes) -> str:
+    """RFC 9562's version 7 UUID of a millisecond and random bits, built with `uuid.UUID`."""
+    bits = ((milliseconds & ((1 << 48) - 1)) << 80) | (int.from_bytes(random16, "big") & ((1 << 80) - 1))
+    bits = (bits & ~(0xF000 << 64)) | (7 << 76)  # the version (Python 3.11's UUID knows 1-5 only)
+    bits = (bits & ~(0xC000 << 48)) | (0x8000 << 48)  # the variant: 10xx
+    return str(uuid.UUID(int=bits))
+
+
+def test_event_ids_are_distinct_version_7_uuids_across_random_reads() -> None:
+    before = time.time_ns() // 1_000_000
     ids = [new_event_id() for _ in range(3 * EVENT_IDS_PER_RANDOM_READ + 5)]
+    after = time.time_ns() // 1_000_000
     assert len(set(ids)) == len(ids)
     for event_id in ids:
         parsed = uuid.UUID(event_id)
-        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, event_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, event_id)
+        assert before <= milliseconds_of(event_id) <= after
 
 
 def test_event_ids_are_formatted_as_uuid_formats_them() -> None:
-    for _ in range(2_000):
-        random16 = os.urandom(16)
-        assert _uuid4_text(random16) == str(uuid.UUID(bytes=random16, version=4))
-    for random16 in (bytes(16), b"\xff" * 16):
-        assert _uuid4_text(random16) == str(uuid.UUID(bytes=random16, version=4))
+    for milliseconds in (0, 1, 1_733_300_000_123, (1 << 48) - 1, -1, -86_400_000):
+        for _ in range(500):
+            random16 = os.urandom(16)
+            expected = uuid7_of(milliseconds, random16)
+            assert _uuid7_text(f"{milliseconds & ((1 << 48) - 1):012x}", random16) == expected
+            assert uuid.UUID(expected).version == 7
+        for random16 in (bytes(16), b"\xff" * 16):
+            assert _uuid7_text(f"{milliseconds & ((1 << 48) - 1):012x}", random16) == uuid7_of(
+                milliseconds, random16
+            )
     ids = new_event_ids(2 * EVENT_IDS_PER_RANDOM_READ + 3) + new_event_ids(1) + new_event_ids(0)
     assert len(set(ids)) == len(ids) == 2 * EVENT_IDS_PER_RANDOM_READ + 4
-    assert all(uuid.UUID(event_id).version == 4 for event_id in ids)
+    assert all(uuid.UUID(event_id).version == 7 for event_id in ids)
+    same_moment = new_event_ids(5, 1_733_300_000_123)
+    assert {milliseconds_of(event_id) for event_id in same_moment} == {1_733_300_000_123}
+
+
+def _the_moment(moment: datetime.datetime) -> datetime.datetime:
+    return moment
+
+
+def test_event_ids_carry_their_events_millisecond_so_later_events_sort_after() -> None:
+    """Time-ordered ids: the event store's and the outbox's unique indexes of event ids grow at
+    their end instead of at a random page per event (random version 4 ids did)."""
+    moments = [FIXED_TIME + datetime.timedelta(milliseconds=step) for step in range(0, 50, 2)]
+    groups = []
+    for moment in moments:
+        clock = functools.partial(_the_moment, moment)
+        envelopes = new_envelopes([table_events_pb2.TileDrawn(seat=1, tile="3C")] * 3, clock=clock)
+        envelopes.append(new_envelope(table_events_pb2.TileDrawn(), clock=clock))
+        ids = [envelope.event_id for envelope in envelopes]
+        assert {milliseconds_of(event_id) for event_id in ids} == {int(moment.timestamp() * 1000)}
+        groups.append(ids)
+    for earlier, later in itertools.pairwise(groups):
+        assert max(earlier) < min(later)
 
 
 @given(
