@@ -217,7 +217,18 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engi
         # A read-only unit of work (`read_transaction`) takes no write lock: under WAL it reads a
         # consistent snapshot while a writer works, instead of queueing behind every writer.
         read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        statement = "BEGIN" if read_only else "BEGIN IMMEDIATE"
+        dispatch = connection.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            connection.exec_driver_sql(statement)  # as `sqlite_rows`: the listeners see it
+            return
+        # Through the driver: SQLAlchemy's execution (context, result, events) cost several times
+        # the statement, at every transaction of every service.
+        dbapi_connection = connection.connection.dbapi_connection
+        try:
+            dbapi_connection.execute(statement)  # type: ignore[union-attr]
+        except sqlite3.Error as error:
+            raise sqlalchemy.exc.DBAPIError.instance(statement, (), error, sqlite3.Error) from error
 
     return engine
 

@@ -7,6 +7,7 @@ import gc
 import pathlib
 import time
 import weakref
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -16,6 +17,7 @@ from mahjong_platform.database import (
     create_engine_for,
     create_session_factory,
     read_transaction,
+    sqlite_rows,
     sqlite_url,
     transaction,
 )
@@ -186,6 +188,58 @@ def test_a_read_transaction_does_not_wait_for_a_writer_on_sqlite(tmp_path: pathl
         assert seen == 1  # the committed snapshot, without waiting for the writer's lock
     with read_transaction(session_factory) as reader:
         assert reader.execute(sqlalchemy.text("SELECT count(*) FROM numbers")).scalar_one() == 2
+    engine.dispose()
+
+
+def test_a_sqlite_transaction_begins_through_the_driver_unless_a_cursor_listener_watches(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BEGIN IMMEDIATE (a writer) and BEGIN (a reader) are sent to SQLite on the driver's
+    connection, not through SQLAlchemy's execution (its context, result and events cost several
+    times the statement, at every transaction); a cursor listener (the statement audits) still
+    sees them, as it sees `sqlite_rows`' statements."""
+    engine = create_engine_for(sqlite_url(tmp_path, "begins"))
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE numbers (value INTEGER)")
+    engine.dispose()
+    traced: list[str] = []
+    sqlalchemy.event.listen(
+        engine,
+        "connect",
+        lambda dbapi_connection, _record: dbapi_connection.set_trace_callback(traced.append),
+    )
+    executed: list[str] = []
+    exec_driver_sql = sqlalchemy.Connection.exec_driver_sql
+
+    def recording(connection: sqlalchemy.Connection, statement: str, *rest: Any, **options: Any) -> Any:
+        executed.append(statement)
+        return exec_driver_sql(connection, statement, *rest, **options)
+
+    monkeypatch.setattr(sqlalchemy.Connection, "exec_driver_sql", recording)
+    session_factory = create_session_factory(engine)
+    with transaction(session_factory) as writer:
+        sqlite_rows(writer, "INSERT INTO numbers VALUES (?)", (1,))
+    with read_transaction(session_factory) as reader:
+        assert sqlite_rows(reader, "SELECT count(*) FROM numbers", ()) == [(1,)]
+    assert traced == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO numbers VALUES (1)",
+        "COMMIT",
+        "BEGIN",
+        "SELECT count(*) FROM numbers",
+        "COMMIT",
+    ]
+    assert executed == []  # none through SQLAlchemy's execution
+
+    cursor_statements: list[str] = []
+    sqlalchemy.event.listen(
+        engine,
+        "before_cursor_execute",
+        lambda _connection, _cursor, statement, *_rest: cursor_statements.append(statement),
+    )
+    with transaction(session_factory) as writer:
+        sqlite_rows(writer, "INSERT INTO numbers VALUES (?)", (2,))
+    assert cursor_statements == ["BEGIN IMMEDIATE", "INSERT INTO numbers VALUES (?)"]
     engine.dispose()
 
 
