@@ -308,7 +308,7 @@ COPY_ROWS_MIN = 16
 """Fewer rows go as an executemany: one pipelined round trip, where COPY takes two."""
 
 
-def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mapping[str, Any]]) -> None:
+def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mapping[str, Any]]) -> int | None:
     """Insert `rows` (dicts with the same keys: column names) into `table`, in the caller's
     transaction, in the given order (identity columns such as the outbox id number them so).
 
@@ -318,16 +318,19 @@ def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mappin
     unnest(arrays)`` spent as long dumping the arrays in Python. Errors are raised as
     SQLAlchemy's (a unique key violated is an `IntegrityError`, as with an insert). SQLite:
     multi-row INSERT statements (`_insert_rows_sqlite`).
+
+    Returns, on SQLite, the rowid of the last row inserted (a table whose rowid is its integer
+    primary key numbers its new rows one after another from the highest: the rows are that id and
+    the ones just below it); None on PostgreSQL or when there are no rows.
     """
     if not rows:
-        return
+        return None
     dialect = session.get_bind().dialect
     if dialect.name == "sqlite":
-        _insert_rows_sqlite(session, dialect, table, rows)
-        return
+        return _insert_rows_sqlite(session, dialect, table, rows)
     if len(rows) < COPY_ROWS_MIN:
         session.execute(_insert_statement(table), list(rows))
-        return
+        return None
     import psycopg  # only with PostgreSQL
 
     columns = tuple(rows[0])
@@ -342,6 +345,7 @@ def insert_rows(session: Session, table: sqlalchemy.Table, rows: Sequence[Mappin
                 copy.write_row([row[column] for column in columns])
     except psycopg.Error as error:
         raise sqlalchemy.exc.DBAPIError.instance(statement, None, error, psycopg.Error) from error
+    return None
 
 
 SQLITE_ROWS_PER_INSERT_MAX = 256
@@ -420,13 +424,20 @@ def sqlite_rows(session: Session, statement: str, parameters: tuple[Any, ...]) -
     SQLAlchemy's (a violated unique key is an `IntegrityError`), as `exec_driver_sql` would. While
     anyone listens for the engine's cursor events (the statement audits of the tests and of
     `query_plans`) the statement goes through `exec_driver_sql`, so they see it as before."""
+    return _sqlite_execute(session, statement, parameters)[0]
+
+
+def _sqlite_execute(
+    session: Session, statement: str, parameters: tuple[Any, ...]
+) -> tuple[Sequence[Sequence[Any]], int | None]:
+    """`sqlite_rows`, with the connection's last inserted rowid after the statement."""
     connection, cursor = _sqlite_driver(session)
     dispatch = connection.dispatch
     if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
         result = connection.exec_driver_sql(statement, parameters)
-        return result.all() if result.returns_rows else []
+        return (result.all() if result.returns_rows else []), result.lastrowid
     try:
-        return cursor.execute(statement, parameters).fetchall()
+        return cursor.execute(statement, parameters).fetchall(), cursor.lastrowid
     except sqlite3.Error as error:
         raise sqlalchemy.exc.DBAPIError.instance(statement, parameters, error, sqlite3.Error) from error
 
@@ -438,7 +449,7 @@ def _insert_rows_sqlite(
     rows: Sequence[Mapping[str, Any]],
     *,
     on_conflict: tuple[str, ...] = (),
-) -> None:
+) -> int | None:
     """SQLite: the rows as ``INSERT ... SELECT * FROM (VALUES (...), (...)) WHERE true LIMIT ?``
     statements, one per SQLITE_ROWS_PER_INSERT_MAX rows, each padded with rows of NULLs to a power
     of two that the LIMIT (the real rows' count) cuts off (so a table has a few statement texts,
@@ -451,7 +462,7 @@ def _insert_rows_sqlite(
     (the columns' bind processors, e.g. its SQLite datetime text), except bytes, which the driver
     takes as they are. A chunk is one statement, so a violated unique key inserts none of its rows;
     the rows go in in their order (the VALUES are read in order). `on_conflict`: the key of
-    `upsert_rows`."""
+    `upsert_rows`. Returns the last inserted rowid (see `insert_rows`)."""
     columns = tuple(rows[0])
     processors = _sqlite_bind_processors(dialect, table, columns)
     per_statement = min(
@@ -462,6 +473,7 @@ def _insert_rows_sqlite(
     # The last value bound per processed column, and what it became: the rows of one batch share
     # most of their times (one transaction's `recorded_at`, one command's `occurred_at`).
     last: list[tuple[Any, Any]] = [(None, None)] * width
+    last_rowid: int | None = None
     for chunk, size in padded_chunks(rows, per_statement):
         values: list[Any] = []
         for row in chunk:
@@ -482,7 +494,9 @@ def _insert_rows_sqlite(
             values += row_values
         values += [None] * (width * (size - len(chunk)))
         values.append(len(chunk))
-        sqlite_rows(session, _sqlite_insert_text(dialect, table, columns, size, on_conflict), tuple(values))
+        text = _sqlite_insert_text(dialect, table, columns, size, on_conflict)
+        _rows, last_rowid = _sqlite_execute(session, text, tuple(values))
+    return last_rowid
 
 
 def padded_chunks(items: Sequence[_T], most: int) -> Iterator[tuple[Sequence[_T], int]]:

@@ -13,6 +13,7 @@ event ids they have already applied (see `tracked_consumer`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -126,13 +127,87 @@ class OutboxMessage:
 def add_outbox_messages(session: Session, messages: Sequence[dict[str, object]]) -> None:
     """Queue several messages (dicts with topic, message_key, message_value, event_id and
     created_at) in one statement, inside the caller's transaction; the event store calls this
-    with every appended batch of events. The commit wakes this process's relays."""
+    with every appended batch of events. The commit wakes this process's relays, and on SQLite
+    hands the rows written outside any savepoint, with their ids, to its relay (`_Feed`)."""
     if messages:
-        insert_rows(session, outbox_messages, [{**message, "sent_at": None} for message in messages])
+        rows = [{**message, "sent_at": None} for message in messages]
+        last_id = insert_rows(session, outbox_messages, rows)
         session.info[_WRITTEN_KEY] = True
+        if last_id is not None and not session.in_nested_transaction():
+            # SQLite numbers a statement's new rows one after another (`insert_rows`).
+            session.info.setdefault(_FED_KEY, []).append((last_id - len(rows) + 1, rows))
 
 
 _WRITTEN_KEY = "mahjong_outbox_written"
+_FED_KEY = "mahjong_outbox_fed"
+RELAY_FEED_ROWS_MAX = 10_000
+"""SQLite: the most rows a relay's `_Feed` holds; beyond, it forgets them all (the relay reads them)."""
+
+
+class _Feed:
+    """SQLite: the outbox rows this process's committed transactions wrote, in runs of consecutive
+    ids, for its relay to publish without reading them back: a read was a transaction of its own
+    and a step of the driver (a GIL release and re-acquire, behind a busy event loop) per row.
+
+    Only what is certainly in the database gets here: rows written outside any savepoint (one
+    rolled back may leave its ids to later rows), handed over after their transaction committed.
+    The database stays the truth: the relay takes from here only the run that continues exactly
+    after the last id it published, and reads the outbox as before whenever this holds nothing
+    that continues it (a gap: rows of a savepoint, of another process, a run handed over late,
+    a relay that just started or failed to publish). Its marks are the same either way."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: collections.deque[tuple[int, Sequence[Mapping[str, Any]]]] = collections.deque()
+        self._rows = 0
+
+    def add(self, runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> None:
+        """Runs of committed rows: (the first row's id, the rows in id order) each."""
+        with self._lock:
+            for first_id, rows in runs:
+                self._runs.append((first_id, rows))
+                self._rows += len(rows)
+            if self._rows > RELAY_FEED_ROWS_MAX:  # the relay is not keeping up: it reads them
+                self._runs.clear()
+                self._rows = 0
+
+    def take(self, first_id: int, most: int) -> list[OutboxMessage] | None:
+        """The messages numbered `first_id`, `first_id` + 1, ... (at most `most`, stopping at a
+        gap) when a run continues there; None when none does (the caller reads the outbox).
+        Runs that end before `first_id` (published from a read) are dropped."""
+        taken: list[OutboxMessage] = []
+        next_id = first_id
+        with self._lock:
+            runs = self._runs
+            while runs and len(taken) < most:
+                start, rows = runs[0]
+                if start + len(rows) <= next_id:  # published already
+                    runs.popleft()
+                    self._rows -= len(rows)
+                    continue
+                if start > next_id:  # a gap: rows this feed was not given
+                    break
+                offset = next_id - start
+                count = min(len(rows) - offset, most - len(taken))
+                taken += [
+                    OutboxMessage(
+                        id=next_id + index,
+                        topic=str(row["topic"]),
+                        message_key=str(row["message_key"]),
+                        message_value=bytes(row["message_value"]),
+                        event_id=str(row["event_id"]),
+                    )
+                    for index, row in enumerate(rows[offset : offset + count])
+                ]
+                next_id += count
+                if offset + count == len(rows):
+                    runs.popleft()
+                    self._rows -= len(rows)
+        return taken or None
+
+
+_FEEDS: weakref.WeakKeyDictionary[Engine, _Feed] = weakref.WeakKeyDictionary()
+"""SQLite: the feed of each relay of this process, by the relay's database engine."""
 _RELAY_WAKE_UPS: weakref.WeakSet[threading.Event] = weakref.WeakSet()
 """One event per relay in this process, set when a transaction that queued outbox messages
 commits: a relay waits on its own (at most its poll interval) instead of sleeping, so a message
@@ -178,6 +253,13 @@ def _outbox_committed(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released: the rows are not committed until the outer transaction is
     _settle_offer(session, _MARKED)
+    fed = session.info.pop(_FED_KEY, None)
+    if fed is not None:
+        engine = session.get_bind()
+        with _OFFERS_LOCK:
+            feed = _FEEDS.get(engine) if isinstance(engine, Engine) else None
+        if feed is not None:
+            feed.add(fed)
     if session.info.pop(_WRITTEN_KEY, False):
         with _RELAY_WAKE_UPS_LOCK:
             wake_ups = list(_RELAY_WAKE_UPS)
@@ -189,6 +271,7 @@ def _outbox_committed(session: Session) -> None:
 def _outbox_rolled_back(session: Session, previous_transaction: Any) -> None:
     if not previous_transaction.nested:  # the whole transaction is gone, its rows with it
         session.info.pop(_WRITTEN_KEY, None)
+        session.info.pop(_FED_KEY, None)
         _settle_offer(session, _OFFERED)  # its mark too: offered again
 
 
@@ -373,6 +456,15 @@ class OutboxRelay:
         self._unmarked: _Unmarked | None = None
         self._offer: _Offer | None = None  # SQLite: the mark offered to this process's writers
         self._withdraw_an_ownerless_offer()
+        # SQLite: the rows this process commits, handed over (`_Feed`), and the last id published.
+        self._feed: _Feed | None = None
+        self._published_up_to: int | None = None
+        self.rounds_fed = 0
+        self.rounds_read = 0
+        if not self._postgresql:
+            self._feed = _Feed()
+            with _OFFERS_LOCK:
+                _FEEDS[engine] = self._feed
         self._wake_up = threading.Event()
         with _RELAY_WAKE_UPS_LOCK:
             _RELAY_WAKE_UPS.add(self._wake_up)
@@ -393,12 +485,23 @@ class OutboxRelay:
                 self._mark_sent(connection, _MARK_SENT_POSTGRESQL, ids, len(messages))
                 self._published.inc(len(messages))
             return len(messages)
-        # Reading takes no write lock (SQLite's writers queue for one); the mark does.
-        unmarked = self._unmarked or (self._offer.unmarked if self._offer else None)
-        with read_transaction(self._session_factory) as session:
-            messages = self._read_unsent(session, after_id=unmarked.last_id if unmarked else 0)
+        # The rows this process committed after the last ones published, as its writers handed
+        # them over (`_Feed`); else read: reading takes no write lock (SQLite's writers queue for
+        # one); the mark does.
+        fed: list[OutboxMessage] | None = None
+        if self._feed is not None and self._published_up_to is not None:
+            fed = self._feed.take(self._published_up_to + 1, self._batch_size)
+        if fed is not None:
+            self.rounds_fed += 1
+            messages = fed
+        else:
+            self.rounds_read += 1
+            unmarked = self._unmarked or (self._offer.unmarked if self._offer else None)
+            with read_transaction(self._session_factory) as session:
+                messages = self._read_unsent(session, after_id=unmarked.last_id if unmarked else 0)
         if messages:
             self._publish(messages)
+            self._published_up_to = messages[-1].id
             if self._unmarked is None:
                 self._unmarked = _Unmarked(messages[0].id, messages[-1].id, len(messages), time.monotonic())
             else:
@@ -554,7 +657,14 @@ class OutboxRelay:
             closing.callback(self._forget_connection)
             if self._holds_lock:
                 closing.callback(self._release_lock_quietly)
+            closing.callback(self._forget_feed)
             self._mark_unmarked()
+
+    def _forget_feed(self) -> None:
+        with _OFFERS_LOCK:
+            if self._feed is not None and _FEEDS.get(self._engine) is self._feed:
+                del _FEEDS[self._engine]
+        self._feed = None
 
     def _forget_connection(self) -> None:
         self._connection, self._holds_lock = None, False

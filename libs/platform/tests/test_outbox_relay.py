@@ -53,6 +53,22 @@ def append_events(engine: Engine, topics: Topics, events_per_stream: dict[str, i
     return event_ids
 
 
+def append_without_savepoint(engine: Engine, topics: Topics, events_per_stream: dict[str, int]) -> list[str]:
+    """`append_events` as a group commit appends (`append_batch` without a savepoint): outbox rows
+    written outside any savepoint, which its commit hands to this process's relay (SQLite)."""
+    store = EventStore(topics=topics)
+    event_ids = []
+    with transaction(create_session_factory(engine)) as session:
+        versions = store.stream_versions(session, list(events_per_stream))
+        appends = []
+        for stream_id, count in events_per_stream.items():
+            events = table_events(count)
+            appends.append((stream_id, versions[stream_id], events))
+            event_ids += [event.event_id for event in events]
+        store.append_batch(session, appends, savepoint=False)
+    return event_ids
+
+
 def unsent_count(engine: Engine) -> int:
     with transaction(create_session_factory(engine)) as session:
         return count_unsent_outbox_messages(session)
@@ -197,6 +213,115 @@ def test_a_sqlite_relays_due_mark_rides_on_the_next_transaction_that_queues_outb
     consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
     _each_consumed_once(sqlite_engine, consumer, poll_consumer_until, 5)
     assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+
+
+def test_a_sqlite_relay_publishes_the_rows_this_process_committed_without_reading_them_back(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """A committed transaction hands its outbox rows and their ids to the relay (`_Feed`): a round
+    that continues after the last id published sends them with no statement at all. Rows it was
+    not given (a savepoint's, the first round's) are read from the outbox, in id order; a
+    transaction that rolls back gives nothing (the next one's rows take its ids)."""
+    statements: list[str] = []
+
+    def record(_connection: object, _cursor: object, statement: str, *_rest: object) -> None:
+        statements.append(statement)
+
+    with OutboxRelay(
+        sqlite_engine, kafka_bootstrap_servers, batch_size=4, publish_timeout_ms=PUBLISH_TIMEOUT_MS
+    ) as relay:
+        event_ids = append_without_savepoint(sqlite_engine, kafka_topics, {"table-1": 3})
+        assert relay.run_once(mark_within_seconds=3600) == 3  # no id published yet: read
+        assert (relay.rounds_read, relay.rounds_fed) == (1, 0)
+        event_ids += append_without_savepoint(sqlite_engine, kafka_topics, {"table-1": 2, "table-2": 4})
+        sqlalchemy.event.listen(sqlite_engine, "before_cursor_execute", record)
+        try:
+            assert relay.run_once(mark_within_seconds=3600) == 4  # a batch at most
+            assert relay.run_once(mark_within_seconds=3600) == 2
+        finally:
+            sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", record)
+        assert (relay.rounds_read, relay.rounds_fed, statements) == (1, 2, [])
+        event_ids += append_events(sqlite_engine, kafka_topics, {"table-3": 2})  # in a savepoint
+        event_ids += append_without_savepoint(sqlite_engine, kafka_topics, {"table-1": 1})
+        assert relay.run_once(mark_within_seconds=3600) == 3  # a gap: read, the savepoint's first
+        assert (relay.rounds_read, relay.rounds_fed) == (2, 2)
+        with pytest.raises(_RelayKilledError), transaction(create_session_factory(sqlite_engine)) as session:
+            EventStore(topics=kafka_topics).append_batch(
+                session, [("table-4", 0, table_events(2))], savepoint=False
+            )
+            raise _RelayKilledError
+        event_ids += append_without_savepoint(sqlite_engine, kafka_topics, {"table-5": 1})
+        assert relay.run_once(mark_within_seconds=3600) == 1
+        assert (relay.rounds_read, relay.rounds_fed) == (2, 3)
+        assert relay.run_once(mark_within_seconds=3600) == 0  # nothing handed over: read
+        assert unsent_count(sqlite_engine) == len(event_ids) == 13  # published, not marked yet
+    assert unsent_count(sqlite_engine) == 0  # closing marks them
+
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    _each_consumed_once(sqlite_engine, consumer, poll_consumer_until, len(event_ids))
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+    _each_stream_in_order(sqlite_engine)
+
+
+def test_a_sqlite_relay_killed_after_publishing_handed_over_rows_re_sends_them(
+    sqlite_engine: Engine,
+    kafka_bootstrap_servers: str,
+    kafka_topics: Topics,
+    unique_prefix: str,
+    new_tracked_consumer: Callable[..., TrackedConsumer],
+    poll_consumer_until: Callable[..., None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """Rows published from the feed are marked as read ones are: a relay killed before the mark
+    leaves them unsent, the next relay reads and re-sends them, and the consumer skips them."""
+    publishes: list[int] = []
+
+    def kill_at_the_second_publish(messages: Sequence[OutboxMessage]) -> None:
+        publishes.append(len(messages))
+        if len(publishes) == 2:
+            raise _RelayKilledError
+
+    with OutboxRelay(
+        sqlite_engine,
+        kafka_bootstrap_servers,
+        publish_timeout_ms=PUBLISH_TIMEOUT_MS,
+        before_mark_sent=kill_at_the_second_publish,
+    ) as doomed_relay:
+        event_ids = append_without_savepoint(sqlite_engine, kafka_topics, {"table-1": 2})
+        assert doomed_relay.run_once() == 2  # read, published, marked
+        event_ids += append_without_savepoint(sqlite_engine, kafka_topics, {"table-1": 3, "table-2": 1})
+        with pytest.raises(_RelayKilledError):
+            doomed_relay.run_once()
+        assert (doomed_relay.rounds_read, doomed_relay.rounds_fed, publishes) == (1, 1, [2, 4])
+    assert unsent_count(sqlite_engine) == 4  # published, not marked: the next relay re-sends them
+
+    with OutboxRelay(sqlite_engine, kafka_bootstrap_servers, publish_timeout_ms=PUBLISH_TIMEOUT_MS) as relay:
+        assert relay.run_once() == 4
+    assert unsent_count(sqlite_engine) == 0
+    consumer = new_tracked_consumer(sqlite_engine, group_id=unique_prefix + "projection")
+    _each_consumed_once(sqlite_engine, consumer, poll_consumer_until, 2 + 4 + 4)
+    assert sorted(read_projection_event_ids(sqlite_engine)) == sorted(event_ids)
+    _each_stream_in_order(sqlite_engine)
+
+
+def _each_stream_in_order(engine: Engine) -> None:
+    """Each stream's projected events are in one partition, in sequence order (first sightings)."""
+    with engine.connect() as connection:
+        rows = (
+            connection.execute(sqlalchemy.text("SELECT * FROM example_projection ORDER BY kafka_offset"))
+            .mappings()
+            .all()
+        )
+    for stream_id in {row["stream_id"] for row in rows}:
+        stream_rows = [row for row in rows if row["stream_id"] == stream_id]
+        assert len({row["partition"] for row in stream_rows}) == 1
+        assert [row["sequence"] for row in stream_rows] == list(range(1, len(stream_rows) + 1))
 
 
 def _outbox_sent_at(engine: Engine) -> list[datetime.datetime | None]:
