@@ -114,6 +114,8 @@ def settle_table_event(
     """
     facts, steps = apply_table_event(state.facts, envelope)
     state = evolve(state, facts=facts)
+    if not steps:  # most events (draws, discards, passes): nothing to settle
+        return state, _NOTHING_CAUSED
     envelopes: list[envelope_pb2.Envelope] = []
     notices: list[Notice] = []
     for step in steps:
@@ -128,6 +130,9 @@ def settle_table_event(
         else:
             state = _settle_game_over(state, step, envelope, envelopes)
     return state, SettlementOutput(tuple(envelopes), tuple(notices))
+
+
+_NOTHING_CAUSED: Final = SettlementOutput()
 
 
 def settle_table_events(

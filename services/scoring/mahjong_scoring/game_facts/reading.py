@@ -45,10 +45,19 @@ def any_tile(code: str) -> Tile:
 
 def sichuan_tile(code: str) -> Tile:
     """A Sichuan Bloody tile: a suited one."""
+    tile = _SICHUAN_TILE_BY_CODE.get(code)  # the codes the table writes: no parse, no checks
+    if tile is not None:
+        return tile
     tile = any_tile(code)
     if tile >= SUITED_TILE_KIND_COUNT:
         raise GameFactsError(f"tile {code!r} is not a Sichuan Bloody tile")
     return tile
+
+
+_SICHUAN_TILE_BY_CODE: Final[dict[str, Tile]] = {
+    f"{rank}{family}": parse_tile(f"{rank}{family}") for family in "mps" for rank in range(1, 10)
+}
+assert sorted(_SICHUAN_TILE_BY_CODE.values()) == list(range(SUITED_TILE_KIND_COUNT))
 
 
 def sichuan_tiles(codes: Sequence[str]) -> list[Tile]:
