@@ -476,6 +476,14 @@ class LedgerRepository:
         keys = sorted({key for request in requests for key in request.income_keys})
         if not keys:
             return {}
+        connection = session.connection()
+        if connection.dialect.name == "sqlite":
+            return {
+                (table_id, order_key, account): int(beans)
+                for table_id, order_key, account, beans in run(
+                    connection, _credited_sqlite(len(keys)), [TransferKind.SETTLEMENT.value, *keys]
+                )
+            }
         return {
             (row.table_id, row.order_key, row.account): int(row.beans)
             for row in session.execute(_CREDITED(session), {"order_keys": keys})
@@ -848,6 +856,18 @@ def _posted_digests_sqlite(kinds: int, order_keys: int) -> Sql:
     return Sql.of(
         "SELECT kind, order_key, request_digest FROM ledger_transfers "
         f"WHERE kind IN ({_marks(kinds)}) AND order_key IN ({_marks(order_keys)})"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _credited_sqlite(count: int) -> Sql:
+    # `_CREDITED`: by kind and order key, the unique index's columns in its order.
+    return Sql.of(
+        "SELECT ledger_transfers.table_id, ledger_transfers.order_key, ledger_postings.account, "
+        "ledger_postings.beans FROM ledger_transfers JOIN ledger_postings "
+        "ON ledger_postings.transfer_id = ledger_transfers.transfer_id "
+        f"WHERE ledger_transfers.kind = ? AND ledger_transfers.order_key IN ({_marks(count)}) "
+        "AND ledger_postings.beans > 0"
     )
 
 

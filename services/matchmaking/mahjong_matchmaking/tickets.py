@@ -228,12 +228,13 @@ def cancel(session: Session, store: EventStore, ticket_id: str, player_id: str, 
 
 def release_seat(session: Session, table_id: str, seat: int | None, clock: Clock) -> int:
     """A game ended (seat None: every seat) or a player left it: their tickets are finished."""
-    parameters = {"released_table_id": table_id, "updated_at": clock()}
+    connection = session.connection()
+    updated_at = timestamp(connection, clock())
     if seat is None:
-        result = session.execute(_RELEASE_TABLE, parameters)
+        cursor = run(connection, _RELEASE_TABLE, (updated_at, table_id))
     else:
-        result = session.execute(_RELEASE_SEAT, {**parameters, "released_seat": seat})
-    return int(getattr(result, "rowcount", 0))
+        cursor = run(connection, _RELEASE_SEAT, (updated_at, table_id, seat))
+    return int(cursor.rowcount)
 
 
 def _lock_room_queue(connection: sqlalchemy.Connection, room_id: str) -> None:
@@ -341,9 +342,10 @@ _UPSERT_ROOM_QUEUE = Sql.of(
     "RETURNING last_order"
 )
 _SET_TICKET_STATE = tickets.update().where(tickets.c.ticket_id == sqlalchemy.bindparam("target_ticket_id"))
-_RELEASE_TABLE = (
-    tickets.update()
-    .where(tickets.c.table_id == sqlalchemy.bindparam("released_table_id"), tickets.c.state == TICKET_SEATED)
-    .values(state=TICKET_FINISHED)
+# A game's seated tickets finished (its `GameEnded`), or one seat's (`PlayerLeft`): the seats
+# consumer's one statement per event. Parameters: update time, table[, seat].
+_RELEASE_TABLE = Sql.of(
+    f"UPDATE tickets SET state = '{TICKET_FINISHED}', updated_at = ? "
+    f"WHERE table_id = ? AND state = '{TICKET_SEATED}'"
 )
-_RELEASE_SEAT = _RELEASE_TABLE.where(tickets.c.seat == sqlalchemy.bindparam("released_seat"))
+_RELEASE_SEAT = Sql.of(f"{_RELEASE_TABLE.sqlite} AND seat = ?")
