@@ -287,10 +287,12 @@ class TableWakeups:
             await future
         finally:
             timer.cancel()
-            with contextlib.suppress(ValueError):
-                waiters.remove(future)
-            if not waiters and self._waiters.get(table_id) is waiters:
-                del self._waiters[table_id]
+            # A wake-up took the table's whole list (`_wake`): nothing to remove then.
+            if self._waiters.get(table_id) is waiters:
+                with contextlib.suppress(ValueError):
+                    waiters.remove(future)
+                if not waiters:
+                    del self._waiters[table_id]
 
 
 def _release(future: asyncio.Future[None]) -> None:
@@ -879,6 +881,14 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                     held_until = time.monotonic() + hold_seconds
                 held_events.extend(events)
                 held_deadline = deadline if deadline_known else await self._deadline_of(state)
+                now = time.monotonic()
+                if now < held_until and (play is None or not play.answers):
+                    # What the next turn of the loop would do unless the table moved on meanwhile
+                    # (then the wait returns at once): wait past this version, at most until
+                    # the hold runs out.
+                    await self._wait(
+                        table_id, state.version, play, min(WATCH_POLL_SECONDS, held_until - now), loop
+                    )
                 continue
             if view is None:
                 view = last_view = wire.view_bytes(state, seat)
@@ -891,6 +901,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             yield wire.update_bytes(events, view + wire.deadline_bytes(deadline)), True
             if state.is_over:
                 return
+            if play is None or not play.answers:
+                # As above: the next turn of the loop would find this version and wait past it.
+                await self._wait(table_id, state.version, play, WATCH_POLL_SECONDS, loop)
         if held_until:
             assert last_state is not None
             yield _held_update(held_events, last_state, seat, held_deadline), False

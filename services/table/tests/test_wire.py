@@ -317,3 +317,35 @@ def _outcome(compose: Callable[[Any], str], tiles: object) -> object:
 def test_varint(value: int) -> None:
     envelope = envelope_pb2.Envelope.FromString(bytes([3 << 3]) + wire.varint(value))
     assert envelope.sequence == value
+
+
+def test_the_varints_made_once_are_varint_s() -> None:
+    assert all(made == wire.varint(value) for value, made in enumerate(wire._VARINTS))
+
+
+def test_a_composed_field_is_its_tag_length_and_data_at_any_length() -> None:
+    for size in (0, 1, 127, 128, 4_095, 4_096, 20_000):
+        envelope = envelope_pb2.Envelope.FromString(wire.field(bytes([6 << 3 | 2]), b"x" * size))
+        assert envelope.causation_id == "x" * size
+
+
+def test_timestamp_of_is_what_from_datetime_makes() -> None:
+    """Aware moments in several zones and naive ones (taken as UTC, as SQLite gives them back),
+    before and after the epoch, with and without microseconds."""
+    generator = random.Random(20261204)
+    zones = [
+        datetime.UTC,
+        datetime.timezone(datetime.timedelta(hours=5, minutes=30)),
+        datetime.timezone(datetime.timedelta(hours=-8)),
+        None,
+    ]
+    moments = [MOMENT, MOMENT.replace(tzinfo=None), datetime.datetime(1969, 12, 31, 23, 59, 59, 1)]
+    for _ in range(20_000):
+        moment = datetime.datetime(1900, 1, 1) + datetime.timedelta(
+            microseconds=generator.randrange(0, 200 * 365 * 86_400 * 10**6)
+        )
+        moments.append(moment.replace(tzinfo=generator.choice(zones)))
+    for moment in moments:
+        expected = timestamp_pb2.Timestamp()
+        expected.FromDatetime(moment)
+        assert wire.timestamp_of(moment) == expected, moment
