@@ -243,6 +243,26 @@ def test_a_sqlite_transaction_begins_through_the_driver_unless_a_cursor_listener
     engine.dispose()
 
 
+def test_a_sqlite_writer_gets_back_the_connection_it_returned_last(tmp_path: pathlib.Path) -> None:
+    """The SQLite pool is last in, first out: a writer's next transaction runs on the connection
+    of its last one, whose page cache its own commits kept valid, not on the pool's longest idle
+    connection (first in, first out), whose cache every commit since had invalidated."""
+    engine = create_engine_for(sqlite_url(tmp_path, "lifo"))
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE numbers (value INTEGER)")
+    idle = [engine.raw_connection() for _ in range(4)]  # the pool holds several idle connections
+    for pooled in idle:
+        pooled.close()
+    session_factory = create_session_factory(engine)
+    used = []
+    for value in range(6):
+        with transaction(session_factory) as writer:
+            sqlite_rows(writer, "INSERT INTO numbers VALUES (?)", (value,))
+            used.append(id(writer.connection().connection.dbapi_connection))
+    assert len(set(used)) == 1
+    engine.dispose()
+
+
 def test_a_read_transaction_sees_one_snapshot_and_refuses_writes(database_url: str) -> None:
     """Its statements agree with each other: a commit made between two of them is not seen by the
     second (PostgreSQL: REPEATABLE READ READ ONLY; under READ COMMITTED the second count would be
