@@ -512,7 +512,11 @@ class TableEngine:
         }
 
     def _deadline_after(
-        self, session: Session, base: TableState | None, state: TableState, last_event_at: datetime.datetime
+        self,
+        session: Session | None,
+        base: TableState | None,
+        state: TableState,
+        last_event_at: datetime.datetime,
     ) -> datetime.datetime | None:
         """When the server acts for whoever `state` waits on (None: nobody): the turn timeout after
         the last event, except while a claim window stays open and nothing since `base` is visible
@@ -524,6 +528,7 @@ class TableEngine:
             assert base is not None
             known, deadline = self.known_deadline(base)
             if not known:  # not written by this process (a takeover): the stored one, in this transaction
+                assert session is not None, "a base's deadline not known here is read in the transaction"
                 deadline = session.execute(
                     sqlalchemy.select(table_status.c.deadline_at).where(
                         table_status.c.table_id == base.table_id
@@ -565,9 +570,21 @@ class TableEngine:
         )
 
     def committed(self, envelopes: Sequence[envelope_pb2.Envelope]) -> None:
-        """Tell Watch streams about events committed outside `act` (opening, consumers)."""
-        if envelopes:
-            self.changes.notify(envelopes[-1].stream_id, envelopes[-1].sequence)
+        """Tell Watch streams about events committed outside `act` (opening, consumers). A table's
+        opening (its stream from sequence 1, `open_from_assignment`) is published as a command's
+        events are: its state, deadline and event tail into memory first, so the streams that
+        waited for the table read none of them from the store."""
+        if not envelopes:
+            return
+        if envelopes[0].sequence == 1 and self.cache.get(envelopes[0].stream_id) is None:
+            state = fold((codec.event_of(envelope) for envelope in envelopes), None)
+            assert state.version == len(envelopes), (state.version, len(envelopes))
+            # A new table has no claim window kept open from a base: the turn timeout after its
+            # last event, as `_status_row` wrote it.
+            deadline = self._deadline_after(None, None, state, datetime_of(envelopes[-1].occurred_at))
+            self.published(state, envelopes, deadline)
+            return
+        self.changes.notify(envelopes[-1].stream_id, envelopes[-1].sequence)
 
     def expired_tables(self, session: Session, now: datetime.datetime, limit: int = 100) -> list[str]:
         """Live tables whose deadline has passed, oldest deadline first."""

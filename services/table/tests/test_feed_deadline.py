@@ -83,11 +83,12 @@ def test_a_feed_that_read_a_state_the_writer_just_replaced_reads_it_again(
 def test_the_streams_that_ask_for_a_table_together_share_one_store_read(
     table_server: TableServer, monkeypatch: Any
 ) -> None:
-    """The four seats of a new table open their streams together; the table is not in memory yet
-    (the consumer that opened it does not publish its state), so each asked the store for it: four
-    reads in the read threads where one serves them all."""
+    """The four seats of a table this process does not hold in memory (a table taken over from
+    another replica, or one its cache let go) open their streams together: each would ask the
+    store for it, four reads in the read threads where one serves them all."""
     table_id = table_server.open_table(PLAYERS)
     engine = table_server.engine
+    engine.forget_where(lambda stale: stale == table_id)  # as a takeover does (`ownership`)
     assert engine.cached_state(table_id) is None
     reads: list[str] = []
     read_state = engine.read_state

@@ -15,6 +15,7 @@ does not open within the wait is NOT_FOUND; a wait (or a `hold_idle_updates_ms`,
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import uuid
@@ -22,15 +23,20 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+import sqlalchemy
 from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.database import transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.event_store import EventStore
 from mahjong_platform.tracked_consumer import BatchApplier, Delivery, MessagePosition, per_event
 from mahjong_table import servicer as servicer_module
+from mahjong_table.codec import event_of
 from mahjong_table.core.commands import Discard, Pass, TableCommand
+from mahjong_table.models import table_status
 from mahjong_table.projection import table_opening_handler
 from mahjong_table.selfplay import greedy_command
 from mahjong_table.testing import table_assigned
+from mahjong_table.variants import fold
 from mjctl.bots import choose_command
 from mjctl.client import answers_of
 
@@ -337,3 +343,34 @@ def test_a_table_the_match_consumer_opens_wakes_the_stream_waiting_for_it_once_c
     thread.join(60)
     assert isinstance(out[1], messages.PlayResponse), out
     assert out[1].update.view == table_server.view("east", table_id)
+
+
+def test_a_table_the_match_consumer_opens_is_in_memory_once_committed(table_server: TableServer) -> None:
+    """The opening is published as a command's events are: its state, its deadline and its
+    events are in memory after the commit, equal to what the store holds, so the four streams
+    that waited for the table read none of them from the store."""
+    table_id = str(uuid.uuid4())
+    engine = table_server.engine
+    assigned = new_envelope(table_assigned(table_id, PLAYERS), stream_id=table_id, clock=utc_now)
+    applier = BatchApplier(
+        table_server.session_factory,  # type: ignore[arg-type]
+        "table-openings",
+        per_event(table_opening_handler(engine)),
+        lambda _delivery, error: pytest.fail(error),
+    )
+    delivery = Delivery(assigned, MessagePosition("match", 0, 0))
+    assert applier.apply([delivery], [delivery.position]).applied == 1
+    state = engine.cached_state(table_id)
+    assert state is not None, "the opening's state is not in memory"
+    known, deadline = engine.known_deadline(state)
+    assert known and deadline is not None
+    recent = engine.recent_events_after(table_id, 0, 10)
+    assert recent is not None and [envelope.sequence for envelope in recent] == [1, 2]
+    with transaction(table_server.session_factory) as session:  # type: ignore[arg-type]
+        stored = EventStore().load(session, table_id)
+        stored_deadline = session.execute(
+            sqlalchemy.select(table_status.c.deadline_at).where(table_status.c.table_id == table_id)
+        ).scalar_one()
+    assert [envelope.SerializeToString() for envelope in recent] == [e.SerializeToString() for e in stored]
+    assert state == fold((event_of(envelope) for envelope in stored), None)
+    assert deadline == stored_deadline.replace(tzinfo=datetime.UTC)  # SQLite gives back naive UTC
