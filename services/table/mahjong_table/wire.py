@@ -26,6 +26,7 @@ from typing import Final, Generic, TypeVar
 from google.protobuf import timestamp_pb2
 from mahjong.v1 import envelope_pb2
 from mahjong.v1 import table_service_pb2 as messages
+from mahjong_platform.envelopes import timestamp_of as aware_timestamp_of
 from mahjong_platform.events import payloads
 from mahjong_rules import format_tiles, parse_tiles
 from mahjong_rules.errors import TileCountError
@@ -59,7 +60,14 @@ _ANSWER_RESULT: Final = bytes([4 << 3 | 2])
 
 
 def varint(value: int) -> bytes:
-    """A non-negative integer in the protobuf base-128 varint encoding."""
+    """A non-negative integer in the protobuf base-128 varint encoding (below 4,096, the lengths
+    and sequence numbers most parts have, made once)."""
+    if value < _VARINTS_MADE:
+        return _VARINTS[value]
+    return _encode_varint(value)
+
+
+def _encode_varint(value: int) -> bytes:
     if value < 0x80:
         return bytes((value,))
     encoded = bytearray()
@@ -70,14 +78,13 @@ def varint(value: int) -> bytes:
     return bytes(encoded)
 
 
-_VARINTS: Final = tuple(varint(value) for value in range(4_096))
-"""The varints of the lengths and sequence numbers most parts have, made once."""
+_VARINTS_MADE: Final = 4_096
+_VARINTS: Final = tuple(_encode_varint(value) for value in range(_VARINTS_MADE))
 
 
 def field(tag: bytes, data: bytes) -> bytes:
     """One length-delimited field: `tag`, the length of `data`, `data`."""
-    size = len(data)
-    return tag + (_VARINTS[size] if size < 4_096 else varint(size)) + data
+    return tag + varint(len(data)) + data
 
 
 class ByIdentity(Generic[_T]):
@@ -176,7 +183,7 @@ def seat_event_bytes(
         number = envelope.sequence - (hidden_at_last - hidden_after)
         if number <= after_seat_sequence:
             break  # the earlier ones are numbered lower still
-        visible.append(parts.head + (_VARINTS[number] if number < 4_096 else varint(number)) + payload)
+        visible.append(parts.head + varint(number) + payload)
     visible.reverse()
     return visible
 
@@ -257,18 +264,13 @@ def _legal_action_field(legal_action: object) -> bytes:
     return field(_VIEW_LEGAL_ACTIONS, message.SerializeToString())
 
 
-_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_NAIVE_EPOCH: Final = datetime.datetime(1970, 1, 1)
-_SECOND: Final = datetime.timedelta(seconds=1)
-
-
 def timestamp_of(moment: datetime.datetime) -> timestamp_pb2.Timestamp:
-    """The `Timestamp` protobuf's `FromDatetime` makes of `moment` (naive: UTC), without its
-    pure-Python path through a time tuple and `calendar.timegm` (about 5 us against 1): the
-    whole seconds since the epoch, rounded down, and the microseconds as nanoseconds
-    (tests/test_wire.py compares the two)."""
-    epoch = _NAIVE_EPOCH if moment.utcoffset() is None else _EPOCH
-    return timestamp_pb2.Timestamp(seconds=(moment - epoch) // _SECOND, nanos=moment.microsecond * 1000)
+    """The `Timestamp` protobuf's `FromDatetime` makes of `moment`, naive taken as UTC (SQLite
+    gives deadlines back naive), by the envelopes' own fast conversion (`envelopes.timestamp_of`;
+    tests/test_wire.py compares the two)."""
+    if moment.utcoffset() is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return aware_timestamp_of(moment)
 
 
 def _deadline_field(moment: object) -> bytes:
