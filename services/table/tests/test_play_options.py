@@ -316,6 +316,23 @@ def test_an_option_out_of_range_is_invalid(table_server: TableServer, option: st
     assert option in (invalid.value.details() or "")
 
 
+def _open_through_the_consumer(
+    table_server: TableServer, table_id: str, before_commit: Callable[[], object] = lambda: None
+) -> None:
+    """Open `table_id` as the table-openings consumer does: its handler applies matchmaking's
+    `TableAssigned` in the consumer's transaction; `before_commit()` runs just before the commit."""
+    assigned = new_envelope(table_assigned(table_id, PLAYERS), stream_id=table_id, clock=utc_now)
+    applier = BatchApplier(
+        table_server.session_factory,  # type: ignore[arg-type]
+        "table-openings",
+        per_event(table_opening_handler(table_server.engine)),
+        lambda _delivery, error: pytest.fail(error),
+        before_commit=lambda _position: before_commit(),
+    )
+    delivery = Delivery(assigned, MessagePosition("match", 0, 0))
+    assert applier.apply([delivery], [delivery.position]).applied == 1
+
+
 def test_a_table_the_match_consumer_opens_wakes_the_stream_waiting_for_it_once_committed(
     table_server: TableServer,
 ) -> None:
@@ -328,16 +345,9 @@ def test_a_table_the_match_consumer_opens_wakes_the_stream_waiting_for_it_once_c
     )
     _until(lambda: _opening_waits(table_server) == 1, "the stream did not wait")
     engine = table_server.engine
-    assigned = new_envelope(table_assigned(table_id, PLAYERS), stream_id=table_id, clock=utc_now)
-    applier = BatchApplier(
-        table_server.session_factory,  # type: ignore[arg-type]
-        "table-openings",
-        per_event(table_opening_handler(engine)),
-        lambda _delivery, error: pytest.fail(error),
-        before_commit=lambda _position: out.append(engine.changes.version(table_id)),
+    _open_through_the_consumer(
+        table_server, table_id, before_commit=lambda: out.append(engine.changes.version(table_id))
     )
-    delivery = Delivery(assigned, MessagePosition("match", 0, 0))
-    assert applier.apply([delivery], [delivery.position]).applied == 1
     assert out[0] == 0, "told before the commit"
     assert engine.changes.version(table_id) > 0, "not told after the commit"
     thread.join(60)
@@ -351,15 +361,7 @@ def test_a_table_the_match_consumer_opens_is_in_memory_once_committed(table_serv
     that waited for the table read none of them from the store."""
     table_id = str(uuid.uuid4())
     engine = table_server.engine
-    assigned = new_envelope(table_assigned(table_id, PLAYERS), stream_id=table_id, clock=utc_now)
-    applier = BatchApplier(
-        table_server.session_factory,  # type: ignore[arg-type]
-        "table-openings",
-        per_event(table_opening_handler(engine)),
-        lambda _delivery, error: pytest.fail(error),
-    )
-    delivery = Delivery(assigned, MessagePosition("match", 0, 0))
-    assert applier.apply([delivery], [delivery.position]).applied == 1
+    _open_through_the_consumer(table_server, table_id)
     state = engine.cached_state(table_id)
     assert state is not None, "the opening's state is not in memory"
     known, deadline = engine.known_deadline(state)
