@@ -195,9 +195,8 @@ def describe(statement: ledger_service_pb2.GetGameStatementResponse) -> str:
     lines = [f"statement of {statement.table_id}:"]
     for transfer in statement.transfers:
         postings = ", ".join(f"{posting.account} {posting.beans:+d}" for posting in transfer.postings)
-        lines.append(
-            f"  {transfer.reason}: requested {transfer.requested_beans}, posted {transfer.posted_beans}: {postings}"
-        )
+        amounts = f"requested {transfer.requested_beans}, posted {transfer.posted_beans}"
+        lines.append(f"  {transfer.reason}: {amounts}: {postings}")
     lines.append("  net: " + ", ".join(f"{posting.account} {posting.beans:+d}" for posting in statement.net))
     return "\n".join(lines)
 
