@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := libs/rules libs/protos libs/platform tools/mjctl tools/bench infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
-.PHONY: setup proto proto-check api-release lint test test-unit test-integration run bench bench-system chaos kafka-start kafka-stop clean
+.PHONY: setup proto proto-check api-release lint lint-python test test-unit test-integration run bench bench-system chaos kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
@@ -38,15 +38,19 @@ $(BUF):
 api-release: $(BUF)
 	$(BUF) build --exclude-source-info -o $(RELEASED_API)
 
-lint: setup $(BUF)
+# The Python checks (about half a minute): part of `make test`, so CI runs them on every landing.
+lint-python: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(BUF) lint
-	$(BUF) breaking --against $(RELEASED_API)
 	$(BIN)/mypy libs/rules libs/platform tools/mjctl/mjctl tools/bench/mahjong_bench $(filter-out %.egg-info,$(wildcard services/*/mahjong_*))
 
-test: setup proto-check
+# Everything `lint-python` checks, plus the protos' lint and breaking-change checks (needs npm).
+lint: lint-python $(BUF)
+	$(BUF) lint
+	$(BUF) breaking --against $(RELEASED_API)
+
+test: setup proto-check lint-python
 	$(BIN)/pytest -m "not benchmark" $(PYTEST_ARGS)
 
 test-unit: setup
