@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,27 +61,6 @@ def timestamp(connection: sqlalchemy.Connection, moment: datetime.datetime) -> o
     return (
         f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
         f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond:06d}"
-    )
-
-
-def stream_versions_sqlite(connection: sqlalchemy.Connection, stream_ids: Sequence[str]) -> dict[str, int]:
-    """SQLite: each stream's last sequence in the event store (0 for none), in one statement on the
-    driver's cursor: the event store's own version query (`EventStore.stream_versions`, on the
-    primary key) without SQLAlchemy's execution (a writer that appends after reading them, with
-    ``append_batch(savepoint=False)``, still has each version checked by the append)."""
-    versions = dict.fromkeys(stream_ids, 0)
-    if versions:
-        streams = sorted(versions)
-        for stream_id, version in run(connection, _stream_versions_sql(len(streams)), streams):
-            versions[stream_id] = int(version)
-    return versions
-
-
-@functools.lru_cache(maxsize=256)
-def _stream_versions_sql(count: int) -> Sql:
-    marks = ", ".join("?" * count)
-    return Sql.of(
-        f"SELECT stream_id, max(sequence) FROM stored_events WHERE stream_id IN ({marks}) GROUP BY stream_id"
     )
 
 

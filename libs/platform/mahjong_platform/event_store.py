@@ -157,18 +157,28 @@ class EventStore:
             self._append_at(session, appends, versions, savepoint=savepoint)
 
     def append_after_current(
-        self, session: Session, streams: Sequence[tuple[str, Sequence[envelope_pb2.Envelope]]]
+        self,
+        session: Session,
+        streams: Sequence[tuple[str, Sequence[envelope_pb2.Envelope]]],
+        *,
+        savepoint: bool = True,
     ) -> None:
         """Append each stream's events after its current version: `append_batch` for a writer
         that decides from its own state, not from the stream (a projection's output streams), so
         the versions are read once, here, instead of by the caller and again by the append. A
         writer that appends to one of the streams between that read and the insert still fails
-        it on the unique (stream id, sequence) key (`WrongExpectedVersionError`)."""
+        it on the unique (stream id, sequence) key.
+
+        `savepoint` as in `append_batch`: with it (the default) such a race is raised as
+        `WrongExpectedVersionError` and leaves the caller's transaction usable; `savepoint=False`,
+        for a caller that rolls its whole transaction back on any error (a consumer's batch, a
+        ledger write), saves the SAVEPOINT and its RELEASE, and the race is an `IntegrityError`.
+        On SQLite the versions are read on the driver's cursor (`stream_versions`)."""
         if streams:
             versions = self.stream_versions(session, [stream_id for stream_id, _ in streams])
             appends = [(stream_id, versions[stream_id], events) for stream_id, events in streams]
             _check_appends(appends)
-            self._append_at(session, appends, versions)
+            self._append_at(session, appends, versions, savepoint=savepoint)
 
     def _append_at(
         self,
@@ -204,11 +214,19 @@ class EventStore:
             raise
 
     def stream_versions(self, session: Session, stream_ids: Sequence[str]) -> dict[str, int]:
-        """Each stream's last sequence number (0 for a stream with no events), in one query."""
+        """Each stream's last sequence number (0 for a stream with no events), in one query (on
+        SQLite on the driver's cursor, `sqlite_rows`: SQLAlchemy's execution of it cost several
+        times the statement)."""
         versions = dict.fromkeys(stream_ids, 0)
         if versions:
-            for row in session.execute(_STREAM_VERSIONS(session), {"stream_ids": sorted(versions)}):
-                versions[row.stream_id] = int(row.version)
+            streams = sorted(versions)
+            if session.get_bind().dialect.name == "sqlite":
+                text = _stream_versions_text(len(streams))
+                for stream_id, version in sqlite_rows(session, text, tuple(streams)):
+                    versions[stream_id] = int(version)
+            else:
+                for row in session.execute(_STREAM_VERSIONS(session), {"stream_ids": streams}):
+                    versions[row.stream_id] = int(row.version)
         return versions
 
     def load(
@@ -306,6 +324,15 @@ _STREAM_VERSIONS = PerDialect(
 
 
 _VERSIONS_CHECKED_PER_QUERY_MAX = 256
+
+
+@functools.lru_cache(maxsize=256)
+def _stream_versions_text(count: int) -> str:
+    """SQLite: `_STREAM_VERSIONS` as text for `count` stream ids (on the primary key)."""
+    marks = ", ".join("?" * count)
+    return (
+        f"SELECT stream_id, max(sequence) FROM stored_events WHERE stream_id IN ({marks}) GROUP BY stream_id"
+    )
 
 
 def _at_expected_versions_sqlite(

@@ -365,3 +365,64 @@ def test_a_further_sqlite_condition_is_asked_in_the_statement_that_checks_the_ve
     finally:
         sqlalchemy.event.remove(sqlite_engine, "before_cursor_execute", record)
     assert row_counts(sqlite_engine) == (1, 1)
+
+
+def test_append_after_current_without_a_savepoint_appends_after_each_stream_in_the_callers_statements(
+    migrated_engine: Engine, store: EventStore
+) -> None:
+    """`append_after_current(savepoint=False)` (the ledger's and scoring's append): each stream's
+    events after its current version, one version query and no SAVEPOINT or RELEASE of its own."""
+    session_factory = create_session_factory(migrated_engine)
+    with transaction(session_factory) as session:
+        store.append(session, "table-1", 0, [table_event(), table_event()])
+    statements: list[str] = []
+
+    def record(_connection: object, _cursor: object, statement: str, *_rest: object) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(migrated_engine, "before_cursor_execute", record)
+    try:
+        with transaction(session_factory) as session:
+            store.append_after_current(
+                session,
+                [("table-1", [table_event()]), ("table-2", [table_event("table-2"), table_event("table-2")])],
+                savepoint=False,
+            )
+    finally:
+        sqlalchemy.event.remove(migrated_engine, "before_cursor_execute", record)
+    assert not [statement for statement in statements if "SAVEPOINT" in statement.upper()], statements
+    selects = [statement for statement in statements if statement.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 1, statements
+    with transaction(session_factory) as session:
+        assert [event.sequence for event in store.load(session, "table-1")] == [1, 2, 3]
+        assert [event.sequence for event in store.load(session, "table-2")] == [1, 2]
+    assert row_counts(migrated_engine) == (5, 5)
+
+
+def test_append_after_current_without_a_savepoint_that_raced_fails_on_the_unique_key_and_writes_nothing(
+    migrated_engine: Engine, store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that appended between `append_after_current`'s version read and its insert: the
+    stream's unique key refuses the insert (an `IntegrityError`, which the callers retry), and the
+    caller's rollback drops what the batch inserted before it."""
+    session_factory = create_session_factory(migrated_engine)
+    with transaction(session_factory) as session:
+        store.append(session, "table-1", 0, [table_event(), table_event()])
+    monkeypatch.setattr(
+        EventStore, "stream_versions", lambda _self, _session, ids: {i: int(i == "table-1") for i in ids}
+    )
+    with pytest.raises(IntegrityError), transaction(session_factory) as session:
+        store.append_after_current(
+            session, [("table-2", [table_event("table-2")]), ("table-1", [table_event()])], savepoint=False
+        )
+    assert row_counts(migrated_engine) == (2, 2)
+
+
+def test_stream_versions_reads_every_stream_at_once(migrated_engine: Engine, store: EventStore) -> None:
+    session_factory = create_session_factory(migrated_engine)
+    with transaction(session_factory) as session:
+        store.append(session, "table-1", 0, [table_event(), table_event()])
+        store.append(session, "table-3", 0, [table_event("table-3")])
+    with transaction(session_factory) as session:
+        versions = store.stream_versions(session, ["table-3", "table-2", "table-1", "table-3"])
+    assert versions == {"table-1": 2, "table-2": 0, "table-3": 1}

@@ -42,7 +42,7 @@ from typing import Final, NamedTuple
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
 from mahjong_platform.database import PerDialect, compiled_once, insert_rows, one_of
-from mahjong_platform.driver_sql import Sql, run, run_many, stream_versions_sqlite
+from mahjong_platform.driver_sql import Sql, run, run_many
 from mahjong_platform.envelopes import Clock, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
@@ -554,20 +554,11 @@ class LedgerRepository:
         by_stream: dict[str, list[envelope_pb2.Envelope]] = {}
         for _, (transfer, request) in plan.transfers:
             by_stream.setdefault(request.stream_id, []).append(_transfer_posted_envelope(transfer, request))
-        connection = session.connection()
-        if connection.dialect.name != "sqlite":
-            self._event_store.append_after_current(session, list(by_stream.items()))
-            return
-        # SQLite: the versions read on the driver's cursor, and the append without a savepoint
-        # (`append_after_current` read them through SQLAlchemy and wrapped the inserts in one:
-        # together about 40% of a one-instruction batch). Every caller rolls its whole
-        # transaction back on any error (the consumer's batch, the servicer's `_write`), which
-        # is what `savepoint=False` asks; a writer that appended to a stream since the read
-        # fails the append (the version check, or the stream's unique key: an IntegrityError,
-        # which the consumer tries once more and the servicer retries once).
-        versions = stream_versions_sqlite(connection, list(by_stream))
-        appends = [(stream_id, versions[stream_id], events) for stream_id, events in by_stream.items()]
-        self._event_store.append_batch(session, appends, savepoint=False)
+        # Without a savepoint: every caller rolls its whole transaction back on any error (the
+        # consumer's batch, the servicer's `_write`); a writer that appended to a stream since the
+        # versions were read fails the append on the stream's unique key (an IntegrityError, which
+        # the consumer tries once more and the servicer retries once).
+        self._event_store.append_after_current(session, list(by_stream.items()), savepoint=False)
 
     def _records(self, session: Session, rows: Sequence[sqlalchemy.RowMapping]) -> list[TransferRecord]:
         if not rows:

@@ -45,7 +45,7 @@ from typing import Final
 import sqlalchemy
 from mahjong.v1 import envelope_pb2, settlement_events_pb2
 from mahjong_platform.database import PerDialect, insert_rows
-from mahjong_platform.driver_sql import Sql, run, run_many, stream_versions_sqlite
+from mahjong_platform.driver_sql import Sql, run, run_many
 from mahjong_platform.envelopes import parse_envelope, serialize_envelope
 from mahjong_platform.event_store import EventStore
 from mahjong_platform.tracked_consumer import Delivery, MessagePosition
@@ -196,7 +196,7 @@ def apply_table_events(
     if not inbox_rows:
         return received_before
     insert_rows(session, scoring_table_events, inbox_rows)
-    _append_settlement_events(session, connection, event_store, games)
+    _append_settlement_events(session, event_store, games)
     _store_games(session, connection, games)
     if cache is not None:
         for table_id, game in games.items():
@@ -235,29 +235,16 @@ def _fold(game: _Game, table_id: str, envelope: envelope_pb2.Envelope) -> None:
         game.changed_at = envelope.sequence
 
 
-def _append_settlement_events(
-    session: Session, connection: sqlalchemy.Connection, event_store: EventStore, games: dict[str, _Game]
-) -> None:
+def _append_settlement_events(session: Session, event_store: EventStore, games: dict[str, _Game]) -> None:
     streams = [table_id for table_id, game in games.items() if game.settlement_events]
     if not streams:
         return
-    if connection.dialect.name != "sqlite":
-        event_store.append_after_current(
-            session, [(table_id, games[table_id].settlement_events) for table_id in streams]
-        )
-    else:
-        # SQLite: the versions read on the driver's cursor and the append without a savepoint
-        # (`append_after_current` reads them through SQLAlchemy and wraps the inserts in a
-        # SAVEPOINT and RELEASE: three statements' worth of SQLAlchemy per batch). Every caller
-        # rolls its whole transaction back on any error (the tracked consumer's batch, then each
-        # event alone), which is what `savepoint=False` asks; a writer that appended to a stream
-        # since the read fails the append (its version check, or the stream's unique key).
-        versions = stream_versions_sqlite(connection, streams)
-        event_store.append_batch(
-            session,
-            [(table_id, versions[table_id], games[table_id].settlement_events) for table_id in streams],
-            savepoint=False,
-        )
+    # Without a savepoint: every caller rolls its whole transaction back on any error (the tracked
+    # consumer's batch, then each event alone); a writer that appended to a stream since the
+    # versions were read fails the append on the stream's unique key.
+    event_store.append_after_current(
+        session, [(table_id, games[table_id].settlement_events) for table_id in streams], savepoint=False
+    )
     lines = [
         _line_row(envelope.settlement_instructed)
         for table_id in streams
