@@ -224,18 +224,11 @@ def _create_sqlite_engine(url: URL, *, busy_timeout_ms: int, echo: bool) -> Engi
         # A read-only unit of work (`read_transaction`) takes no write lock: under WAL it reads a
         # consistent snapshot while a writer works, instead of queueing behind every writer.
         read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
-        statement = "BEGIN" if read_only else "BEGIN IMMEDIATE"
-        dispatch = connection.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            connection.exec_driver_sql(statement)  # as `sqlite_rows`: the listeners see it
-            return
-        # Through the driver: SQLAlchemy's execution (context, result, events) cost several times
-        # the statement, at every transaction of every service.
+        # Through the driver, as `sqlite_rows`: SQLAlchemy's execution (context, result, events)
+        # cost several times the statement, at every transaction of every service.
         dbapi_connection = connection.connection.dbapi_connection
-        try:
-            dbapi_connection.execute(statement)  # type: ignore[union-attr]
-        except sqlite3.Error as error:
-            raise sqlalchemy.exc.DBAPIError.instance(statement, (), error, sqlite3.Error) from error
+        assert isinstance(dbapi_connection, sqlite3.Connection), dbapi_connection
+        _sqlite_run(connection, dbapi_connection, "BEGIN" if read_only else "BEGIN IMMEDIATE", ())
 
     return engine
 
@@ -439,12 +432,27 @@ def _sqlite_execute(
 ) -> tuple[Sequence[Sequence[Any]], int | None]:
     """`sqlite_rows`, with the connection's last inserted rowid after the statement."""
     connection, cursor = _sqlite_driver(session)
+    return _sqlite_run(connection, cursor, statement, parameters)
+
+
+def _sqlite_run(
+    connection: sqlalchemy.Connection,
+    driver: sqlite3.Cursor | sqlite3.Connection,
+    statement: str,
+    parameters: tuple[Any, ...],
+) -> tuple[Sequence[Sequence[Any]], int | None]:
+    """SQLite: `statement` on `driver` (a cursor, or the driver connection of `connection`), its
+    rows and the last inserted rowid; errors raised as SQLAlchemy's (a violated unique key is an
+    `IntegrityError`), as `exec_driver_sql` would. While anyone listens for the engine's cursor
+    events (the statement audits of the tests and of `query_plans`) it goes through
+    `exec_driver_sql` instead, so they see it."""
     dispatch = connection.dispatch
     if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
         result = connection.exec_driver_sql(statement, parameters)
         return (result.all() if result.returns_rows else []), result.lastrowid
     try:
-        return cursor.execute(statement, parameters).fetchall(), cursor.lastrowid
+        cursor = driver.execute(statement, parameters)
+        return cursor.fetchall(), cursor.lastrowid
     except sqlite3.Error as error:
         raise sqlalchemy.exc.DBAPIError.instance(statement, parameters, error, sqlite3.Error) from error
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import gc
 import pathlib
+import sqlite3
 import time
 import weakref
 from typing import Any
@@ -374,3 +375,32 @@ def test_an_engine_that_read_is_collected_once_dropped(tmp_path: pathlib.Path) -
     del engine
     gc.collect()
     assert dropped() is None
+
+
+def test_a_sqlite_driver_error_is_raised_as_sqlalchemys_at_begin_and_at_a_statement(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Both statements sent on the driver (a transaction's BEGIN IMMEDIATE, `sqlite_rows`) raise a
+    driver error as SQLAlchemy's, as its own execution would: a writer that finds the write lock
+    taken past its busy timeout gets `OperationalError`, a violated key `IntegrityError`."""
+    url = sqlite_url(tmp_path, "errors")
+    engine = create_engine_for(url, sqlite_busy_timeout_ms=0)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE numbers (value INTEGER PRIMARY KEY)")
+    session_factory = create_session_factory(engine)
+    with transaction(session_factory) as writer:
+        sqlite_rows(writer, "INSERT INTO numbers VALUES (?)", (1,))
+    with pytest.raises(sqlalchemy.exc.IntegrityError), transaction(session_factory) as writer:
+        sqlite_rows(writer, "INSERT INTO numbers VALUES (?)", (1,))
+    holder = sqlite3.connect(pathlib.Path(tmp_path, "errors.sqlite3"), isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with (
+            pytest.raises(sqlalchemy.exc.OperationalError, match="locked"),
+            transaction(session_factory) as writer,
+        ):
+            writer.connection()  # the session begins at its first connection
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    engine.dispose()
