@@ -16,13 +16,14 @@ and, inside one transaction:
 
 Then it publishes the new states (cache, event tail, watchers) and answers the waiting callers.
 
-With `MAHJONG_TABLE_WRITES_ON_LOOP=1` (off by default, see `WRITES_ON_LOOP`), on SQLite the
-batches of `submit_async` (the Play streams' commands) run on the event loop itself instead:
-the commands submitted in one turn of the loop are one batch, decided, written and committed by
-a callback of the next turn. The writer thread shares the GIL with the loop, and each statement
-of its batch gives the GIL up and waits to get it back from the busy loop (up to the
-interpreter's switch interval, 5 ms, every time); on the loop the batch runs through without a
-hand-off, and the loop waits for the COMMIT's sync with the GIL released.
+On SQLite (unless `MAHJONG_TABLE_WRITES_ON_LOOP=0`, see `WRITES_ON_LOOP`) the batches of
+`submit_async` (the Play streams' commands) run on the event loop itself instead: the commands
+submitted within `LOOP_BATCH_TURNS` turns of the loop from the first are one batch, decided,
+written and committed by a callback of the loop, and answered by the loop's next turn. The writer
+thread shares the GIL with the loop, and each statement of its batch gives the GIL up and waits
+to get it back from the busy loop (up to the interpreter's switch interval, 5 ms, every time); on
+the loop the batch runs through without a hand-off, and the loop waits for the COMMIT's sync with
+the GIL released. `submit` (other threads' commands) and PostgreSQL keep the writer thread.
 
 If the batch's transaction fails (a version conflict with another writer, a database error),
 nothing of it was written or published: each command of the batch is then run on its own through
@@ -62,14 +63,20 @@ logger = logging.getLogger(__name__)
 
 COMMANDS_PER_BATCH = 256
 SUMMARY_SECONDS = 60.0
-WRITES_ON_LOOP = os.environ.get("MAHJONG_TABLE_WRITES_ON_LOOP", "") == "1"
+WRITES_ON_LOOP = os.environ.get("MAHJONG_TABLE_WRITES_ON_LOOP", "1") != "0"
 """Whether `submit_async`'s batches run on the caller's event loop when the database is SQLite (its
 statements are calls into the embedded library, not round trips to a server that would hold up
-the loop) instead of on the writer thread. Off by default: on this 2-core box, alternated runs
-lowered the Act p99 (with think time 416 -> 280 and 297 -> 217 ms, at saturation 262 -> 190 ms)
-but not always the p50 (75 -> 69, 49 -> 63 ms) and, with think time, batches are smaller (one
-per turn of the loop), so more commits per command (table CPU per
-game 0.303 -> 0.348 in one pair)."""
+the loop) instead of on the writer thread; MAHJONG_TABLE_WRITES_ON_LOOP=0 turns it off. On this
+2-core box, alternated with the writer thread (32 tables, 128 games), the table's CPU per game
+was within the runs' noise either way (saturation 0.165 / 0.165, 0.148 / 0.125, 0.139 and 0.124
+/ 0.122; 100 ms think time 0.199 and 0.194 / 0.203 and 0.184), and the answers came sooner
+(saturation Act p50/p99 85/268 -> 67/167 ms, 63/210 -> 44/124; think time 18.8/172 and 11.7/134
+-> 11.0/97 and 8.0/67 ms): no hand-off to a writer thread and back, whose every statement waited
+for the GIL behind the busy loop."""
+LOOP_BATCH_TURNS = 2
+"""A loop batch runs this many turns of the loop after its first command was submitted, so the
+commands of the Play streams whose reads completed in the next turn join it: 11.6 commands per
+batch at saturation, against 6.4 with one turn (each batch is a transaction and a COMMIT)."""
 
 SessionScope = Callable[[], AbstractContextManager[Session]]
 AnswerOf = Callable[[TableState, list[envelope_pb2.Envelope]], bytes]
@@ -161,8 +168,8 @@ class GroupCommitter:
         self.commands = 0
         self._last_summary = time.monotonic()
         # `submit_async` on the caller's event loop (None: `WRITES_ON_LOOP` and SQLite, decided at
-        # its first call): each loop's commands queued in one turn of the loop, committed by a
-        # callback of the next (touched only on that loop's thread).
+        # its first call): each loop's commands queued within `LOOP_BATCH_TURNS` turns of the
+        # loop, committed by a callback of the loop (touched only on that loop's thread).
         self._on_loop = on_loop if on_loop is not None else (None if WRITES_ON_LOOP else False)
         self._loop_batches: dict[asyncio.AbstractEventLoop, list[_Command]] = {}
 
@@ -200,8 +207,9 @@ class GroupCommitter:
         stamps: stages.Timeline | None = None,
     ) -> Outcome:
         """`submit` for a caller on an event loop, awaiting the outcome. On the loop (`on_loop`,
-        or `WRITES_ON_LOOP` on SQLite): the commands submitted in one turn of the loop are one batch, run by
-        the loop's next callback on its own thread (`_submit_on_loop`). On the writer thread: it
+        or `WRITES_ON_LOOP` on SQLite): the commands submitted within `LOOP_BATCH_TURNS` turns of the
+        loop are one batch, run by a callback of the loop on its own thread (`_submit_on_loop`),
+        answered in the loop's next turn. On the writer thread: it
         hands the outcomes of a batch to each loop at once, one wake-up of the loop per batch
         (awaiting `asyncio.wrap_future(submit(...))` costs one per command, each a write to the
         loop's self-pipe by the writer thread). Cancelled before its batch runs: skipped, as with
@@ -256,8 +264,8 @@ class GroupCommitter:
     def _submit_on_loop(
         self, loop: asyncio.AbstractEventLoop, command: _Command
     ) -> concurrent.futures.Future[Outcome]:
-        """Queue `command` for the batch the loop runs in its next callback (scheduled by the
-        first command of the batch): the commands that arrive in the same turn of the loop go
+        """Queue `command` for the batch the loop runs `LOOP_BATCH_TURNS` turns after the first
+        command of the batch (which schedules it): the commands that arrive meanwhile go
         together, and the batch is decided, written and committed on the loop's own thread, with
         no hand-off to a writer thread and back (each a wait for the GIL behind the loop)."""
         if self._stopping:
@@ -265,18 +273,21 @@ class GroupCommitter:
         batch = self._loop_batches.get(loop)
         if batch is None:
             batch = self._loop_batches[loop] = []
-            loop.call_soon(self._run_loop_batch, loop)
+            loop.call_soon(self._run_loop_batch, loop, LOOP_BATCH_TURNS - 1)
         batch.append(command)
         return command.future
 
-    def _run_loop_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _run_loop_batch(self, loop: asyncio.AbstractEventLoop, turns_left: int = 0) -> None:
+        if turns_left > 0:  # one more turn of the loop: the commands its callbacks submit join
+            loop.call_soon(self._run_loop_batch, loop, turns_left - 1)
+            return
         commands = self._loop_batches.pop(loop, [])
         for command in commands:
             assert command.waiter is not None
             if command.waiter[1].cancelled():  # its task was cancelled: skipped, as in `_run_batch`
                 command.future.cancel()
         for start in range(0, len(commands), self._commands_per_batch):
-            self._run_batch(commands[start : start + self._commands_per_batch])
+            self._run_batch(commands[start : start + self._commands_per_batch], loop)
 
     def _run(self) -> None:
         while True:
@@ -290,7 +301,8 @@ class GroupCommitter:
                 ]
             self._run_batch(batch)
 
-    def _run_batch(self, batch: list[_Command]) -> None:
+    def _run_batch(self, batch: list[_Command], running: asyncio.AbstractEventLoop | None = None) -> None:
+        """`running`: the event loop whose own thread runs the batch (None: the writer thread)."""
         # A caller that gave up (its Act cancelled) is skipped before anything is decided; the
         # others' futures are running from now on, so no cancel can stop their answers.
         batch = [command for command in batch if command.future.set_running_or_notify_cancel()]
@@ -298,17 +310,18 @@ class GroupCommitter:
             return
         stages.stamp_all([command.stamps for command in batch], stages.TAKEN)
         try:
-            self.commit(batch)
+            self.commit(batch, running)
         except BaseException as error:  # never leave a caller waiting
             logger.exception("group commit failed unexpectedly")
             for command in batch:
                 if not command.future.done():
                     command.future.set_exception(error)
         finally:
-            _hand_to_loops(batch)
+            _hand_to_loops(batch, running)
 
-    def commit(self, batch: Sequence[_Command]) -> None:
-        """Decide and write `batch` in one transaction, publish, answer (see the module docstring)."""
+    def commit(self, batch: Sequence[_Command], running: asyncio.AbstractEventLoop | None = None) -> None:
+        """Decide and write `batch` in one transaction, publish, answer (see the module docstring);
+        `running` as in `_run_batch`."""
         self.batches += 1
         self.commands += len(batch)
         now = time.monotonic()
@@ -332,7 +345,7 @@ class GroupCommitter:
             for command, outcome in zip(batch, outcomes, strict=True):
                 command.future.set_result(outcome)
             stages.stamp_all([command.stamps for command in batch], stages.PUBLISHED)
-            _hand_to_loops(batch)
+            _hand_to_loops(batch, running)
 
         # The states first (a caller reads its own write), then the answers, then the watchers:
         # the event loop runs the answers before the view updates their commit wakes.
@@ -431,9 +444,11 @@ class GroupCommitter:
         command.future.set_result(Accepted(state, envelopes, answer))
 
 
-def _hand_to_loops(batch: Sequence[_Command]) -> None:
+def _hand_to_loops(batch: Sequence[_Command], running: asyncio.AbstractEventLoop | None) -> None:
     """The outcomes of `batch`'s `submit_async` callers not handed yet, handed to each one's event
-    loop in one call (their futures are done: answered, rejected or failed)."""
+    loop in one call (their futures are done: answered, rejected or failed): from another thread
+    with `call_soon_threadsafe` (a write to the loop's self-pipe, which wakes it), on the loop's
+    own thread (`running`: a batch committed on the loop) with `call_soon`."""
     by_loop: dict[asyncio.AbstractEventLoop, list[_Command]] = {}
     for command in batch:
         if command.waiter is not None and not command.handed:
@@ -441,7 +456,10 @@ def _hand_to_loops(batch: Sequence[_Command]) -> None:
             by_loop.setdefault(command.waiter[0], []).append(command)
     for loop, commands in by_loop.items():
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(_resolve_waiters, commands)
+            if loop is running:
+                loop.call_soon(_resolve_waiters, commands)
+            else:
+                loop.call_soon_threadsafe(_resolve_waiters, commands)
 
 
 def _resolve_waiters(commands: Sequence[_Command]) -> None:

@@ -271,19 +271,17 @@ def test_an_event_loop_caller_that_gives_up_before_its_batch_writes_nothing(
     assert stored_state(table_server, table_id) == result.state
 
 
-@pytest.mark.parametrize(
-    "on_loop", [True, None], ids=["on the loop", "MAHJONG_TABLE_WRITES_ON_LOOP=1 on SQLite"]
-)
+@pytest.mark.parametrize("on_loop", [True, None], ids=["on the loop", "the default on SQLite"])
 def test_on_sqlite_a_loop_turns_commands_commit_as_one_batch_on_the_loops_own_thread(
     table_server: TableServer, monkeypatch: pytest.MonkeyPatch, on_loop: bool | None
 ) -> None:
     """`submit_async` on the loop: the commands submitted in one turn of the loop are one batch,
-    decided, written and committed by the loop's next callback, on its own thread (no writer
+    decided, written and committed by a later callback of the loop, on its own thread (no writer
     thread: none is started); published, then answered, then the watchers told, each command
-    stamped at every stage in order; the stored streams are the answered states. Off by default
-    (`commits.WRITES_ON_LOOP`): the writer thread's, as every other test here."""
+    stamped at every stage in order; the stored streams are the answered states. The default on
+    SQLite (`commits.WRITES_ON_LOOP`, unless MAHJONG_TABLE_WRITES_ON_LOOP=0); the other tests here
+    ask for the writer thread."""
     monkeypatch.setattr(stages, "ENABLED", True)
-    monkeypatch.setattr(commits, "WRITES_ON_LOOP", True)
     tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (16, 17, 18)]
     committer = committer_of(table_server, on_loop=on_loop)
     deciding_threads: set[int] = set()
@@ -315,6 +313,29 @@ def test_on_sqlite_a_loop_turns_commands_commit_as_one_batch_on_the_loops_own_th
     for stamps in timelines:
         path = stamps[stages.QUEUED : stages.RESOLVED + 1]
         assert all(path) and path == sorted(path), stamps
+
+
+def test_on_the_loop_a_command_submitted_in_the_turn_after_the_first_joins_its_batch(
+    table_server: TableServer,
+) -> None:
+    """A loop batch waits `LOOP_BATCH_TURNS` (2) turns of the loop from its first command: a
+    command submitted by a callback of the next turn (a Play stream's read that completed
+    meanwhile) commits in the same transaction, and both are answered after it."""
+    assert commits.LOOP_BATCH_TURNS == 2
+    tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (21, 22)]
+    committer = committer_of(table_server, on_loop=True)
+
+    async def play() -> list[Outcome]:
+        first = asyncio.ensure_future(committer.submit_async(tables[0], greedy))
+        await asyncio.sleep(0)  # a turn: the first is queued and its batch scheduled
+        second = asyncio.ensure_future(committer.submit_async(tables[1], greedy))
+        return list(await asyncio.gather(first, second))
+
+    results = asyncio.run(play())
+    assert committer.batches == 1 and committer.commands == 2
+    for table_id, result in zip(tables, results, strict=True):
+        assert isinstance(result, Accepted) and result.envelopes
+        assert stored_state(table_server, table_id) == result.state
 
 
 def test_on_the_loop_a_caller_that_gives_up_before_its_batch_runs_writes_nothing(
