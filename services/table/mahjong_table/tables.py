@@ -111,9 +111,11 @@ class TableChanges:
             listener(table_ids)
 
     def version(self, table_id: str) -> int:
-        """The latest version this process committed or was told about; 0 when none."""
-        with self._lock:
-            return self._versions.get(table_id, 0)
+        """The latest version this process committed or was told about; 0 when none. Read
+        without the lock: one look-up in a dict that `notify_many` changes under it (whole
+        entries, each only ever raised) sees a version that was current at some moment then,
+        as a read under the lock would; the feeds ask it at every wake-up."""
+        return self._versions.get(table_id, 0)
 
     def wait(self, table_id: str, seen_version: int, timeout_seconds: float) -> None:
         with self._lock:
@@ -135,11 +137,12 @@ class StateCache:
         self._capacity = capacity
 
     def get(self, table_id: str) -> TableState | None:
-        with self._lock:
-            state = self._states.get(table_id)
-            if state is not None:
-                self._states.move_to_end(table_id)
-            return state
+        """The table's cached state. Read without the lock (one look-up; `put` replaces whole
+        entries under it), and without marking the table used: a state is put at every commit
+        of its table, which marks it, and the feeds read it at every wake-up. So the table least
+        recently committed or loaded goes first when the cache is full (a table only watched
+        for a while is read from the store once more)."""
+        return self._states.get(table_id)
 
     def put(self, state: TableState) -> None:
         with self._lock:

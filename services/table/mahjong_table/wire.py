@@ -29,8 +29,7 @@ from mahjong.v1 import table_service_pb2 as messages
 from mahjong_platform.envelopes import timestamp_of as aware_timestamp_of
 from mahjong_platform.events import payloads
 from mahjong_rules import format_tiles, parse_tiles
-from mahjong_rules.errors import TileCountError
-from mahjong_rules.tiles import TILE_KIND_COUNT, check_tile_copies, tile_code
+from mahjong_rules.tiles import TILE_KIND_COUNT, copies_allowed, tile_code
 
 from mahjong_table import codec
 from mahjong_table.core.views import ACTION_LEAVE, redact
@@ -197,24 +196,42 @@ def compact(tiles: str) -> str:
 @functools.lru_cache(maxsize=65_536)
 def compact_codes(codes: tuple[str, ...]) -> str:
     """`compact` of the tile codes `codes` ("1m", "2m", "2m": "122m"), without joining them into
-    a text to parse again (`format_tiles` of their tiles). Codes that are not all known tile
-    codes, or more copies of a tile than a set holds, go through `compact` itself (which refuses
-    them as it always did)."""
-    tiles: list[int] = []
-    for code in codes:
-        tile = _TILE_BY_CODE.get(code)
-        if tile is None:
-            return compact("".join(codes))
-        tiles.append(tile)
-    try:
-        check_tile_copies(tiles)
-    except TileCountError:
-        return compact("".join(codes))  # more copies than a set holds: refused as compact refuses
-    return format_tiles(tiles)
+    a text to parse again: the tiles sorted, each one's digit, a suit's letter after its run, in
+    one pass that also counts each tile's copies. Codes that are not all known tile codes, or
+    more copies of a tile than a set holds, go through `compact` itself (which refuses them as
+    it always did). A seat's hand changes with each of its draws and discards, so most of its
+    views miss this cache once."""
+    tiles: list[int | None] = [_TILE_BY_CODE.get(code) for code in codes]
+    if None in tiles:
+        return compact("".join(codes))
+    known = typing.cast(list[int], tiles)
+    known.sort()
+    parts: list[str] = []
+    letter = ""
+    previous = -1
+    copies = 0
+    for tile in known:
+        if tile == previous:
+            copies += 1
+            if copies > _COPIES_ALLOWED[tile]:
+                return compact("".join(codes))  # more copies than a set holds: refused as compact refuses
+        else:
+            previous, copies = tile, 1
+            if _TILE_LETTERS[tile] != letter:
+                if letter:
+                    parts.append(letter)
+                letter = _TILE_LETTERS[tile]
+        parts.append(_TILE_DIGITS[tile])
+    if letter:
+        parts.append(letter)
+    return "".join(parts)
 
 
 _TILE_CODES: Final = tuple(tile_code(tile) for tile in range(TILE_KIND_COUNT))
 _TILE_BY_CODE: Final = {code: tile for tile, code in enumerate(_TILE_CODES)}
+_TILE_DIGITS: Final = tuple(code[0] for code in _TILE_CODES)
+_TILE_LETTERS: Final = tuple(code[1] for code in _TILE_CODES)
+_COPIES_ALLOWED: Final = tuple(copies_allowed(tile) for tile in range(TILE_KIND_COUNT))
 
 
 def _seat_field(seat_view: object) -> bytes:

@@ -23,6 +23,7 @@ from mahjong_table.core.views import (
     SeatView,
     TableView,
     seat_view,
+    shows_concealed_kongs,
     table_view,
 )
 from mahjong_table.sichuan import hands
@@ -33,7 +34,23 @@ _DECLARE_MISSING_SUIT = LegalAction(ACTION_DECLARE_MISSING_SUIT, suits=SUIT_CODE
 
 
 def legal_actions(state: TableState, seat: int) -> tuple[LegalAction, ...]:
-    """The commands `seat` may send now; empty when the table waits on nobody at this seat."""
+    """The commands `seat` may send now; empty when the table waits on nobody at this seat.
+
+    The last answer is kept (`_last_legal_actions`): a feed asks whether its seat decides
+    (`wire.decides`) and then builds the seat's view of the same state, which asks again."""
+    global _last_legal_actions
+    last = _last_legal_actions
+    if last[0] is state and last[1] == seat:
+        return last[2]
+    actions = _legal_actions(state, seat)
+    _last_legal_actions = (state, seat, actions)  # one tuple: read whole by any thread
+    return actions
+
+
+_last_legal_actions: tuple[object, int, tuple[LegalAction, ...]] = (None, -1, ())
+
+
+def _legal_actions(state: TableState, seat: int) -> tuple[LegalAction, ...]:
     player = state.players[seat]
     if state.phase is Phase.ENDED or player.left:
         return ()
@@ -89,7 +106,11 @@ def _waits(state: TableState, seat: int) -> tuple[str, ...]:
         return ()
     if player.tile_count + 3 * len(player.melds) != 13:
         return ()
-    return tuple(code_of(tile) for tile in sorted(hands.waits(player)))
+    codes: tuple[str, ...] | None = player.derived.get("wait_codes")
+    if codes is None:
+        codes = tuple([code_of(tile) for tile in sorted(hands.waits(player))])
+        player.derived["wait_codes"] = codes
+    return codes
 
 
 def _seat_view(state: TableState, seat: int, viewer_seat: int) -> SeatView:
@@ -107,6 +128,30 @@ def _seat_view(state: TableState, seat: int, viewer_seat: int) -> SeatView:
         }
 
     return seat_view(state, seat, viewer_seat, shown=(show_missing_suit,), family_facts=sichuan_facts)
+
+
+_SEAT_VIEW_KEYS = tuple(
+    tuple(tuple(("seat_view", seat, kongs, suit) for suit in (False, True)) for kongs in (False, True))
+    for seat in range(SEAT_COUNT)
+)
+"""The memo keys `seat_view` files a seat's view under (`_SEAT_VIEW_KEYS[seat][kongs][suit]`: the
+concealed kongs' tiles shown, the missing suit shown), made once."""
+
+
+def _seat_views(state: TableState, viewer_seat: int) -> tuple[SeatView, ...]:
+    """`_seat_view` of every seat for `viewer_seat`: each memoised view found on its player under
+    the key `seat_view` files it under, without building the family's facts to look it up (the
+    other seats' players stay the same objects while one seat acts, so most are found)."""
+    players = state.players
+    suit_public = state.missing_suits_public
+    views = []
+    for seat in range(SEAT_COUNT):
+        player = players[seat]
+        kongs = shows_concealed_kongs(state, player, seat, viewer_seat)
+        key = _SEAT_VIEW_KEYS[seat][kongs][suit_public or seat == viewer_seat]
+        view: SeatView | None = player.derived.get(key)
+        views.append(_seat_view(state, seat, viewer_seat) if view is None else view)
+    return tuple(views)
 
 
 def _hand(player: PlayerState) -> tuple[str, ...]:
@@ -127,7 +172,7 @@ def view_for(state: TableState, seat: int) -> TableView:
         state,
         seat,
         hand=_hand(player),
-        seats=tuple(_seat_view(state, other, seat) for other in range(SEAT_COUNT)),
+        seats=_seat_views(state, seat),
         legal_actions=legal_actions(state, seat),
         waits=_waits(state, seat),
         exchange_pick=tuple(code_of(tile) for tile in player.exchange_pick or ()),
