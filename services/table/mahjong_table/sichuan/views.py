@@ -144,11 +144,15 @@ def _seat_views(state: TableState, viewer_seat: int) -> tuple[SeatView, ...]:
     other seats' players stay the same objects while one seat acts, so most are found)."""
     players = state.players
     suit_public = state.missing_suits_public
+    over = state.phase is Phase.ENDED
     views = []
     for seat in range(SEAT_COUNT):
         player = players[seat]
-        kongs = shows_concealed_kongs(state, player, seat, viewer_seat)
-        key = _SEAT_VIEW_KEYS[seat][kongs][suit_public or seat == viewer_seat]
+        own = seat == viewer_seat
+        # `shows_concealed_kongs`, asked only of a seat with melds that the viewer may not see
+        # whole by its cheaper tests (its own, the game over, no melds: shown).
+        kongs = own or over or not player.melds or shows_concealed_kongs(state, player, seat, viewer_seat)
+        key = _SEAT_VIEW_KEYS[seat][kongs][suit_public or own]
         view: SeatView | None = player.derived.get(key)
         views.append(_seat_view(state, seat, viewer_seat) if view is None else view)
     return tuple(views)
@@ -163,6 +167,17 @@ def _hand(player: PlayerState) -> tuple[str, ...]:
     return hand
 
 
+def _exchange_pick(player: PlayerState) -> tuple[str, ...]:
+    """The codes of the player's exchange pick (kept for the rest of the game), memoised."""
+    if player.exchange_pick is None:
+        return ()
+    pick: tuple[str, ...] | None = player.derived.get("exchange_pick")
+    if pick is None:
+        pick = tuple([code_of(tile) for tile in player.exchange_pick])
+        player.derived["exchange_pick"] = pick
+    return pick
+
+
 def view_for(state: TableState, seat: int) -> TableView:
     """The seat's view: own hand and exchange pick, every meld and discard, whose turn, phase,
     legal actions now, wall remaining and the tile the seat is asked about."""
@@ -175,6 +190,6 @@ def view_for(state: TableState, seat: int) -> TableView:
         seats=_seat_views(state, seat),
         legal_actions=legal_actions(state, seat),
         waits=_waits(state, seat),
-        exchange_pick=tuple(code_of(tile) for tile in player.exchange_pick or ()),
+        exchange_pick=_exchange_pick(player),
         exchange_direction=state.exchange_direction if swapped else "",
     )
