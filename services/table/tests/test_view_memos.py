@@ -11,12 +11,14 @@ import random
 
 import pytest
 from mahjong_rules.room_rules import RoomRules
-from mahjong_table.selfplay import random_legal_command
+from mahjong_table.formula import views as formula_views
+from mahjong_table.formula.decide import open_formula_table
+from mahjong_table.selfplay import formula_greedy_command, random_legal_command
 from mahjong_table.sichuan import views
 from mahjong_table.sichuan.decide import open_table
 from mahjong_table.sichuan.state import TableState
 from mahjong_table.tables import StateCache
-from mahjong_table.testing import Table
+from mahjong_table.testing import FormulaTable, Table
 
 SEATS = ("alice", "bob", "carol", "dave")
 
@@ -67,6 +69,23 @@ def test_the_kept_legal_actions_are_those_of_the_state_and_seat_asked() -> None:
         state = generator.choice(states)
         seat = generator.randrange(4)
         assert views.legal_actions(state, seat) == views._legal_actions(_fresh(state), seat)
+
+
+def test_the_kept_formula_legal_actions_are_those_of_the_state_and_seat_asked() -> None:
+    rules = RoomRules(variant="formula", exchange_three=False, min_fan=8)
+    table = FormulaTable(open_formula_table("memo-f", "room", rules, SEATS, 5))
+    states = [table.state]
+    while not table.state.is_over:
+        table.act(formula_greedy_command(table.state))
+        states.append(table.state)
+    generator = random.Random(5)
+    for _ in range(1_000):
+        state = generator.choice(states)
+        seat = generator.randrange(4)
+        fresh = dataclasses.replace(
+            state, players=tuple(dataclasses.replace(player) for player in state.players)
+        )
+        assert formula_views.legal_actions(state, seat) == formula_views._legal_actions(fresh, seat)
 
 
 def test_the_state_cache_drops_the_table_least_recently_put_whatever_was_read() -> None:

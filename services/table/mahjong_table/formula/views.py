@@ -26,7 +26,24 @@ from mahjong_table.formula.state import ASK_CHOW, ASK_KONG, ASK_PONG, ASK_WIN, F
 
 
 def legal_actions(state: FormulaTableState, seat: int) -> tuple[LegalAction, ...]:
-    """The commands `seat` may send now (win first when offered); empty once it cannot act."""
+    """The commands `seat` may send now (win first when offered); empty once it cannot act.
+
+    The last answer is kept (`_last_legal_actions`): a feed asks whether its seat decides
+    (`wire.decides`) and then builds the seat's view of the same state, which asks again (a
+    self-draw win's check searches the wildcards)."""
+    global _last_legal_actions
+    last = _last_legal_actions
+    if last[0] is state and last[1] == seat:
+        return last[2]
+    actions = _legal_actions(state, seat)
+    _last_legal_actions = (state, seat, actions)  # one tuple: read whole by any thread
+    return actions
+
+
+_last_legal_actions: tuple[object, int, tuple[LegalAction, ...]] = (None, -1, ())
+
+
+def _legal_actions(state: FormulaTableState, seat: int) -> tuple[LegalAction, ...]:
     if state.is_over:
         return ()
     player = state.players[seat]
