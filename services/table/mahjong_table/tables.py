@@ -168,12 +168,16 @@ class RecentEvents:
     tables out), so Watch streams read new events from memory instead of querying the store once
     per watcher per change. Only filled after a commit; a batch older than the tail (two commits
     published out of order) is ignored, and a gap starts the table over, so the tail is always a
-    gapless run of committed events."""
+    gapless run of committed events.
+
+    A table's tail is an immutable tuple that `add` replaces whole (under its lock), so `after`
+    reads it with one look-up and no lock: the feeds read it at every wake-up, on the event loop,
+    while the writer thread adds."""
 
     def __init__(
         self, per_table: int = RECENT_EVENTS_PER_TABLE, tables: int = RECENT_EVENTS_TABLES_MAX
     ) -> None:
-        self._events: collections.OrderedDict[str, collections.deque[envelope_pb2.Envelope]] = (
+        self._events: collections.OrderedDict[str, tuple[envelope_pb2.Envelope, ...]] = (
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
@@ -185,13 +189,12 @@ class RecentEvents:
         if not envelopes:
             return
         with self._lock:
-            recent = self._events.get(table_id)
+            recent = self._events.get(table_id, ())
             if recent and envelopes[-1].sequence <= recent[-1].sequence:
                 return  # published after a later commit of the table: already superseded
-            if recent is None or not recent or recent[-1].sequence + 1 != envelopes[0].sequence:
-                recent = collections.deque(maxlen=self._per_table)
-                self._events[table_id] = recent
-            recent.extend(envelopes)
+            if recent and recent[-1].sequence + 1 != envelopes[0].sequence:
+                recent = ()
+            self._events[table_id] = (*recent, *envelopes)[-self._per_table :]
             self._events.move_to_end(table_id)
             while len(self._events) > self._tables:
                 self._events.popitem(last=False)
@@ -201,12 +204,11 @@ class RecentEvents:
     ) -> list[envelope_pb2.Envelope] | None:
         """The events after `after_sequence` when memory holds every one of them up to `up_to`
         (the latest committed version); None when the store must be asked."""
-        with self._lock:
-            recent = self._events.get(table_id)
-            if not recent or recent[0].sequence > after_sequence + 1 or recent[-1].sequence < up_to:
-                return None
-            start = after_sequence + 1 - recent[0].sequence
-            return [recent[index] for index in range(max(start, 0), min(len(recent), max(start, 0) + limit))]
+        recent = self._events.get(table_id)
+        if not recent or recent[0].sequence > after_sequence + 1 or recent[-1].sequence < up_to:
+            return None
+        start = max(after_sequence + 1 - recent[0].sequence, 0)
+        return list(recent[start : start + limit])
 
 
 @dataclasses.dataclass

@@ -83,3 +83,29 @@ def test_two_commits_published_out_of_order_never_hide_an_event() -> None:
     assert changes.version("t") == 5
     assert recent.after("t", 3, changes.version("t"), 10) is None  # 4 is not in memory: the store
     assert sequences(recent.after("t", 4, changes.version("t"), 10)) == [5]
+
+
+def test_a_reader_without_the_lock_sees_a_gapless_run_while_a_writer_adds() -> None:
+    """`after` reads a table's tail with no lock while another thread adds to it (and the oldest
+    events fall out): every answer is a gapless run from the event asked for, or None."""
+    recent = RecentEvents(per_table=8)
+    recent.add("t", envelopes(1, 1))
+    done = threading.Event()
+    last = 400
+
+    def write() -> None:
+        for sequence in range(2, last, 3):  # the last batch ends at `last`
+            recent.add("t", envelopes(sequence, sequence + 2))
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    answers = 0
+    while not done.is_set() or answers < 100:
+        found = recent.after("t", 1 + answers % 300, 0, 5)
+        answers += 1
+        if found is not None:
+            asked = 1 + (answers - 1) % 300
+            assert sequences(found) == list(range(asked + 1, asked + 1 + len(found)))
+    writer.join()
+    assert sequences(recent.after("t", last - 8, last, 10)) == list(range(last - 7, last + 1))
