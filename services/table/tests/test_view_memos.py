@@ -50,6 +50,24 @@ def test_a_views_seats_from_the_memos_are_the_seats_built_from_scratch(seed: int
             assert seats == expected, (state.version, viewer)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_formula_views_seats_from_the_memos_are_the_seats_built_from_scratch(seed: int) -> None:
+    rules = RoomRules(variant="formula", exchange_three=False, min_fan=8)
+    table = FormulaTable(open_formula_table(f"memo-f-{seed}", "room", rules, SEATS, seed))
+    generator = random.Random(seed)
+    while True:
+        state = table.state
+        viewers = [0, 1, 2, 3]
+        generator.shuffle(viewers)
+        for viewer in viewers:
+            fresh = dataclasses.replace(state, players=tuple(dataclasses.replace(p) for p in state.players))
+            expected = tuple(formula_views._seat_view(fresh, seat, viewer) for seat in range(4))
+            assert formula_views.view_for(state, viewer).seats == expected, (state.version, viewer)
+        if state.is_over:
+            break
+        table.act(formula_greedy_command(state))
+
+
 def test_the_seeds_cover_a_hidden_missing_suit_and_a_concealed_kong() -> None:
     """The games above show a seat a missing suit chosen but hidden from it, and a concealed kong
     (face down to the other seats)."""

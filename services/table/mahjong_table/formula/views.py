@@ -19,6 +19,7 @@ from mahjong_table.core.views import (
     SeatView,
     TableView,
     seat_view,
+    shows_concealed_kongs,
     table_view,
 )
 from mahjong_table.formula import hands
@@ -87,6 +88,29 @@ def _seat_view(state: FormulaTableState, seat: int, viewer_seat: int) -> SeatVie
     )
 
 
+_SEAT_VIEW_KEYS = tuple(tuple(("seat_view", seat, kongs) for kongs in (False, True)) for seat in range(4))
+"""The memo keys `seat_view` files a seat's view under (`_SEAT_VIEW_KEYS[seat][kongs]`: the
+concealed kongs' tiles shown), made once."""
+
+
+def _seat_views(state: FormulaTableState, viewer_seat: int) -> tuple[SeatView, ...]:
+    """`_seat_view` of every seat for `viewer_seat`: each memoised view found on its player under
+    the key `seat_view` files it under, without building the flowers to look it up."""
+    over = state.phase is Phase.ENDED
+    views = []
+    for seat, player in enumerate(state.players):
+        # `shows_concealed_kongs`, asked only when its cheaper tests do not answer (shown).
+        kongs = (
+            seat == viewer_seat
+            or over
+            or not player.melds
+            or shows_concealed_kongs(state, player, seat, viewer_seat)
+        )
+        view: SeatView | None = player.derived.get(_SEAT_VIEW_KEYS[seat][kongs])
+        views.append(_seat_view(state, seat, viewer_seat) if view is None else view)
+    return tuple(views)
+
+
 def view_for(state: FormulaTableState, seat: int) -> TableView:
     """The seat's view: own hand, every meld, discard and flower, the wildcard, the bird, whose
     turn, the legal actions now and the tile the seat is asked about."""
@@ -94,7 +118,7 @@ def view_for(state: FormulaTableState, seat: int) -> TableView:
         state,
         seat,
         hand=tuple(code_of(tile) for tile in state.players[seat].concealed_tiles()),
-        seats=tuple(_seat_view(state, other, seat) for other in range(len(state.players))),
+        seats=_seat_views(state, seat),
         legal_actions=legal_actions(state, seat),
         waits=_waits(state, seat),
         wildcard_indicator=code_of(state.wildcard_indicator),
