@@ -57,7 +57,7 @@ from mahjong_table import stages
 from mahjong_table.core.commands import TableCommand
 from mahjong_table.tables import AnswerKey, StoredAnswer, TableEngine, first_answers, remember_answers
 from mahjong_table.variants import AnyTableState as TableState
-from mahjong_table.variants import decide
+from mahjong_table.variants import execute
 
 logger = logging.getLogger(__name__)
 
@@ -402,12 +402,12 @@ class GroupCommitter:
                 if earlier is not None:
                     # The first answer; FAILED_PRECONDITION when the key came with another request.
                     return Accepted(table.state, [], replay_answer("Act", earlier[0], digest, earlier[1]))
-            events = decide(table.state, command.command_for(table.state))
+            events, state_after = execute(table.state, command.command_for(table.state))
         except Deferred:
             return Deferral()
         except Exception as error:
             return self._rejection_of(error)
-        envelopes, new_state = self._engine.prepared(table.state, events)
+        envelopes, new_state = self._engine.prepared(table.state, events, state_after=state_after)
         table.state = new_state
         table.envelopes.extend(envelopes)
         answer = command.answer_of(new_state, envelopes) if command.answer_of is not None else b""

@@ -42,7 +42,7 @@ from mahjong_table.core.commands import TableCommand
 from mahjong_table.core.events import GameEnded, TableEvent
 from mahjong_table.models import table_answers, table_status
 from mahjong_table.variants import AnyTableState as TableState
-from mahjong_table.variants import decide, fold, open_table, waited_on
+from mahjong_table.variants import execute, fold, open_table, waited_on
 from mahjong_table.visibility import unseen_by_the_asked
 
 CACHED_TABLES_MAX = 10_000
@@ -399,8 +399,10 @@ class TableEngine:
                     # (the append's expected-version check still catches any other writer); a
                     # retry reads the store.
                     state = self.load_state(session, table_id, for_reading=attempt == 0)
-                    events = decide(state, command_for_seat(state))
-                    envelopes, new_state, deadline = self._append(session, state, events, causation_id="")
+                    events, state_after = execute(state, command_for_seat(state))
+                    envelopes, new_state, deadline = self._append(
+                        session, state, events, causation_id="", state_after=state_after
+                    )
                     assert new_state is not None
                     answer = answer_of(new_state, envelopes) if answer_of is not None else b""
                     if idempotency is not None:
@@ -417,20 +419,29 @@ class TableEngine:
         state: TableState | None,
         events: Sequence[TableEvent],
         causation_id: str,
+        state_after: TableState | None = None,
     ) -> tuple[list[envelope_pb2.Envelope], TableState | None, datetime.datetime | None]:
         """Append `events` after `state` (None: a new table) with the outbox and the status row;
-        the envelopes (sequences set), the state after them and its deadline."""
+        the envelopes (sequences set), the state after them and its deadline (`state_after`: as
+        in `prepared`)."""
         if not events:
             return [], state, None
-        envelopes, new_state = self.prepared(state, events, causation_id=causation_id)
+        envelopes, new_state = self.prepared(
+            state, events, causation_id=causation_id, state_after=state_after
+        )
         deadline = self.write_appended(session, state, envelopes, new_state)
         return envelopes, new_state, deadline
 
     def prepared(
-        self, state: TableState | None, events: Sequence[TableEvent], causation_id: str = ""
+        self,
+        state: TableState | None,
+        events: Sequence[TableEvent],
+        causation_id: str = "",
+        state_after: TableState | None = None,
     ) -> tuple[list[envelope_pb2.Envelope], TableState]:
         """The envelopes of `events` decided on `state` (None: a new table), numbered after it,
-        and the state after them; nothing is written."""
+        and the state after them (`state_after` when the caller has it from `execute`, which
+        folded the events as it decided them; else folded here); nothing is written."""
         table_id = state.table_id if state is not None else _table_id_of(events)
         version = state.version if state is not None else 0
         envelopes = new_envelopes(
@@ -441,7 +452,7 @@ class TableEngine:
             causation_id=causation_id,
             correlation_id=table_id,
         )
-        new_state = fold(events, state) if events else state
+        new_state = state_after if state_after is not None else fold(events, state) if events else state
         assert new_state is not None
         assert new_state.version == version + len(envelopes), (new_state.version, version, len(envelopes))
         return envelopes, new_state

@@ -64,6 +64,14 @@ def decide(state: AnyTableState, command: TableCommand) -> list[TableEvent]:
     return sichuan_decide.decide(state, command)
 
 
+def execute(state: AnyTableState, command: TableCommand) -> tuple[list[TableEvent], AnyTableState]:
+    """`decide` plus the state after its events, folded once as they were decided (equal to
+    `(events, fold(events, state))`: the caller need not fold them again)."""
+    if isinstance(state, FormulaTableState):
+        return formula_decide.execute(state, command)
+    return sichuan_decide.execute(state, command)
+
+
 def waited_on(state: AnyTableState) -> list[int]:
     """Seats whose answer (or deadline) the table waits on now."""
     if isinstance(state, FormulaTableState):

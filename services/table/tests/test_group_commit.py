@@ -18,6 +18,7 @@ from mahjong_platform.database import create_session_factory, read_transaction, 
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
 from mahjong_table import codec, commits, stages
+from mahjong_table import tables as tables_module
 from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
 from mahjong_table.core.commands import Discard, TableCommand
 from mahjong_table.selfplay import greedy_command
@@ -82,6 +83,37 @@ def test_commands_queued_together_commit_as_one_batch_decided_in_arrival_order(
         stored = stored_state(table_server, table_id)
         assert stored.version == mine[-1].state.version == table_server.engine.cached_state(table_id).version  # type: ignore[union-attr]
         assert stored == mine[-1].state
+
+
+def test_a_batch_and_a_command_alone_fold_each_commands_events_once_as_they_are_decided(
+    table_server: TableServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group commit and `TableEngine.act` take the state after a command from `execute`, which
+    folded its events as it decided them: the engine folds none of them again, and the states
+    answered are the states the stored streams fold to."""
+    tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (23, 24)]
+    folded: list[int] = []
+
+    def counting_fold(events: Any, state: AnyTableState | None = None) -> AnyTableState:
+        events = list(events)
+        folded.append(len(events))
+        return fold(events, state)
+
+    monkeypatch.setattr(tables_module, "fold", counting_fold)
+    committer = committer_of(table_server)
+    futures = [committer.submit(table_id, greedy) for _ in range(3) for table_id in tables]
+    committer.start()
+    results = outcomes(futures)
+    committer.stop()
+    alone, envelopes, _answer = table_server.engine.act(
+        lambda: transaction(table_server.session_factory),  # type: ignore[arg-type]
+        tables[0],
+        greedy,
+    )
+    assert envelopes and not any(folded), folded
+    assert all(isinstance(result, Accepted) and result.envelopes for result in results)
+    assert stored_state(table_server, tables[0]) == alone
+    assert stored_state(table_server, tables[1]) == results[-1].state  # type: ignore[union-attr]
 
 
 def test_a_key_repeated_in_one_batch_gets_the_first_answer_and_appends_once(
