@@ -231,16 +231,24 @@ class TableWakeups:
     def __init__(self, changes: TableChanges) -> None:
         self._changes = changes
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop with the thread it runs on (`threading.get_ident`), set together and read whole.
+        self._loop_on: tuple[asyncio.AbstractEventLoop | None, int] = (None, 0)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         changes.add_listener(self._changed)
 
     def _changed(self, table_ids: Sequence[str]) -> None:
-        loop = self._loop
+        loop, loop_thread = self._loop_on
         if loop is not None and not loop.is_closed():
+            # One more turn of the loop before the wake-up: the group commit hands a batch's
+            # answers to the loop just before (`commits`), so the commands' tasks and the
+            # Play streams they answer run before the view updates of every seat it woke.
+            if threading.get_ident() == loop_thread:
+                # Committed on the loop's own thread (`commits`: a batch run by a callback of
+                # the loop): queued as `call_soon_threadsafe` queues it, without its write to
+                # the loop's self-pipe (a system call, and one more wake-up of the loop).
+                loop.call_soon(loop.call_soon, self._wake, table_ids)
+                return
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                # One more turn of the loop before the wake-up: the group commit hands a batch's
-                # answers to the loop just before (`commits`), so the commands' tasks and the
-                # Play streams they answer run before the view updates of every seat it woke.
                 loop.call_soon_threadsafe(loop.call_soon, self._wake, table_ids)
 
     def call_after_wakeups(self, callback: Callable[[], object]) -> bool:
@@ -275,7 +283,9 @@ class TableWakeups:
         call on Python 3.11, and a stream waits several times per command)."""
         if loop is None:
             loop = asyncio.get_running_loop()
-        self._loop = loop
+        if self._loop is not loop:
+            self._loop = loop
+            self._loop_on = (loop, threading.get_ident())
         if self._changes.version(table_id) > seen_version:
             return
         if future is None:
