@@ -64,9 +64,9 @@ class TableMovedError(UnavailableError):
 class TableChanges:
     """Wakes the Watch streams of one table in this process when its stream grows.
 
-    One condition per table (all sharing one lock): a change wakes that table's watchers only,
-    not every stream the process serves. An ended table's condition is dropped once its watchers
-    are woken."""
+    One condition per table a thread waits on (all sharing one lock, made by its first `wait`):
+    a change wakes that table's watchers only, not every stream the process serves. An ended
+    table's condition is dropped once its watchers are woken."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -100,9 +100,13 @@ class TableChanges:
         with self._lock:
             for table_id, version, ended in changes:
                 self._versions[table_id] = max(version, self._versions.get(table_id, 0))
-                self._condition(table_id).notify_all()
-                if ended:  # the woken watchers still see the version; later waits make a new condition
-                    del self._conditions[table_id]
+                # Only a table some thread waited on (`wait`) has a condition: the asyncio streams
+                # wait through the listeners, so most commits make and notify none.
+                condition = self._conditions.get(table_id)
+                if condition is not None:
+                    condition.notify_all()
+                    if ended:  # the woken watchers still see the version; later waits make a new one
+                        del self._conditions[table_id]
             listeners = list(self._listeners)
         if before_listeners is not None:
             before_listeners()

@@ -109,3 +109,25 @@ def test_a_reader_without_the_lock_sees_a_gapless_run_while_a_writer_adds() -> N
             assert sequences(found) == list(range(asked + 1, asked + 1 + len(found)))
     writer.join()
     assert sequences(recent.after("t", last - 8, last, 10)) == list(range(last - 7, last + 1))
+
+
+def test_a_change_nobody_waits_for_makes_no_condition_and_a_waiter_is_still_woken() -> None:
+    """The asyncio streams wait through the listeners: a commit of a table no thread waits on
+    makes and notifies no condition; a thread that waits makes one, and the next change wakes it."""
+    changes = TableChanges()
+    changes.notify_many([("t", 1, False), ("u", 1, False)])
+    assert changes._conditions == {}
+    woke = threading.Event()
+
+    def watch() -> None:
+        changes.wait("t", 1, 600.0)
+        woke.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    while "t" not in changes._conditions:
+        time.sleep(0.001)
+    changes.notify_many([("t", 2, True)])
+    watcher.join(timeout=30)
+    assert woke.is_set()
+    assert changes._conditions == {}  # ended: dropped once its watchers were woken
