@@ -273,14 +273,16 @@ class TableWakeups:
         self,
         table_id: str,
         seen_version: int,
-        timeout_seconds: float,
+        timeout_seconds: float | None,
         future: asyncio.Future[None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """Return once the table is past `seen_version`, or after `timeout_seconds`, or once
         `future` (given: another reason to wake, say a Play stream's answer) is done. `loop`: the
         running loop, when the caller has it (`asyncio.get_running_loop` costs a `getpid` system
-        call on Python 3.11, and a stream waits several times per command)."""
+        call on Python 3.11, and a stream waits several times per command). `timeout_seconds`
+        None: no timer of its own (the caller knows that `future` is done in time: a Play
+        stream's hold alarm, `_PlayStream.arm_hold`)."""
         if loop is None:
             loop = asyncio.get_running_loop()
         if self._loop is not loop:
@@ -292,11 +294,12 @@ class TableWakeups:
             future = loop.create_future()
         waiters = self._waiters.setdefault(table_id, [])
         waiters.append(future)
-        timer = loop.call_later(timeout_seconds, _release, future)
+        timer = None if timeout_seconds is None else loop.call_later(timeout_seconds, _release, future)
         try:
             await future
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             # A wake-up took the table's whole list (`_wake`): nothing to remove then.
             if self._waiters.get(table_id) is waiters:
                 with contextlib.suppress(ValueError):
@@ -390,6 +393,34 @@ class _PlayStream:
         self.wake_on: asyncio.Future[None] | None = None
         self.room_for_answers = asyncio.Event()
         self.room_for_answers.set()
+        # While updates are held: the one timer that wakes the feed when the hold runs out
+        # (`arm_hold`), instead of a timer for each wait of the hold; None once it rang.
+        self.hold_alarm: asyncio.TimerHandle | None = None
+        self.hold_until = 0.0
+
+    def arm_hold(self, loop: asyncio.AbstractEventLoop, until: float) -> None:
+        """Wake the feed's wait (`wake_on`) at `until` (`time.monotonic()`, the loop's clock),
+        when the oldest held update must go: the feed's waits of the hold then need no timer of
+        their own (`TableServicer._wait`)."""
+        self.disarm_hold()
+        self.hold_until = until
+        self.hold_alarm = loop.call_later(max(0.0, until - time.monotonic()), self._hold_ran_out)
+
+    def disarm_hold(self) -> None:
+        """No hold any more (what was held went): its alarm is cancelled."""
+        if self.hold_alarm is not None:
+            self.hold_alarm.cancel()
+            self.hold_alarm = None
+
+    def _hold_ran_out(self) -> None:
+        self.hold_alarm = None
+        future = self.wake_on
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def alarm_wakes_by(self, seconds: float) -> bool:
+        """Whether the hold's alarm, still to ring, wakes the feed within `seconds` from now."""
+        return self.hold_alarm is not None and self.hold_until - time.monotonic() <= seconds
 
     def next_answer(self) -> bytes:
         """The oldest answer not sent yet, as a `PlayResponse` of its own."""
@@ -827,6 +858,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 assert last_state is not None
                 yield _held_update(held_events, last_state, seat, held_deadline), False
                 held_events, held_until = [], 0.0
+                if play is not None:
+                    play.disarm_hold()
             # The table's state and the events up to it come from memory almost always: asked
             # without a coroutine first (`_state`, `_events_up_to` are the same with the store).
             cached = self._current(table_id)
@@ -864,6 +897,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                         assert last_state is not None
                         yield _held_update(held_events, last_state, seat, held_deadline), False
                         held_events, held_until = [], 0.0
+                        play.disarm_hold()
                     yield None
                 continue
             stored_after = state.version
@@ -889,6 +923,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
                 # Held: its view is built when it goes (the state is immutable), its deadline now.
                 if not held_until:
                     held_until = time.monotonic() + hold_seconds
+                    if play is not None:
+                        play.arm_hold(loop, held_until)
                 held_events.extend(events)
                 held_deadline = deadline if deadline_known else await self._deadline_of(state)
                 now = time.monotonic()
@@ -906,6 +942,8 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             if held_until:
                 events = held_events + events
                 held_events, held_until = [], 0.0
+                if play is not None:
+                    play.disarm_hold()
             if not deadline_known:
                 deadline = await self._deadline_of(state)
             yield wire.update_bytes(events, view + wire.deadline_bytes(deadline)), True
@@ -936,7 +974,9 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
         future: asyncio.Future[None] = loop.create_future()
         play.wake_on = future
         try:
-            await self._wakeups.wait(table_id, seen_version, seconds, future, loop)
+            # The hold's alarm rings no later than `seconds` from now: it is this wait's timer.
+            timeout = None if play.alarm_wakes_by(seconds) else seconds
+            await self._wakeups.wait(table_id, seen_version, timeout, future, loop)
         finally:
             play.wake_on = None
 
@@ -986,6 +1026,7 @@ class TableServicer(table_service_pb2_grpc.TableServiceServicer):
             while play.answers:
                 yield play.next_answer()
         finally:
+            play.disarm_hold()
             reader.cancel()
             for task in list(play.tasks):
                 task.cancel()  # as a cancelled Act: skipped unless its batch is being written
