@@ -46,7 +46,73 @@ def _message_class(name: str) -> type[Message]:
 
 
 def to_message(value: Any) -> Message:
-    """The protobuf message of a domain dataclass (event, meld, fan, rules...)."""
+    """The protobuf message of a domain dataclass (event, meld, fan, rules...), built by one call
+    of its class with every field (nested messages as dicts, which protobuf builds in C)."""
+    plan = _building_plan(type(value))
+    if plan is None:
+        return _to_message_field_by_field(value)
+    return plan[0](**_arguments(value, plan[1]))
+
+
+def _arguments(value: Any, fields: _BuildingFields) -> dict[str, Any]:
+    """`value`'s fields as its message class's keyword arguments (see `_building_plan`)."""
+    arguments: dict[str, Any] = {}
+    for name, kind, nested in fields:
+        item = getattr(value, name)
+        if kind in (_SCALAR, _REPEATED):
+            arguments[name] = item
+        elif kind == _ENUM:
+            number = nested.get(item)
+            arguments[name] = _enum_number(name, item, nested) if number is None else number
+        elif kind == _MESSAGE:
+            arguments[name] = _arguments(item, nested)
+        else:  # _MESSAGES
+            arguments[name] = [_arguments(element, nested) for element in item]
+    return arguments
+
+
+def _enum_number(name: str, item: str, known: dict[str, int]) -> int:
+    """The proto enum number of the domain's lower-case name `item` ("" = unset), remembered."""
+    prefix, enum = _ENUM_FIELDS[name]
+    number = enum.Value(prefix + item.upper()) if item else 0
+    known[item] = number
+    return number
+
+
+_BuildingFields = tuple[tuple[str, int, Any], ...]
+_BUILDING_PLANS: dict[type[Any], tuple[type[Message], _BuildingFields] | None] = {}
+
+
+def _building_plan(domain_type: type[Any]) -> tuple[type[Message], _BuildingFields] | None:
+    """The message class of `domain_type` and how each field becomes a keyword argument, from the
+    type hints `from_message` reads with (`_reading_plan`): a nested dataclass as its fields'
+    plan, an enum with its numbers by name. None for a type whose hints do not resolve here: it
+    is written field by field."""
+    if domain_type in _BUILDING_PLANS:
+        return _BUILDING_PLANS[domain_type]
+    _BUILDING_PLANS[domain_type] = None  # while building (and if it fails)
+    try:
+        reading = _reading_plan(domain_type)
+    except (NameError, TypeError):
+        return None
+    fields: list[tuple[str, int, Any]] = []
+    for name, kind, nested_type in reading:
+        nested: Any = None
+        if kind == _ENUM:
+            nested = {}
+        elif kind in (_MESSAGE, _MESSAGES):
+            assert nested_type is not None
+            nested_plan = _building_plan(nested_type)
+            if nested_plan is None:
+                return None
+            nested = nested_plan[1]
+        fields.append((name, kind, nested))
+    plan = (_message_class(domain_type.__name__), tuple(fields))
+    _BUILDING_PLANS[domain_type] = plan
+    return plan
+
+
+def _to_message_field_by_field(value: Any) -> Message:
     message_class, fields = _writing_plan(type(value))
     message = message_class()
     for name, enum_field in fields:
@@ -73,7 +139,7 @@ _WRITING_PLANS: dict[type[Any], _WritingPlan] = {}
 
 def _writing_plan(domain_type: type[Any]) -> _WritingPlan:
     """The message class of `domain_type` and its fields (with their enum, if any), worked out
-    once per type: the codec writes every event appended and every meld of every view."""
+    once per type."""
     known = _WRITING_PLANS.get(domain_type)
     if known is None:
         fields = tuple(
