@@ -73,10 +73,14 @@ was within the runs' noise either way (saturation 0.165 / 0.165, 0.148 / 0.125, 
 (saturation Act p50/p99 85/268 -> 67/167 ms, 63/210 -> 44/124; think time 18.8/172 and 11.7/134
 -> 11.0/97 and 8.0/67 ms): no hand-off to a writer thread and back, whose every statement waited
 for the GIL behind the busy loop."""
-LOOP_BATCH_TURNS = 2
-"""A loop batch runs this many turns of the loop after its first command was submitted, so the
-commands of the Play streams whose reads completed in the next turn join it: 11.6 commands per
-batch at saturation, against 6.4 with one turn (each batch is a transaction and a COMMIT)."""
+LOOP_BATCH_TURNS = int(os.environ.get("MAHJONG_TABLE_LOOP_BATCH_TURNS", "1"))
+"""A loop batch runs this many turns of the loop after its first command was submitted
+(MAHJONG_TABLE_LOOP_BATCH_TURNS): with one, the commands submitted in the same turn as the first
+(the Play streams' reads that completed together) are one batch, run by the next turn. Two
+turns made bigger batches at saturation (11.6 commands against 6.4), but every command waited a
+turn of the loop more; alternated on this 2-core box (32 tables, 128 games), one turn against
+two: 100 ms think time Act p50/p99 20.2/141 and 20.2/147 ms against 25.3/168 and 43.3/251, the
+table's CPU 0.224 and 0.210 against 0.250 and 0.227 s a game."""
 
 SessionScope = Callable[[], AbstractContextManager[Session]]
 AnswerOf = Callable[[TableState, list[envelope_pb2.Envelope]], bytes]

@@ -347,13 +347,16 @@ def test_on_sqlite_a_loop_turns_commands_commit_as_one_batch_on_the_loops_own_th
         assert all(path) and path == sorted(path), stamps
 
 
-def test_on_the_loop_a_command_submitted_in_the_turn_after_the_first_joins_its_batch(
-    table_server: TableServer,
+@pytest.mark.parametrize("turns", [1, 2])
+def test_on_the_loop_a_batch_takes_the_commands_of_its_turns(
+    table_server: TableServer, monkeypatch: pytest.MonkeyPatch, turns: int
 ) -> None:
-    """A loop batch waits `LOOP_BATCH_TURNS` (2) turns of the loop from its first command: a
-    command submitted by a callback of the next turn (a Play stream's read that completed
-    meanwhile) commits in the same transaction, and both are answered after it."""
-    assert commits.LOOP_BATCH_TURNS == 2
+    """A loop batch runs `LOOP_BATCH_TURNS` turns of the loop after its first command (one by
+    default): a command submitted by a callback of the next turn (a Play stream's read that
+    completed meanwhile) is the next batch with one turn, and commits in the same transaction
+    with two; each is answered after its own commit."""
+    assert commits.LOOP_BATCH_TURNS == 1
+    monkeypatch.setattr(commits, "LOOP_BATCH_TURNS", turns)
     tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (21, 22)]
     committer = committer_of(table_server, on_loop=True)
 
@@ -364,7 +367,7 @@ def test_on_the_loop_a_command_submitted_in_the_turn_after_the_first_joins_its_b
         return list(await asyncio.gather(first, second))
 
     results = asyncio.run(play())
-    assert committer.batches == 1 and committer.commands == 2
+    assert committer.batches == (2 if turns == 1 else 1) and committer.commands == 2
     for table_id, result in zip(tables, results, strict=True):
         assert isinstance(result, Accepted) and result.envelopes
         assert stored_state(table_server, table_id) == result.state
