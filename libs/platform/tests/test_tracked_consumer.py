@@ -18,6 +18,7 @@ from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES_LINGERING,
+    MAX_POLL_RECORDS_DEFAULT,
     MessagePosition,
     TrackedConsumer,
 )
@@ -360,3 +361,23 @@ def test_after_a_poll_that_brought_events_a_lingering_consumer_fetches_waiting_a
         plain.poll_once(timeout_ms=200)
         assert not plain._lingering
         assert _fetch_wait(plain) == idle
+
+
+def test_a_poll_hands_a_whole_fetch_of_a_few_hundred_events_to_one_batch(
+    migrated_engine: Engine,
+    new_tracked_consumer: ConsumerFactory,
+    produce: Callable[[str, bytes], None],
+    read_projection_event_ids: Callable[[Engine], list[str]],
+) -> None:
+    """`MAX_POLL_RECORDS_DEFAULT`: what one fetch brought (here 250 events waiting when the consumer
+    starts) is applied in one batch, one transaction, not in polls of 100."""
+    assert MAX_POLL_RECORDS_DEFAULT >= 250
+    events = discard_events("table-a", 250)
+    produce_events(produce, events)
+    consumer = new_tracked_consumer(migrated_engine, group_id="whole-fetch", linger_ms=50)
+    deadline = time.monotonic() + READ_DEADLINE_SECONDS
+    handled = 0
+    while not handled and time.monotonic() < deadline:
+        handled = consumer.poll_once(timeout_ms=200)
+    assert handled == 250
+    assert read_projection_event_ids(migrated_engine) == [event.event_id for event in events]
