@@ -44,11 +44,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 import grpc
 from mahjong.v1 import envelope_pb2
+from mahjong_platform.config import ConfigurationError
 from mahjong_platform.errors import ErrorMapping, ServiceError, status_code_for
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
@@ -63,7 +64,31 @@ logger = logging.getLogger(__name__)
 
 COMMANDS_PER_BATCH = 256
 SUMMARY_SECONDS = 60.0
-WRITES_ON_LOOP = os.environ.get("MAHJONG_TABLE_WRITES_ON_LOOP", "1") != "0"
+LOOP_BATCH_TURNS_MAX = 8
+
+
+def writes_on_loop_setting(environ: Mapping[str, str] = os.environ) -> bool:
+    """MAHJONG_TABLE_WRITES_ON_LOOP: `1` (the default) or `0`; anything else stops the process at
+    start naming the variable, as `mahjong_platform.config` does for the others."""
+    text = environ.get("MAHJONG_TABLE_WRITES_ON_LOOP", "1")
+    if text not in ("0", "1"):
+        raise ConfigurationError(f"MAHJONG_TABLE_WRITES_ON_LOOP must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
+def loop_batch_turns_setting(environ: Mapping[str, str] = os.environ) -> int:
+    """MAHJONG_TABLE_LOOP_BATCH_TURNS: an integer from 1 (the default) to `LOOP_BATCH_TURNS_MAX`;
+    anything else stops the process at start naming the variable."""
+    text = environ.get("MAHJONG_TABLE_LOOP_BATCH_TURNS", "1")
+    if not (text.isdigit() and 1 <= int(text) <= LOOP_BATCH_TURNS_MAX):
+        raise ConfigurationError(
+            f"MAHJONG_TABLE_LOOP_BATCH_TURNS must be an integer from 1 to {LOOP_BATCH_TURNS_MAX},"
+            f" got {text!r}"
+        )
+    return int(text)
+
+
+WRITES_ON_LOOP = writes_on_loop_setting()
 """Whether `submit_async`'s batches run on the caller's event loop when the database is SQLite (its
 statements are calls into the embedded library, not round trips to a server that would hold up
 the loop) instead of on the writer thread; MAHJONG_TABLE_WRITES_ON_LOOP=0 turns it off. On this
@@ -73,7 +98,7 @@ was within the runs' noise either way (saturation 0.165 / 0.165, 0.148 / 0.125, 
 (saturation Act p50/p99 85/268 -> 67/167 ms, 63/210 -> 44/124; think time 18.8/172 and 11.7/134
 -> 11.0/97 and 8.0/67 ms): no hand-off to a writer thread and back, whose every statement waited
 for the GIL behind the busy loop."""
-LOOP_BATCH_TURNS = int(os.environ.get("MAHJONG_TABLE_LOOP_BATCH_TURNS", "1"))
+LOOP_BATCH_TURNS = loop_batch_turns_setting()
 """A loop batch runs this many turns of the loop after its first command was submitted
 (MAHJONG_TABLE_LOOP_BATCH_TURNS): with one, the commands submitted in the same turn as the first
 (the Play streams' reads that completed together) are one batch, run by the next turn. Two

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 import sqlalchemy
+from mahjong_platform.config import ConfigurationError
 from mahjong_platform.database import create_session_factory, read_transaction, transaction
 from mahjong_platform.envelopes import utc_now
 from mahjong_platform.event_store import EventStore
@@ -445,3 +446,38 @@ def test_the_first_answers_query_searches_the_primary_key_instead_of_scanning(
             ]
             assert any("SEARCH table_answers" in step for step in plan), plan
             assert not any("SCAN table_answers" in step for step in plan), plan
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("MAHJONG_TABLE_WRITES_ON_LOOP", "yes"),
+        ("MAHJONG_TABLE_WRITES_ON_LOOP", ""),
+        ("MAHJONG_TABLE_LOOP_BATCH_TURNS", "0"),
+        ("MAHJONG_TABLE_LOOP_BATCH_TURNS", "9"),
+        ("MAHJONG_TABLE_LOOP_BATCH_TURNS", "-1"),
+        ("MAHJONG_TABLE_LOOP_BATCH_TURNS", "two"),
+    ],
+)
+def test_a_bad_loop_commit_setting_stops_the_process_naming_its_variable(variable: str, value: str) -> None:
+    """The loop commit's two tuning variables are checked as `mahjong_platform.config` checks the
+    others: a value the process cannot run with is a `ConfigurationError` naming the variable."""
+    setting = {
+        "MAHJONG_TABLE_WRITES_ON_LOOP": commits.writes_on_loop_setting,
+        "MAHJONG_TABLE_LOOP_BATCH_TURNS": commits.loop_batch_turns_setting,
+    }[variable]
+    with pytest.raises(ConfigurationError, match=variable):
+        setting({variable: value})
+
+
+def test_the_loop_commit_settings_read_their_defaults_and_values() -> None:
+    assert commits.writes_on_loop_setting({}) is True
+    assert commits.writes_on_loop_setting({"MAHJONG_TABLE_WRITES_ON_LOOP": "0"}) is False
+    assert commits.loop_batch_turns_setting({}) == 1
+    assert commits.loop_batch_turns_setting({"MAHJONG_TABLE_LOOP_BATCH_TURNS": "2"}) == 2
+    assert (
+        commits.loop_batch_turns_setting(
+            {"MAHJONG_TABLE_LOOP_BATCH_TURNS": str(commits.LOOP_BATCH_TURNS_MAX)}
+        )
+        == 8
+    )
