@@ -77,9 +77,9 @@ def writes_on_loop_setting(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def loop_batch_turns_setting(environ: Mapping[str, str] = os.environ) -> int:
-    """MAHJONG_TABLE_LOOP_BATCH_TURNS: an integer from 1 (the default) to `LOOP_BATCH_TURNS_MAX`;
+    """MAHJONG_TABLE_LOOP_BATCH_TURNS: an integer from 1 to `LOOP_BATCH_TURNS_MAX` (2 by default);
     anything else stops the process at start naming the variable."""
-    text = environ.get("MAHJONG_TABLE_LOOP_BATCH_TURNS", "1")
+    text = environ.get("MAHJONG_TABLE_LOOP_BATCH_TURNS", "2")
     if not (text.isdigit() and 1 <= int(text) <= LOOP_BATCH_TURNS_MAX):
         raise ConfigurationError(
             f"MAHJONG_TABLE_LOOP_BATCH_TURNS must be an integer from 1 to {LOOP_BATCH_TURNS_MAX},"
@@ -100,12 +100,15 @@ was within the runs' noise either way (saturation 0.165 / 0.165, 0.148 / 0.125, 
 for the GIL behind the busy loop."""
 LOOP_BATCH_TURNS = loop_batch_turns_setting()
 """A loop batch runs this many turns of the loop after its first command was submitted
-(MAHJONG_TABLE_LOOP_BATCH_TURNS): with one, the commands submitted in the same turn as the first
-(the Play streams' reads that completed together) are one batch, run by the next turn. Two
-turns made bigger batches at saturation (11.6 commands against 6.4), but every command waited a
-turn of the loop more; alternated on this 2-core box (32 tables, 128 games), one turn against
-two: 100 ms think time Act p50/p99 20.2/141 and 20.2/147 ms against 25.3/168 and 43.3/251, the
-table's CPU 0.224 and 0.210 against 0.250 and 0.227 s a game."""
+(MAHJONG_TABLE_LOOP_BATCH_TURNS, 2): with one, the commands submitted in the same turn as the first
+(the Play streams' reads that completed together) are one batch, run by the next turn; with two,
+those of the next turn join it (11.6 commands a batch at saturation against 6.4), each command
+waiting a turn of the loop more. One turn won a first pair with 100 ms think time (Act p50/p99
+20.2/141 and 20.2/147 ms against 25.3/168 and 43.3/251), but not the next ones: 2026-12-07
+10:35-10:48 UTC, alternated on this 2-core box (32 tables, 128 games), one turn against two at
+saturation cost the table 0.157 / 0.158 against 0.143 / 0.139 CPU s a game (4.79 / 4.73 against
+5.22 / 5.35 games/s), and with think time gave Act p50/p99 19.1/138 and 19.2/121 against 11.9/117
+and 23.1/157 ms: two turns stay the default."""
 
 SessionScope = Callable[[], AbstractContextManager[Session]]
 AnswerOf = Callable[[TableState, list[envelope_pb2.Envelope]], bytes]

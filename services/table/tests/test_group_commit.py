@@ -352,11 +352,11 @@ def test_on_sqlite_a_loop_turns_commands_commit_as_one_batch_on_the_loops_own_th
 def test_on_the_loop_a_batch_takes_the_commands_of_its_turns(
     table_server: TableServer, monkeypatch: pytest.MonkeyPatch, turns: int
 ) -> None:
-    """A loop batch runs `LOOP_BATCH_TURNS` turns of the loop after its first command (one by
+    """A loop batch runs `LOOP_BATCH_TURNS` turns of the loop after its first command (two by
     default): a command submitted by a callback of the next turn (a Play stream's read that
     completed meanwhile) is the next batch with one turn, and commits in the same transaction
     with two; each is answered after its own commit."""
-    assert commits.LOOP_BATCH_TURNS == 1
+    assert commits.LOOP_BATCH_TURNS == 2
     monkeypatch.setattr(commits, "LOOP_BATCH_TURNS", turns)
     tables = [table_server.open_table(PLAYERS, seed=seed) for seed in (21, 22)]
     committer = committer_of(table_server, on_loop=True)
@@ -473,8 +473,8 @@ def test_a_bad_loop_commit_setting_stops_the_process_naming_its_variable(variabl
 def test_the_loop_commit_settings_read_their_defaults_and_values() -> None:
     assert commits.writes_on_loop_setting({}) is True
     assert commits.writes_on_loop_setting({"MAHJONG_TABLE_WRITES_ON_LOOP": "0"}) is False
-    assert commits.loop_batch_turns_setting({}) == 1
-    assert commits.loop_batch_turns_setting({"MAHJONG_TABLE_LOOP_BATCH_TURNS": "2"}) == 2
+    assert commits.loop_batch_turns_setting({}) == 2
+    assert commits.loop_batch_turns_setting({"MAHJONG_TABLE_LOOP_BATCH_TURNS": "1"}) == 1
     assert (
         commits.loop_batch_turns_setting(
             {"MAHJONG_TABLE_LOOP_BATCH_TURNS": str(commits.LOOP_BATCH_TURNS_MAX)}
