@@ -522,7 +522,13 @@ def padded_chunks(items: Sequence[_T], most: int) -> Iterator[tuple[Sequence[_T]
     stay in the driver's statement cache, and at most `most` items are one statement."""
     for start in range(0, len(items), most):
         chunk = items[start : start + most]
-        yield chunk, 1 << (len(chunk) - 1).bit_length()
+        yield chunk, padded_size(len(chunk))
+
+
+def padded_size(count: int) -> int:
+    """The size a statement for `count` items (at least one) is built for: the smallest power of
+    two at least `count` (see `padded_chunks`)."""
+    return 1 << (count - 1).bit_length()
 
 
 def padded_by_repeating(chunk: Sequence[_T], size: int) -> list[_T]:

@@ -11,8 +11,6 @@ over a partition finds its tables' deadlines in their status rows, so every game
 
 from __future__ import annotations
 
-import datetime
-import functools
 import logging
 import threading
 import time
@@ -20,9 +18,11 @@ import typing
 from collections.abc import Callable, Sequence
 
 import sqlalchemy
+from mahjong_platform import driver_sql
 from mahjong_platform.database import (
     SessionFactory,
     padded_by_repeating,
+    padded_size,
     read_transaction,
     sqlite_rows,
     transaction,
@@ -109,10 +109,10 @@ class DeadlineWorker:
         of the query, ten times a second, cost about a millisecond of the GIL each time (its
         expanding IN of the owned partitions rendered anew at every execution)."""
         now = self._clock()
-        dialect = session.get_bind().dialect
-        if dialect.name == "sqlite":
+        connection = session.connection()
+        if connection.dialect.name == "sqlite":
             partitions = None if self._ownership is None else sorted(self._ownership.owned())
-            text, values = _expired_sqlite(dialect, now, partitions)
+            text, values = _expired_sqlite(driver_sql.timestamp(connection, now), partitions)
             return [(str(table_id), int(version)) for table_id, version in sqlite_rows(session, text, values)]
         statement, parameters = self._owned(_EXPIRED, _EXPIRED_OWNED)
         rows = session.execute(statement, {"now": now, "expired_max": EXPIRED_TABLES_PER_POLL, **parameters})
@@ -169,26 +169,17 @@ _LIVE = sqlalchemy.select(table_status.c.table_id).where(table_status.c.ended.is
 _LIVE_OWNED = _of_owned_partitions(_LIVE)
 
 
-def _expired_sqlite(
-    dialect: sqlalchemy.Dialect, now: datetime.datetime, partitions: Sequence[int] | None
-) -> tuple[str, tuple[object, ...]]:
-    """`_EXPIRED` (`partitions` None) or `_EXPIRED_OWNED` as SQLite text and its values: the owned
-    partitions padded to a power of two by repeating one (a few texts, cached by the driver), the
-    time bound as the column's type binds it (SQLAlchemy's text of a naive UTC time)."""
-    bind_time = _deadline_binder(dialect)
-    values: tuple[object, ...] = (bind_time(now),)
+def _expired_sqlite(now: object, partitions: Sequence[int] | None) -> tuple[str, tuple[object, ...]]:
+    """`_EXPIRED` (`partitions` None) or `_EXPIRED_OWNED` as SQLite text and its values: the time
+    bound `now` as bound for the column (`driver_sql.timestamp`), the owned partitions padded to a
+    power of two by repeating one (a few texts, cached by the driver)."""
+    values: tuple[object, ...] = (now,)
     owned = ""
     if partitions is not None:
-        count = 1 << (len(partitions) - 1).bit_length() if partitions else 0
+        count = padded_size(len(partitions)) if partitions else 0
         owned = _OWNED_SQLITE.format(", ".join("?" * count))
         values += tuple(padded_by_repeating(partitions, count)) if partitions else ()
     return _EXPIRED_SQLITE.format(owned), (*values, EXPIRED_TABLES_PER_POLL)
-
-
-@functools.cache
-def _deadline_binder(dialect: sqlalchemy.Dialect) -> Callable[[datetime.datetime], object]:
-    processor = table_status.c.deadline_at.type.dialect_impl(dialect).bind_processor(dialect)
-    return processor if processor is not None else lambda value: value
 
 
 _EXPIRED_SQLITE = (
