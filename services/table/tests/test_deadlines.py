@@ -18,7 +18,9 @@ from sqlalchemy.orm import Session
 from .conftest import TableServer
 
 PLAYERS = ["east", "south", "west", "north"]
-NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+NOW = (utc_now() + datetime.timedelta(days=366)).replace(microsecond=0)
+"""The worker's clock, a year ahead of the wall clock: every deadline below is in the wall clock's
+future, so a query that read the wall clock instead of the worker's would find none (`assert found`)."""
 
 
 class _Owner:
@@ -63,4 +65,3 @@ def test_the_sqlite_query_finds_what_the_statement_finds(
     assert found  # every case finds some (partition-less tables are anyone's)
     assert len(found) <= 5
     assert all(tables.index(table_id) >= 5 and tables.index(table_id) not in (7, 9) for table_id, _ in found)
-    assert utc_now() < NOW
