@@ -397,13 +397,27 @@ def _parse_topic_prefix(value: str) -> str:
 
 
 def _parse_bounded_integer(environ: Mapping[str, str], variable: str, default: int, maximum: int) -> int:
-    text = _read(environ, variable, str(default))
+    assert variable in KNOWN_VARIABLES, f"{variable} must be listed in KNOWN_VARIABLES"
+    return integer_setting(environ, variable, default=default, minimum=1, maximum=maximum)
+
+
+def integer_setting(
+    environ: Mapping[str, str], variable: str, *, default: int, minimum: int, maximum: int
+) -> int:
+    """The integer from ``minimum`` to ``maximum`` that ``variable`` holds (``default`` when it is unset or
+    blank); anything else raises `ConfigurationError` naming the variable and the range. The one parser
+    of a bounded integer: the platform's variables and a service's own (the ledger's starting grant,
+    the table's loop batch) read theirs through it."""
+    assert minimum <= default <= maximum, (variable, default)
+    text = environ.get(variable, "").strip()
+    if not text:
+        return default
     try:
         value = int(text)
     except ValueError:
-        raise ConfigurationError(f"{variable} must be an integer from 1 to {maximum}, got {text!r}") from None
-    if not 1 <= value <= maximum:
-        raise ConfigurationError(f"{variable} must be an integer from 1 to {maximum}, got {text!r}")
+        value = minimum - 1
+    if not minimum <= value <= maximum:
+        raise ConfigurationError(f"{variable} must be an integer from {minimum} to {maximum}, got {text!r}")
     return value
 
 

@@ -17,6 +17,7 @@ from mahjong_platform.config import (
     database_url_variable,
     grpc_address_variable,
     grpc_target_variable,
+    integer_setting,
     load_settings,
 )
 
@@ -131,6 +132,23 @@ def test_an_empty_value_means_the_default() -> None:
 def test_an_invalid_value_is_an_error_naming_the_variable(variable: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=variable):
         load_settings({variable: value})
+
+
+def test_a_bounded_integer_is_its_default_when_unset_or_blank_and_its_bounds_are_inclusive() -> None:
+    def read(environ: dict[str, str]) -> int:
+        return integer_setting(environ, "MAHJONG_SOME_COUNT", default=3, minimum=0, maximum=8)
+
+    assert read({}) == 3
+    assert read({"MAHJONG_SOME_COUNT": "  "}) == 3
+    assert read({"MAHJONG_SOME_COUNT": "0"}) == 0
+    assert read({"MAHJONG_SOME_COUNT": " 8 "}) == 8
+
+
+@pytest.mark.parametrize("value", ["-1", "9", "three", "2.5", "0x3"])
+def test_a_bounded_integer_out_of_its_range_names_the_variable_and_the_range(value: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        integer_setting({"MAHJONG_SOME_COUNT": value}, "MAHJONG_SOME_COUNT", default=3, minimum=0, maximum=8)
+    assert str(raised.value) == f"MAHJONG_SOME_COUNT must be an integer from 0 to 8, got {value!r}"
 
 
 def test_known_variables_are_exactly_the_variables_read() -> None:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-from mahjong_platform.config import ConfigurationError
+from mahjong_platform.config import integer_setting
 
 from mahjong_ledger.domain import DEPOSIT_BEANS_MAX
 
@@ -31,15 +31,11 @@ class LedgerSettings:
 
 def load_ledger_settings(environ: Mapping[str, str] = os.environ) -> LedgerSettings:
     """Read the ledger's variables; raise `ConfigurationError` naming a variable that does not parse."""
-    text = environ.get(STARTING_GRANT_BEANS_VARIABLE, "").strip()
-    if not text:
-        return LedgerSettings()
-    try:
-        starting_grant_beans = int(text)
-    except ValueError:
-        starting_grant_beans = -1
-    if not 0 <= starting_grant_beans <= DEPOSIT_BEANS_MAX:
-        raise ConfigurationError(
-            f"{STARTING_GRANT_BEANS_VARIABLE} must be an integer from 0 to {DEPOSIT_BEANS_MAX}, got {text!r}"
-        )
+    starting_grant_beans = integer_setting(
+        environ,
+        STARTING_GRANT_BEANS_VARIABLE,
+        default=STARTING_GRANT_BEANS_DEFAULT,
+        minimum=0,
+        maximum=DEPOSIT_BEANS_MAX,
+    )
     return LedgerSettings(starting_grant_beans=starting_grant_beans)

@@ -49,7 +49,7 @@ from contextlib import AbstractContextManager
 
 import grpc
 from mahjong.v1 import envelope_pb2
-from mahjong_platform.config import ConfigurationError
+from mahjong_platform.config import ConfigurationError, integer_setting
 from mahjong_platform.errors import ErrorMapping, ServiceError, status_code_for
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
@@ -79,13 +79,9 @@ def writes_on_loop_setting(environ: Mapping[str, str] = os.environ) -> bool:
 def loop_batch_turns_setting(environ: Mapping[str, str] = os.environ) -> int:
     """MAHJONG_TABLE_LOOP_BATCH_TURNS: an integer from 1 to `LOOP_BATCH_TURNS_MAX` (2 by default);
     anything else stops the process at start naming the variable."""
-    text = environ.get("MAHJONG_TABLE_LOOP_BATCH_TURNS", "2")
-    if not (text.isdigit() and 1 <= int(text) <= LOOP_BATCH_TURNS_MAX):
-        raise ConfigurationError(
-            f"MAHJONG_TABLE_LOOP_BATCH_TURNS must be an integer from 1 to {LOOP_BATCH_TURNS_MAX},"
-            f" got {text!r}"
-        )
-    return int(text)
+    return integer_setting(
+        environ, "MAHJONG_TABLE_LOOP_BATCH_TURNS", default=2, minimum=1, maximum=LOOP_BATCH_TURNS_MAX
+    )
 
 
 WRITES_ON_LOOP = writes_on_loop_setting()
