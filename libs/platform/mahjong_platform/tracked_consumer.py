@@ -58,6 +58,7 @@ from typing import Any
 
 import sqlalchemy
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.structs import MemberState
 from mahjong.v1 import envelope_pb2
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
@@ -528,6 +529,7 @@ class TrackedConsumer:
         keeps polling re-reads the unfinished messages instead of skipping them.
         """
         assert 0 <= timeout_ms <= 60_000, timeout_ms
+        self._finish_a_dropped_join()
         lingering = self._lingering
         self._fetch_as(lingering=lingering)
         if lingering:
@@ -538,7 +540,6 @@ class TrackedConsumer:
             timeout_ms = min(timeout_ms, self._linger_ms)
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
         self._lingering = bool(batches) and self._linger_ms > 0
-        self._rejoin_a_dropped_rebalance()
         unseeked = self._take_unseeked()
         if unseeked:
             # Records of a partition fetched before its seek start where Kafka's reset put them,
@@ -670,24 +671,42 @@ class TrackedConsumer:
             extra={"group_id": self._group_id, "stored": len(stored), "from_beginning": len(never_read)},
         )
 
-    def _rejoin_a_dropped_rebalance(self) -> None:
-        """Work around a kafka-python 3.0 bug that left a consumer idle for good (seen in CI and on
-        a loaded machine: the "consumer that joins, gets its assignment and stops heartbeating").
+    def _finish_a_dropped_join(self) -> None:
+        """Work around two kafka-python 3.0.12 bugs that drop a rebalance, called before each poll.
 
-        The group leader starts a second rebalance at once when its first assignment saw no
-        partitions yet (its metadata snapshot differs from the assignment's). If that join's
-        SyncGroup answers after the poll's timeout, ``join_group_async`` returns early, leaving
-        heartbeats disabled, and is never entered again: `need_rejoin()` is already False (the
-        leader's new assignment snapshot matches), so the finished join's assignment is never
-        applied and its heartbeats never re-enabled. The broker evicts the member one session
-        timeout later while every poll returns nothing. A rebalance in progress that no poll will
-        finish is such a lost one: asking for a rejoin makes the next poll join again.
+        kafka-python runs a join (JoinGroup, then SyncGroup) as a task on its network thread; a
+        poll that times out first leaves the task running, heartbeats off, and the next poll's
+        ``join_group_async`` waits for it again. Its result is only applied there (the member set
+        stable, heartbeats back on, the assignment handed to the rebalance listener), and two
+        cases never get there:
+
+        1. The join finished between two polls: whenever the last member to join the rebalance
+           sends its JoinGroup while this consumer is not polling (applying a batch, or another
+           consumer polling on this thread), that completes ours. ``join_group_async`` takes the
+           finished task for a stale one and sends a new JoinGroup, dropping the answer. A
+           follower is answered its generation again, but a leader's JoinGroup starts another
+           rebalance, which the others finish when they join again, between its polls once more:
+           the leader can loop like this for good, never told its share (in CI, for 120 s, the
+           first member of test_consumer_assignment_hook; on a loaded 2-core box 3 runs of that
+           test in 150 looped through 41 to 69 rebalances before they got out). So a join that
+           finished is applied here, as ``join_group_async`` would have (Java's client does so).
+        2. The group leader starts a second rebalance at once when its first assignment saw no
+           partitions yet (its metadata snapshot differs from the assignment's). When that join
+           outlives the poll, the leader's new assignment snapshot makes `need_rejoin()` False,
+           so no poll enters ``join_group_async`` again: the broker evicts the member one session
+           timeout later while every poll returns nothing (the "consumer that joins, gets its
+           assignment and stops heartbeating"). Asking for a rejoin makes the poll wait for it.
         """
         coordinator = getattr(self._consumer, "_coordinator", None)
-        if coordinator is None or not coordinator.rebalance_in_progress() or coordinator.need_rejoin():
+        if coordinator is None or not coordinator.rebalance_in_progress():
             return
-        logger.info("rejoining: kafka-python would drop the rebalance that finished after a poll's timeout")
-        coordinator.request_rejoin()
+        join = coordinator._join_task
+        if join is not None and join.succeeded():
+            logger.info("applying a group join that finished between polls (kafka-python would drop it)")
+            coordinator._net.run(_apply_finished_join, coordinator, join)
+        elif not coordinator.need_rejoin():
+            logger.info("rejoining: kafka-python would drop the rebalance in progress")
+            coordinator.request_rejoin()
 
     def _note_unseeked(self, partitions: Iterable[TopicPartition]) -> None:
         """Called on kafka-python's network thread: no I/O here (see _SeekToStoredPositions)."""
@@ -771,6 +790,24 @@ def _upsert_positions(count: int) -> Sql:
         "INSERT INTO consumer_positions (consumer_group, topic, partition, next_offset, updated_at) "
         f"VALUES {values} ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET "
         "next_offset = excluded.next_offset, updated_at = excluded.updated_at"
+    )
+
+
+async def _apply_finished_join(coordinator: Any, join: Any) -> None:
+    """What kafka-python 3.0.12's ``BaseCoordinator.join_group_async`` does once its join task has
+    succeeded, for a task it would drop (`TrackedConsumer._finish_a_dropped_join`); run on the
+    client's network thread, as that method is."""
+    if coordinator._join_task is not join or not coordinator.rebalance_in_progress():
+        return  # taken or reset meanwhile: the next poll joins as kafka-python decides
+    coordinator._join_task = None
+    with coordinator._lock:
+        coordinator.rejoining = False
+        coordinator.rejoin_needed = False
+        coordinator.state = MemberState.STABLE
+        coordinator._enable_heartbeat()
+    generation = coordinator._generation
+    await coordinator._on_join_complete_async(
+        generation.generation_id, generation.member_id, generation.protocol, join.value
     )
 
 
