@@ -208,8 +208,9 @@ def test_bots_spread_over_processes_with_think_time_report_their_figures(
     """`mjctl bots --processes 2 --think-ms N --json` (what `make bench-system` runs): one game
     played by bots in two processes, its Act and WatchView delivery latencies and its settlement
     lag measured, the client's CPU reported. The lag is read from the ledger topic after the run
-    when the bots reach Kafka (as `make bench-system`'s do), else by polling the ledger (bots that
-    reach only the services' gRPC ports, as here without the broker's address)."""
+    when the bots reach Kafka (as `make bench-system`'s do), with its hops from the seats and
+    settlement topics, else by polling the ledger (bots that reach only the services' gRPC ports,
+    as here without the broker's address)."""
     output = tmp_path / "bots.json"
     environment = {
         **os.environ,
@@ -229,6 +230,12 @@ def test_bots_spread_over_processes_with_think_time_report_their_figures(
     assert figures["games"] == 1 and figures["processes"] == 2 and figures["unsettled"] == 0
     assert figures["lag_source"] == lag_source
     assert figures["act_calls"] > 0 and figures["delivery_p99_ms"] > 0 and figures["lag_p99_ms"] > 0
+    if lag_source == "ledger topic":  # the lag by hop, read from the seats and settlement topics too
+        hops = figures["lag_hops"]
+        assert list(hops) == ["table", "scoring", "ledger", "slowest"]
+        assert sum(hops["slowest"].values()) == pytest.approx(figures["lag_max_ms"], abs=1)
+    else:
+        assert figures["lag_hops"] == {}
     assert figures["client_cpu_seconds"] > 0
     kinds = figures["act_by_kind"]  # every answered command counted once, under its kind
     assert kinds["all"]["count"] == figures["act_calls"]

@@ -12,7 +12,8 @@ p50/p99, WatchView delivery p99 (event occurred, stamped just before its commit 
 the bots hold the updates that give them nothing to decide up to 250 ms,
 `bots.PLAY_HOLD_IDLE_UPDATES_MS`, ``--hold-idle-updates-ms``) and that of decisions apart (the last
 event of each update that asks the bot), settlement lag p50/p90/p99/max (GameEnded -> last TransferPosted,
-read from the ledger topic after the run: `mjctl.lag`), the Enqueues refused per game because
+read from the ledger topic after the run: `mjctl.lag`) and by hop (the table's commit and relay,
+scoring, the ledger: p50/p99 of each, and the slowest game's three), the Enqueues refused per game because
 matchmaking had not freed a seat yet, CPU seconds per game of each server process, of the Kafka
 broker and of the bots apart (while they played), and their sum, and the same run's pure engine rate
 (`mahjong_table.bench`) with the ratio full system / pure engine; under it, the Act latency per
@@ -293,6 +294,23 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
             + " ms",
         ),
     ]
+    if figures.get("lag_hops"):
+        # Each hop's figures in order (`mjctl.lag.HOPS`), then the slowest game's hops.
+        hops = {name: hop for name, hop in figures["lag_hops"].items() if name != "slowest"}
+        slowest = figures["lag_hops"]["slowest"]
+        rows.append(
+            (
+                "settlement lag by hop, p50 / p99: table; scoring; ledger",
+                "; ".join(f"{hop['p50_ms']:.0f} / {hop['p99_ms']:.0f}" for hop in hops.values()) + " ms",
+            )
+        )
+        rows.append(
+            (
+                "settlement lag of the slowest game by hop: table + scoring + ledger",
+                " + ".join(f"{value:.0f}" for value in slowest.values())
+                + f" = {sum(slowest.values()):.0f} ms",
+            )
+        )
     rows.append(("Enqueue refused / game (seat not freed yet)", f"{figures['enqueue_refused'] / games:.2f}"))
     if "play_opens" in figures:
         commands = max(1, figures["act_calls"])

@@ -8,6 +8,12 @@ it publishes the transfer, right after the ledger committed it (the event's own 
 the settlement instruction's, kept for deterministic rebuilds, so it cannot say when the ledger
 posted it).
 
+`TopicLagProbe` also splits each game's lag into its three hops (`lag_hops`), from record times
+the same way: the table (`GameEnded` occurred → its record on the seats topic, which the table's
+relay publishes in the same round as the table topic's copy), scoring (→ the game's last
+`SettlementInstructed` record: delivery, its consumer's linger, its batch and its relay) and the
+ledger (→ the game's last `TransferPosted` record). A game's three hops add up to its lag.
+
 Nothing is asked while the games are played: `TopicLagProbe` notes each game's end, and reads the
 ledger topic once, after the run (`lags_seconds`), from the run's start until every noted game is
 settled or `LAG_MAX_SECONDS` have passed. Where the bots cannot reach Kafka (only the services'
@@ -22,7 +28,7 @@ import datetime
 import statistics
 import threading
 import time
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +88,67 @@ def settlement_lags(
     return sorted(lags), len(ended) - len(lags), last
 
 
+def add_settlement_records(
+    records: Iterable[Any], wanted: Container[str], instructed: dict[str, GameTransfers]
+) -> None:
+    """Note the `SettlementInstructed` of the `wanted` tables among Kafka `records` of the
+    settlement topic (only their latest time is used: `lag_hops`)."""
+    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
+
+    for record in records:
+        try:
+            envelope = parse_envelope(record.value or b"")
+        except EnvelopeDecodeError:
+            continue
+        if envelope.WhichOneof("payload") != "settlement_instructed":
+            continue
+        instruction = envelope.settlement_instructed
+        if instruction.table_id in wanted:
+            game = instructed.setdefault(instruction.table_id, GameTransfers())
+            game.add(envelope.event_id, instruction.reason, record.timestamp)
+
+
+def add_seat_records(records: Iterable[Any], wanted: Container[str], published_ms: dict[str, int]) -> None:
+    """Note when the `GameEnded` of the `wanted` tables was published, from Kafka `records` of the
+    seats topic (a re-sent one keeps the first publication's time)."""
+    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
+
+    for record in records:
+        try:
+            envelope = parse_envelope(record.value or b"")
+        except EnvelopeDecodeError:
+            continue
+        if envelope.WhichOneof("payload") == "game_ended" and envelope.stream_id in wanted:
+            first = published_ms.get(envelope.stream_id, record.timestamp)
+            published_ms[envelope.stream_id] = min(first, record.timestamp)
+
+
+HOPS = ("table", "scoring", "ledger")
+"""The hops of `lag_hops`, in order."""
+
+
+def lag_hops(
+    ended: dict[str, datetime.datetime],
+    ended_published_ms: dict[str, int],
+    instructed: dict[str, GameTransfers],
+    transfers: dict[str, GameTransfers],
+) -> dict[str, list[float]]:
+    """Each hop's seconds over the settled games whose `GameEnded` and instructions were read, each
+    list in the games' order (so the i-th of every hop is the same game's: they add up to its lag)."""
+    hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
+    for table_id, ended_at in ended.items():
+        game = transfers.get(table_id)
+        published_ms = ended_published_ms.get(table_id)
+        instructions = instructed.get(table_id)
+        if game is None or not game.settled or published_ms is None or instructions is None:
+            continue
+        instructed_ms = instructions.last_posted_ms
+        hops["table"].append(published_ms / 1000 - ended_at.timestamp())
+        hops["scoring"].append((instructed_ms - published_ms) / 1000)
+        hops["ledger"].append((game.last_posted_ms - instructed_ms) / 1000)
+    return hops
+
+
 def add_ledger_records(
     records: Iterable[Any], wanted: Container[str], transfers: dict[str, GameTransfers]
 ) -> None:
@@ -101,6 +168,23 @@ def add_ledger_records(
         transfer = envelope.transfer_posted
         game = transfers.setdefault(table_id, GameTransfers())
         game.add(envelope.event_id, transfer.reason, record.timestamp)
+
+
+def hops_summary(hops: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """`lag_hops` as figures: each hop's p50 and p99 (ms), and the hops of the slowest game."""
+    if not hops or not hops[HOPS[0]]:
+        return {}
+    count = len(hops[HOPS[0]])
+    summary: dict[str, dict[str, float]] = {}
+    for hop in HOPS:
+        ordered = sorted(hops[hop])
+        summary[hop] = {
+            "p50_ms": statistics.median(ordered) * 1000,
+            "p99_ms": ordered[min(count - 1, int(count * 0.99))] * 1000,
+        }
+    slowest = max(range(count), key=lambda index: sum(hops[hop][index] for hop in HOPS))
+    summary["slowest"] = {hop: hops[hop][slowest] * 1000 for hop in HOPS}
+    return summary
 
 
 def lag_summary_line(measured: list[float], unsettled: int) -> str:
@@ -123,12 +207,21 @@ class TopicLagProbe:
 
     source = "ledger topic"
 
-    def __init__(self, bootstrap_servers: Sequence[str], ledger_topic: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str],
+        ledger_topic: str,
+        settlement_topic: str | None = None,
+        seats_topic: str | None = None,
+    ) -> None:
         self._bootstrap_servers = list(bootstrap_servers)
         self._topic = ledger_topic
+        self._settlement_topic = settlement_topic
+        self._seats_topic = seats_topic
         self._since = time.time() - CLOCK_MARGIN_SECONDS
         self._ended: dict[str, datetime.datetime] = {}
         self._result: tuple[list[float], int, float] | None = None
+        self._hops: dict[str, list[float]] = {}
 
     def game_ended(self, table_id: str, ended_at: datetime.datetime) -> None:
         """Measure `table_id`, whose `GameEnded` event occurred at `ended_at` (aware)."""
@@ -136,23 +229,14 @@ class TopicLagProbe:
         self._result = None
 
     def _read(self) -> tuple[list[float], int, float]:
-        from kafka import KafkaConsumer, TopicPartition
-        from mahjong_platform.topic_reading import topic_partitions
+        from kafka import KafkaConsumer
 
         transfers: dict[str, GameTransfers] = {}
         consumer = KafkaConsumer(
             bootstrap_servers=self._bootstrap_servers, group_id=None, enable_auto_commit=False
         )
         try:
-            numbers = sorted(topic_partitions(consumer, self._topic))
-            partitions = [TopicPartition(self._topic, number) for number in numbers]
-            consumer.assign(partitions)
-            since_ms = int(self._since * 1000)
-            starts = consumer.offsets_for_times({partition: since_ms for partition in partitions})
-            ends = consumer.end_offsets(partitions)
-            for partition in partitions:
-                start = starts.get(partition)
-                consumer.seek(partition, ends[partition] if start is None else start.offset)
+            self._seek_since(consumer, self._topic)
             deadline = time.monotonic() + LAG_MAX_SECONDS
             while time.monotonic() < deadline:
                 batches = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
@@ -160,9 +244,42 @@ class TopicLagProbe:
                     add_ledger_records(records, self._ended, transfers)
                 if all(table_id in transfers and transfers[table_id].settled for table_id in self._ended):
                     break
+            if self._settlement_topic is not None and self._seats_topic is not None:
+                # Every settled game's instructions and end were published before its transfers.
+                instructed: dict[str, GameTransfers] = {}
+                published_ms: dict[str, int] = {}
+                for records in self._read_to_end(consumer, self._settlement_topic):
+                    add_settlement_records(records, self._ended, instructed)
+                for records in self._read_to_end(consumer, self._seats_topic):
+                    add_seat_records(records, self._ended, published_ms)
+                self._hops = lag_hops(self._ended, published_ms, instructed, transfers)
         finally:
             consumer.close(autocommit=False)
         return settlement_lags(self._ended, transfers)
+
+    def _seek_since(self, consumer: Any, topic: str) -> dict[Any, int]:
+        """Assign `consumer` the topic's partitions from the probe's start; return their end offsets."""
+        from kafka import TopicPartition
+        from mahjong_platform.topic_reading import topic_partitions
+
+        partitions = [TopicPartition(topic, number) for number in sorted(topic_partitions(consumer, topic))]
+        consumer.assign(partitions)
+        since_ms = int(self._since * 1000)
+        starts = consumer.offsets_for_times({partition: since_ms for partition in partitions})
+        ends: dict[Any, int] = consumer.end_offsets(partitions)
+        for partition in partitions:
+            start = starts.get(partition)
+            consumer.seek(partition, ends[partition] if start is None else start.offset)
+        return ends
+
+    def _read_to_end(self, consumer: Any, topic: str) -> Iterator[list[Any]]:
+        """The topic's records from the probe's start to its end now, a partition's batch at a time."""
+        ends = self._seek_since(consumer, topic)
+        deadline = time.monotonic() + LAG_MAX_SECONDS
+        while time.monotonic() < deadline and any(
+            consumer.position(partition) < end for partition, end in ends.items()
+        ):
+            yield from consumer.poll(timeout_ms=POLL_TIMEOUT_MS).values()
 
     def lags_seconds(self) -> tuple[list[float], int]:
         """Every measured lag (sorted) and how many games were not settled within LAG_MAX_SECONDS
@@ -171,6 +288,12 @@ class TopicLagProbe:
             self._result = self._read() if self._ended else ([], 0, 0.0)
         lags, unsettled, _last = self._result
         return lags, unsettled
+
+    def hops(self) -> dict[str, dict[str, float]]:
+        """Each hop's p50 and p99 and the slowest game's hops (`hops_summary`); {} when the
+        probe was given no settlement and seats topics."""
+        self.lags_seconds()
+        return hops_summary(self._hops)
 
     def last_settled_at(self) -> float:
         """When (epoch seconds, the ledger's clock) the last settled game's last transfer was
@@ -218,6 +341,10 @@ class PollingLagProbe:
         with self._lock:
             return self._last_settled
 
+    def hops(self) -> dict[str, dict[str, float]]:
+        """Polls see only the ledger: no hops."""
+        return {}
+
     def lags_seconds(self) -> tuple[list[float], int]:
         """Every measured lag (sorted) and how many games were not settled within LAG_MAX_SECONDS."""
         with self._lock:
@@ -241,7 +368,8 @@ def settlement_lag_probe(
     from kafka.errors import KafkaError
     from mahjong_platform.topics import Topics
 
-    topic = Topics.with_prefix(settings.topic_prefix).ledger
+    topics = Topics.with_prefix(settings.topic_prefix)
+    topic = topics.ledger
     servers = list(settings.kafka_bootstrap_servers)
     readable = False
     try:
@@ -263,7 +391,7 @@ def settlement_lag_probe(
         finally:
             consumer.close(autocommit=False)
     if readable:
-        return TopicLagProbe(servers, topic)
+        return TopicLagProbe(servers, topic, topics.settlement, topics.seats)
     if finance_channel is None:
         return PollingLagProbe(_finance_channel(settings))
     return PollingLagProbe(finance_channel())

@@ -303,6 +303,7 @@ def run_load(arguments: argparse.Namespace) -> int:
             seconds_settled=settled_seconds,
             games_settled_per_second=len(lags) / settled_seconds,
             lag_source=probe.source,
+            lag_hops=probe.hops(),
         )
     if arguments.json:
         with open(arguments.json, "w", encoding="utf-8") as output:
