@@ -12,6 +12,9 @@ Fixtures:
 - `postgres_database_url` (function): a fresh, empty database for this test; its SQLAlchemy URL.
 - `postgres_database_factory` (function): call it for more fresh databases (e.g. one per service).
 - `unique_prefix` (function): a prefix for topic names and group ids no other test shares.
+
+When a test that used `unique_prefix` fails, the terminal summary prints the broker's log lines that
+name its prefix (its topics' partitions, its groups' rebalances): CI keeps the output, not the log.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class _UsedServers:
     kafka: str | None = None
     postgres: str | None = None
     start_seconds: dict[str, float] = field(default_factory=dict)
+    broker_log: pathlib.Path | None = None
+    prefixes: dict[str, str] = field(default_factory=dict)
+    """Each test's `unique_prefix` by node id: the broker's lines about a failed test's groups."""
 
 
 _USED_SERVERS_KEY = pytest.StashKey[_UsedServers]()
@@ -81,7 +87,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """The real servers this session ran against, printed at the end where CI logs show them."""
+    """The real servers this session ran against, printed at the end where CI logs show them, then
+    for each failed test that used `unique_prefix` the broker's lines naming its topics and groups."""
     used = _used_servers(config)
     if used.kafka is None and used.postgres is None:
         return
@@ -89,6 +96,34 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     for line in (used.kafka, used.postgres):
         if line is not None:
             terminalreporter.write_line(line)
+    if used.broker_log is None or not used.broker_log.exists():
+        return
+    for report in terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", []):
+        prefix = used.prefixes.get(getattr(report, "nodeid", ""))
+        if prefix is None:
+            continue
+        terminalreporter.section(f"broker log of {report.nodeid}")
+        for line in broker_lines_mentioning(used.broker_log, prefix):
+            terminalreporter.write_line(line)
+
+
+BROKER_LINES_PER_FAILED_TEST = 200
+"""At most this many of the broker's lines naming a failed test's topics and groups are printed
+(the last ones): a CI machine is gone after its run, and with it the broker's log."""
+
+
+def broker_lines_mentioning(
+    log_path: pathlib.Path, text: str, limit: int = BROKER_LINES_PER_FAILED_TEST
+) -> list[str]:
+    """The last ``limit`` lines of the broker log at ``log_path`` that contain ``text`` (a test's
+    `unique_prefix`, which its topics and consumer group ids start with), then a line saying how
+    many earlier ones were left out, if any."""
+    matching: list[str] = []
+    with log_path.open(encoding="utf-8", errors="replace") as log:
+        matching = [line.rstrip("\n") for line in log if text in line]
+    if len(matching) <= limit:
+        return matching
+    return [f"({len(matching) - limit} earlier lines left out)", *matching[-limit:]]
 
 
 # --- Kafka --------------------------------------------------------------------------------------
@@ -119,6 +154,7 @@ def kafka_broker(
         f"kafka: {broker.version} (real broker at {broker.bootstrap_servers}, started in {elapsed:.1f} s; "
         f"log {broker.server_log_path})"
     )
+    _used_servers(request.config).broker_log = pathlib.Path(broker.server_log_path)
     try:
         yield broker
     finally:
@@ -140,7 +176,9 @@ def unique_prefix(request: pytest.FixtureRequest) -> str:
     other's messages. Kafka topic names allow [a-zA-Z0-9._-], up to 249 characters.
     """
     name = re.sub(r"[^a-zA-Z0-9_-]+", "_", request.node.name).strip("_")[:MAX_PREFIX_NAME_LENGTH]
-    return f"t.{name}.{uuid.uuid4().hex[:8]}."
+    prefix = f"t.{name}.{uuid.uuid4().hex[:8]}."
+    _used_servers(request.config).prefixes[request.node.nodeid] = prefix
+    return prefix
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
