@@ -93,6 +93,16 @@ FETCH_MAX_WAIT_MS = 500
 """How long the broker holds a fetch that finds nothing new (it answers at once when something
 is there): only what an idle consumer's fetch loop costs. 100 ms made each idle consumer send ten
 fetches a second."""
+LINGER_POLL_GRACE_PERCENT = 50
+"""A lingering poll waits for its fetch's answer ``linger_ms`` and this much more (per cent of
+``linger_ms``): the broker answers after ``linger_ms``, and the answer reaches the poll a little
+later. A poll that gave up at ``linger_ms`` itself (as this did) ended just before nearly every
+answer, so the next poll began as it landed; when it landed between that poll's read of the
+buffered records and its next fetch, kafka-python 3.0 (`Fetcher.fetch_records`) dropped its
+finished request from the ones the poll waits on, and the poll waited, its records buffered, for
+a fetch of the other partitions: up to `FETCH_MAX_WAIT_MS`. That was scoring's 504 ms polls, about
+one a run, and the settlement lag's tails over 0.5 s (a run's p99 648 ms, its slowest game's
+scoring hop 631 ms)."""
 FETCH_MIN_BYTES_LINGERING = 65_536
 """A lingering fetch (``linger_ms``) is answered before its wait is over once this much is there:
 about 300 table events (a poll takes them all: `MAX_POLL_RECORDS_DEFAULT`), so a consumer that is
@@ -533,11 +543,11 @@ class TrackedConsumer:
         lingering = self._lingering
         self._fetch_as(lingering=lingering)
         if lingering:
-            # No longer than the fetch's wait: kafka-python's poll sends another fetch (held as
-            # long) when one comes back empty before the poll's timeout, and an empty answer
-            # means the burst is over: the next poll fetches as an idle consumer. A late answer
-            # is not lost, the next poll takes it.
-            timeout_ms = min(timeout_ms, self._linger_ms)
+            # Not much longer than the fetch's wait (`LINGER_POLL_GRACE_PERCENT`): kafka-python's
+            # poll sends another fetch (held as long) when one comes back empty before the poll's
+            # timeout, and an empty answer means the burst is over: the next poll fetches as an
+            # idle consumer. A late answer is not lost, the next poll takes it.
+            timeout_ms = min(timeout_ms, self._linger_ms * (100 + LINGER_POLL_GRACE_PERCENT) // 100)
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=self._max_poll_records)
         self._lingering = bool(batches) and self._linger_ms > 0
         unseeked = self._take_unseeked()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -18,6 +19,7 @@ from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES_LINGERING,
+    LINGER_POLL_GRACE_PERCENT,
     MAX_POLL_RECORDS_DEFAULT,
     MessagePosition,
     TrackedConsumer,
@@ -361,6 +363,32 @@ def test_after_a_poll_that_brought_events_a_lingering_consumer_fetches_waiting_a
         plain.poll_once(timeout_ms=200)
         assert not plain._lingering
         assert _fetch_wait(plain) == idle
+
+
+def test_a_lingering_poll_waits_for_its_fetch_a_little_longer_than_the_broker_holds_it(
+    migrated_engine: Engine,
+    new_tracked_consumer: ConsumerFactory,
+    produce: Callable[[str, bytes], None],
+    poll_consumer_until: Callable[..., None],
+) -> None:
+    """`LINGER_POLL_GRACE_PERCENT`: a lingering poll that gave up at ``linger_ms`` ended just before
+    its fetch's answer came, and the next poll could lose track of it (kafka-python 3.0) and wait
+    up to `FETCH_MAX_WAIT_MS` with the records buffered. An idle poll keeps its timeout."""
+    consumer = new_tracked_consumer(migrated_engine, group_id="lingers-longer", linger_ms=40)
+    timeouts: list[int] = []
+    poll = consumer._consumer.poll
+
+    def recording_poll(*, timeout_ms: int, max_records: int) -> Any:
+        timeouts.append(timeout_ms)
+        return poll(timeout_ms=timeout_ms, max_records=max_records)
+
+    consumer._consumer.poll = recording_poll
+    consumer.poll_once(timeout_ms=300)
+    assert timeouts == [300] and not consumer._lingering
+    produce_events(produce, discard_events("table-a", 3))
+    poll_consumer_until(consumer, lambda: consumer._lingering)  # a poll brought records
+    consumer.poll_once(timeout_ms=300)
+    assert timeouts[-1] == 40 * (100 + LINGER_POLL_GRACE_PERCENT) // 100 == 60
 
 
 def test_a_poll_hands_a_whole_fetch_of_a_few_hundred_events_to_one_batch(
