@@ -33,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from mahjong.v1 import ledger_service_pb2_grpc
+from mahjong.v1 import envelope_pb2, ledger_service_pb2_grpc
 from mahjong_rules.seats import SEAT_COUNT
 
 from mjctl.summary import wait_for_settlement
@@ -88,17 +88,25 @@ def settlement_lags(
     return sorted(lags), len(ended) - len(lags), last
 
 
+def _envelope_of(record: Any) -> envelope_pb2.Envelope | None:
+    """The envelope a Kafka record of ours carries, or None for one that does not decode (another
+    writer's record on a shared topic): the three record readers below skip those."""
+    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
+
+    try:
+        return parse_envelope(record.value or b"")
+    except EnvelopeDecodeError:
+        return None
+
+
 def add_settlement_records(
     records: Iterable[Any], wanted: Container[str], instructed: dict[str, GameTransfers]
 ) -> None:
     """Note the `SettlementInstructed` of the `wanted` tables among Kafka `records` of the
     settlement topic (only their latest time is used: `lag_hops`)."""
-    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
-
     for record in records:
-        try:
-            envelope = parse_envelope(record.value or b"")
-        except EnvelopeDecodeError:
+        envelope = _envelope_of(record)
+        if envelope is None:
             continue
         if envelope.WhichOneof("payload") != "settlement_instructed":
             continue
@@ -111,12 +119,9 @@ def add_settlement_records(
 def add_seat_records(records: Iterable[Any], wanted: Container[str], published_ms: dict[str, int]) -> None:
     """Note when the `GameEnded` of the `wanted` tables was published, from Kafka `records` of the
     seats topic (a re-sent one keeps the first publication's time)."""
-    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
-
     for record in records:
-        try:
-            envelope = parse_envelope(record.value or b"")
-        except EnvelopeDecodeError:
+        envelope = _envelope_of(record)
+        if envelope is None:
             continue
         if envelope.WhichOneof("payload") == "game_ended" and envelope.stream_id in wanted:
             first = published_ms.get(envelope.stream_id, record.timestamp)
@@ -153,15 +158,12 @@ def add_ledger_records(
     records: Iterable[Any], wanted: Container[str], transfers: dict[str, GameTransfers]
 ) -> None:
     """Note the `TransferPosted` of the `wanted` tables among Kafka `records` of the ledger topic."""
-    from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
-
     for record in records:
         table_id = (record.key or b"").decode(errors="replace")
         if table_id not in wanted:
             continue  # an account's stream (a deposit, a grant) or another run's game
-        try:
-            envelope = parse_envelope(record.value or b"")
-        except EnvelopeDecodeError:
+        envelope = _envelope_of(record)
+        if envelope is None:
             continue
         if envelope.WhichOneof("payload") != "transfer_posted":
             continue
