@@ -126,6 +126,7 @@ class EventStore:
         *,
         savepoint: bool = True,
         sqlite_condition: SqlCondition | None = None,
+        versions_checked: bool = False,
     ) -> None:
         """`append` for many streams at once: (stream id, expected version, events) each.
 
@@ -145,12 +146,20 @@ class EventStore:
         same statement as the versions, so in the same transaction with no statement of its own
         (each statement is a GIL release and re-acquire in the driver); when it is false nothing is
         written and `ConditionUnmetError` is raised (before any version conflict is named).
+
+        `versions_checked` (SQLite only): the caller found every stream at its expected version in
+        this same write transaction (`versions_differing_sqlite`, in a statement it had to run
+        anyway), so nothing is asked here; the unique (stream id, sequence) key stays the last guard.
         """
         if appends:
             _check_appends(appends)
             sqlite = session.get_bind().dialect.name == "sqlite"
             assert sqlite or sqlite_condition is None, "a further condition is for SQLite only"
-            if sqlite and _at_expected_versions_sqlite(session, appends, sqlite_condition):
+            assert sqlite or not versions_checked, "a version check of the caller's is for SQLite only"
+            if versions_checked:
+                assert sqlite_condition is None, "the caller checks its own conditions with the versions"
+                versions = {stream_id: expected for stream_id, expected, _ in appends}
+            elif sqlite and _at_expected_versions_sqlite(session, appends, sqlite_condition):
                 versions = {stream_id: expected for stream_id, expected, _ in appends}
             else:  # PostgreSQL (one round trip however many rows), or a conflict to name
                 versions = self.stream_versions(session, [stream for stream, _, _ in appends])
@@ -348,11 +357,11 @@ def _at_expected_versions_sqlite(
         padded = padded_by_repeating(chunk, size)
         values = tuple(value for stream_id, expected, _ in padded for value in (stream_id, expected))
         if condition is None:
-            ((differing,),) = sqlite_rows(session, _versions_differing_text(size), values)
+            ((differing,),) = sqlite_rows(session, f"SELECT {_versions_differing_text(size)}", values)
         else:
             text, parameters = condition
             ((differing, met),) = sqlite_rows(
-                session, f"{_versions_differing_text(size)}, {text}", values + tuple(parameters)
+                session, f"SELECT {_versions_differing_text(size)}, {text}", values + tuple(parameters)
             )
             if not met:
                 raise ConditionUnmetError
@@ -362,13 +371,25 @@ def _at_expected_versions_sqlite(
     return True
 
 
+def versions_differing_sqlite(streams: Sequence[tuple[str, int]], size: int) -> SqlCondition:
+    """SQLite: an integer expression, how many of `streams` ((stream id, expected version) each,
+    repeated from the first up to `size`, a power of two: few statement texts) differ from their
+    stream's version (0 for a stream with no events); zero when every stream is where its writer
+    expects it. For a caller that asks it in a statement of its own (the table engine's group
+    commit asks it with the batch's stored answers) and then appends with `versions_checked`."""
+    values = tuple(
+        value for stream_id, expected in padded_by_repeating(streams, size) for value in (stream_id, expected)
+    )
+    return _versions_differing_text(size), values
+
+
 @functools.cache
 def _versions_differing_text(count: int) -> str:
-    """How many (stream id, expected version) pairs differ from their stream's version, as the
-    first column of a single-row SELECT (a caller may add columns after it)."""
+    """How many (stream id, expected version) pairs differ from their stream's version, as a
+    scalar subquery (a caller's SELECT may add columns after it)."""
     expected = ", ".join(["(?, ?)"] * count)
     return (
-        f"SELECT (SELECT count(*) FROM (VALUES {expected}) AS expected WHERE coalesce((SELECT max(sequence) "
+        f"(SELECT count(*) FROM (VALUES {expected}) AS expected WHERE coalesce((SELECT max(sequence) "
         "FROM stored_events WHERE stored_events.stream_id = expected.column1), 0) != expected.column2)"
     )
 

@@ -5,7 +5,9 @@ One writer thread takes every command queued since its last commit (at most COMM
 and, inside one transaction:
 
 1. reads the stored first answers of the batch's idempotency keys in one query (a retried key is
-   answered from there, or from an earlier command of the same batch, and decides nothing);
+   answered from there, or from an earlier command of the same batch, and decides nothing); on
+   SQLite the same query checks what the append would check first: each table of the batch at
+   the version it is decided on, and the ownership fence (`TableEngine.first_answers_checked`);
 2. decides each command in arrival order on its table's state: the cached state (authoritative
    for the tables this process owns) or, for a later command of the same table in the batch, the
    state after the earlier one; a refused command is answered with its rejection and writes
@@ -56,7 +58,7 @@ from sqlalchemy.orm import Session
 
 from mahjong_table import stages
 from mahjong_table.core.commands import TableCommand
-from mahjong_table.tables import AnswerKey, StoredAnswer, TableEngine, first_answers, remember_answers
+from mahjong_table.tables import AnswerKey, StoredAnswer, TableEngine, remember_answers
 from mahjong_table.variants import AnyTableState as TableState
 from mahjong_table.variants import execute
 
@@ -389,8 +391,19 @@ class GroupCommitter:
         timelines = [command.stamps for command in batch] if stages.ENABLED else []
         with self._session_scope() as session:
             stages.stamp_all(timelines, stages.BEGUN)
+            for command in batch:  # the tables decided on, known before the first statement
+                if command.table_id not in tables:
+                    try:
+                        state = self._engine.load_state(session, command.table_id, for_reading=True)
+                    except Exception:
+                        continue  # `_decide` loads it again and refuses the command
+                    tables[command.table_id] = _TableBatch(base=state, state=state)
             keys = [(c.table_id, *c.idempotency[:2]) for c in batch if c.idempotency is not None]
-            stored_answers = first_answers(session, keys)
+            # The stored answers and, in the same statement, the versions and the fence the append
+            # would check: each statement is a GIL release and re-acquire in the driver.
+            stored_answers, checked = self._engine.first_answers_checked(
+                session, keys, [table.base for table in tables.values()]
+            )
             for command in batch:
                 outcome = self._decide(session, command, tables, stored_answers, new_answers)
                 outcomes.append(outcome)
@@ -398,7 +411,9 @@ class GroupCommitter:
             written = [table for table in tables.values() if table.envelopes]
             if written:
                 deadlines = self._engine.write_batch(
-                    session, [(table.base, table.envelopes, table.state) for table in written]
+                    session,
+                    [(table.base, table.envelopes, table.state) for table in written],
+                    checked=checked,
                 )
                 for table, deadline in zip(written, deadlines, strict=True):
                     table.deadline = deadline

@@ -14,7 +14,7 @@ import datetime
 import functools
 import threading
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 
 import sqlalchemy
@@ -23,6 +23,7 @@ from mahjong_platform.database import (
     insert_rows,
     padded_by_repeating,
     padded_chunks,
+    padded_size,
     sqlite_rows,
     upsert_rows,
 )
@@ -33,6 +34,7 @@ from mahjong_platform.event_store import (
     EventStore,
     SqlCondition,
     WrongExpectedVersionError,
+    versions_differing_sqlite,
 )
 from mahjong_platform.idempotency import replay_answer
 from sqlalchemy.orm import Session
@@ -484,15 +486,19 @@ class TableEngine:
         self,
         session: Session,
         appends: Sequence[tuple[TableState, Sequence[envelope_pb2.Envelope], TableState]],
+        *,
+        checked: Collection[tuple[str, int]] = frozenset(),
     ) -> list[datetime.datetime | None]:
         """`write_appended` for several tables at once (group commit): (the state the envelopes
         were decided on, the envelopes, the state after them) each, a table at most once. One
         version query and one insert for all the events (`EventStore.append_batch`: a table that
         moved raises `WrongExpectedVersionError`), one status upsert. Without a savepoint: after
         any error the caller rolls the whole transaction back (the group commit does). On SQLite
-        the fence is checked in the statement that checks the versions (`fence_condition`)."""
+        the fence is checked in the statement that checks the versions (`fence_condition`), and
+        nothing is asked when every (table id, version) appended from is in `checked`
+        (`first_answers_checked` asked it in this transaction)."""
         self._append_fenced(
-            session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends]
+            session, [(base.table_id, base.version, envelopes) for base, envelopes, _new in appends], checked
         )
         rows = [
             self._status_row(session, base, new, datetime_of(envelopes[-1].occurred_at))
@@ -501,11 +507,70 @@ class TableEngine:
         upsert_rows(session, table_status, rows, key=("table_id",))
         return [typing.cast(datetime.datetime | None, row["deadline_at"]) for row in rows]
 
+    def first_answers_checked(
+        self, session: Session, keys: Sequence[AnswerKey], bases: Sequence[TableState]
+    ) -> tuple[dict[AnswerKey, StoredAnswer], frozenset[tuple[str, int]]]:
+        """`first_answers` of `keys` and, on SQLite, in the same statement what `write_batch` would
+        ask before it appends: every table of `bases` at that version in the store and, with an
+        ownership fence, still this replica's. The group commit asks it first in its transaction
+        (whose BEGIN IMMEDIATE holds the write lock: nothing changes before its commit), and
+        `write_batch` then asks nothing more: one statement a batch instead of two, with no row
+        when all is well (each statement and each row is a GIL release and re-acquire in the
+        driver). Returns the answers and the (table id, version) pairs checked (none on PostgreSQL
+        or without a check that covers the fence: `write_batch` asks as before); a table not at its
+        version raises `WrongExpectedVersionError`, one that moved `TableMovedError`."""
+        size = padded_size(max(len(keys), len(bases), 1))
+        if (
+            not bases
+            or size > COMMANDS_PER_ANSWER_QUERY_MAX
+            or (self.fence is not None and self.fence_condition is None)
+            or session.get_bind().dialect.name != "sqlite"
+        ):
+            return first_answers(session, keys), frozenset()
+        table_ids = [base.table_id for base in bases]
+        fence: SqlCondition = ("1", ())
+        if self.fence_condition is not None:
+            try:
+                fence = self.fence_condition(table_ids)
+            except TableMovedError:  # the append says so, or the command's own refusal
+                return first_answers(session, keys), frozenset()
+        differing, versions = versions_differing_sqlite(
+            [(base.table_id, base.version) for base in bases], size
+        )
+        wanted = set(keys)
+        answers = (
+            tuple(value for key in padded_by_repeating(sorted(wanted), size) for value in key) if keys else ()
+        )
+        text = _checked_answers_text(size if keys else 0, differing, fence[0])
+        found: dict[AnswerKey, StoredAnswer] = {}
+        for row in sqlite_rows(session, text, answers + versions + tuple(fence[1])):
+            if row[0] is None:  # the check's row: only when a table moved or is not at its version
+                if not row[4]:
+                    raise TableMovedError
+                actual = self.store.stream_versions(session, table_ids)
+                for base in bases:
+                    if actual[base.table_id] != base.version:
+                        raise WrongExpectedVersionError(base.table_id, base.version, actual[base.table_id])
+                raise WrongExpectedVersionError(
+                    bases[0].table_id, bases[0].version, actual[bases[0].table_id]
+                )
+            key = (row[0], row[1], row[2])
+            if key in wanted:
+                found[key] = (row[3], bytes(row[4]))
+        return found, frozenset((base.table_id, base.version) for base in bases)
+
     def _append_fenced(
-        self, session: Session, appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]]
+        self,
+        session: Session,
+        appends: Sequence[tuple[str, int, Sequence[envelope_pb2.Envelope]]],
+        checked: Collection[tuple[str, int]] = frozenset(),
     ) -> None:
         """The fence, then `EventStore.append_batch` without a savepoint (the caller rolls back on
-        any error); on SQLite the fence is asked in the statement that checks the versions."""
+        any error); on SQLite the fence is asked in the statement that checks the versions, or
+        not at all when `first_answers_checked` asked both for every append (`checked`)."""
+        if checked and all((table_id, version) in checked for table_id, version, _envelopes in appends):
+            self.store.append_batch(session, appends, savepoint=False, versions_checked=True)
+            return
         table_ids = [table_id for table_id, _version, _envelopes in appends]
         fence_condition: SqlCondition | None = None
         if self.fence_condition is not None and session.get_bind().dialect.name == "sqlite":
@@ -711,6 +776,15 @@ def _first_answers_text(count: int) -> str:
     return (
         f"SELECT table_id, player_id, idempotency_key, request_digest, answer FROM table_answers WHERE {keys}"
     )
+
+
+@functools.cache
+def _checked_answers_text(keys: int, differing: str, fence: str) -> str:
+    """`_first_answers_text(keys)` (none when 0) and, in a row of its own with a NULL table id only
+    when it fails, the check of `first_answers_checked`: the versions differing, the fence met."""
+    check = f"SELECT NULL, NULL, NULL, differing, met FROM (SELECT {differing} AS differing, {fence} AS met)"
+    check += " WHERE differing OR NOT met"
+    return f"{_first_answers_text(keys)} UNION ALL {check}" if keys else check
 
 
 def remember_answers(session: Session, answers: dict[AnswerKey, tuple[str, bytes]]) -> None:

@@ -1,7 +1,8 @@
 """What the table engine's write transactions ask SQLite. Each statement is a GIL release and
 re-acquire in the driver (a wait of up to the switch interval behind a busy event loop), so the
 group commit's batch and a table's opening say what they need in as few statements as they can:
-the ownership fence rides on the version check, an opening asks nothing before it writes. The
+the ownership fence rides on the version check, which a batch asks in the query of its stored
+answers (no row when all is well), an opening asks nothing before it writes. The
 guarantees stay: a replica that lost a table writes nothing, a re-sent assignment opens nothing."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sqlalchemy
 from mahjong.v1 import match_events_pb2
 from mahjong_platform.database import read_transaction, transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
+from mahjong_platform.event_store import WrongExpectedVersionError
 from mahjong_platform.schema import processed_events
 from mahjong_platform.tracked_consumer import Assignment, BatchApplier, Delivery, MessagePosition
 from mahjong_table.commits import Accepted, GroupCommitter, Outcome, Rejection
@@ -110,7 +112,7 @@ def batch_of(table_server: TableServer, table_ids: list[str]) -> list[Outcome]:
     return outcomes
 
 
-def test_a_batch_asks_the_fence_in_the_statement_that_checks_the_versions(
+def test_a_batch_asks_the_versions_and_the_fence_in_the_query_of_its_stored_answers(
     table_server: TableServer, owner: Ownership, statements: list[str]
 ) -> None:
     tables = [table_server.open_table(PLAYERS, seed=3, table_id=table_in(partition)) for partition in (0, 1)]
@@ -121,8 +123,8 @@ def test_a_batch_asks_the_fence_in_the_statement_that_checks_the_versions(
     assert all(isinstance(outcome, Accepted) and outcome.envelopes for outcome in outcomes)
     assert statements == [
         "BEGIN IMMEDIATE",
-        "SELECT table_id, player_id, idempotency_key,",  # the batch's stored first answers
-        "SELECT (SELECT count(*) FROM",  # the versions and, in the same row, the fence
+        # The batch's stored first answers and, in a row only if one fails, the versions and the fence.
+        "SELECT table_id, player_id, idempotency_key,",
         "INSERT INTO outbox_messages (topic,",
         "INSERT INTO stored_events (stream_id,",
         "INSERT INTO table_status (table_id,",
@@ -142,7 +144,6 @@ def test_without_a_listener_a_batch_sends_sqlite_the_same_statements_through_the
     assert traced == [
         "BEGIN IMMEDIATE",
         "SELECT table_id, player_id, idempotency_key,",
-        "SELECT (SELECT count(*) FROM",
         "INSERT INTO outbox_messages (topic,",
         "INSERT INTO stored_events (stream_id,",
         "INSERT INTO table_status (table_id,",
@@ -170,6 +171,38 @@ def test_a_batch_of_a_table_another_replica_claimed_writes_nothing(
     assert isinstance(refused, Rejection) and refused.status_code == grpc.StatusCode.UNAVAILABLE
     with read_transaction(table_server.session_factory) as session:  # type: ignore[arg-type]
         assert table_server.engine.store.stream_version(session, table_id) == state.version
+
+
+def test_the_stored_answers_query_checks_each_tables_version_and_the_fence(
+    table_server: TableServer, owner: Ownership
+) -> None:
+    """`first_answers_checked`: the answers of exactly the keys asked, the (table, version) pairs it
+    checked; a table another writer moved on, or another replica claimed, refuses the batch."""
+    engine = table_server.engine
+    table_id = table_server.open_table(PLAYERS, seed=3, table_id=table_in(1))
+    before = engine.read_state(lambda: read_transaction(table_server.session_factory), table_id)  # type: ignore[arg-type]
+    key = ("east", "key-1", "digest")
+    session_factory = table_server.session_factory
+    committer = GroupCommitter(engine, lambda: transaction(session_factory), TABLE_ERROR_MAPPING)  # type: ignore[arg-type]
+    answered = committer.submit(table_id, greedy_command, lambda _state, _envelopes: b"first", key)  # type: ignore[arg-type]
+    assert isinstance(answered.result(timeout=60), Accepted)
+    committer.stop()
+    after = engine.read_state(lambda: read_transaction(session_factory), table_id)  # type: ignore[arg-type]
+    keys = [(table_id, "east", "key-1"), (table_id, "east", "key-2")]
+    with transaction(session_factory) as session:  # type: ignore[arg-type]
+        answers, checked = engine.first_answers_checked(session, keys, [after])
+    assert answers == {(table_id, "east", "key-1"): ("digest", b"first")}
+    assert checked == {(table_id, after.version)}
+    with pytest.raises(WrongExpectedVersionError), transaction(session_factory) as session:  # type: ignore[arg-type]
+        engine.first_answers_checked(session, keys, [before])
+    with transaction(session_factory) as session:  # type: ignore[arg-type]
+        session.execute(  # what another replica's claim of partition 1 writes
+            table_partition_owners.update()
+            .where(table_partition_owners.c.partition == 1)
+            .values(owner_instance="another", epoch=table_partition_owners.c.epoch + 1)
+        )
+    with pytest.raises(TableMovedError), transaction(session_factory) as session:  # type: ignore[arg-type]
+        engine.first_answers_checked(session, keys, [after])
 
 
 def test_a_table_opens_in_four_statements_and_a_re_sent_assignment_opens_nothing(
