@@ -17,8 +17,9 @@ scoring, the ledger: p50/p99 of each, and the slowest game's three), the Enqueue
 matchmaking had not freed a seat yet, CPU seconds per game of each server process, of the Kafka
 broker and of the bots apart (while they played), and their sum, and the same run's pure engine rate
 (`mahjong_table.bench`) with the ratio full system / pure engine; under it, the Act latency per
-command kind (`mjctl.load.act_by_kind`). ``--runs think`` runs only the think-time run. Not a test:
-nothing is asserted.
+command kind (`mjctl.load.act_by_kind`). ``--runs think`` runs only the think-time run. ``--json PATH``
+also writes each run's figures, those its table prints (`run_summary`), keyed by run: what
+`mjctl.bench_pair` compares. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -77,9 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine-games", type=int, default=200, help="games of the pure engine benchmark")
     parser.add_argument("--runs", default="saturation,think", help="which runs: saturation, think, or both")
     parser.add_argument("--keep", action="store_true", help="keep the run's folder (logs, databases)")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write each run's figures (its table's) to PATH, keyed by run (for mjctl.bench_pair)",
+    )
     arguments = parser.parse_args(argv)
     games = arguments.games or 2 * arguments.tables
     root = Path(tempfile.mkdtemp(prefix="mahjong-bench-system-"))
+    summaries: dict[str, dict[str, Any]] = {}
     print(f"bench-system: {arguments.tables} tables, {games} games per run, {arguments.database}; in {root}")
     try:
         with _system(root, arguments.database) as environment:
@@ -87,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                 think_ms = 0 if run == "saturation" else arguments.think_ms
                 figures = _measure(environment, root, arguments, games, think_ms)
                 figures["engine_games_per_second"] = _engine_rate(arguments.engine_games)
-                _print_run(figures, arguments.database)
+                summaries[run] = run_summary(figures)
+                _print_run(summaries[run], arguments.database)
+                if arguments.json is not None:
+                    write_json(arguments.json, summaries)
     finally:
         if not arguments.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -271,33 +282,74 @@ def _engine_rate(engine_games: int) -> float:
     return float(match.group(1).replace(",", ""))
 
 
-def _print_run(figures: dict[str, Any], database: str) -> None:
+def run_summary(figures: dict[str, Any]) -> dict[str, Any]:
+    """One run's figures as its table prints them (per game, per command, the CPU sum, the ratio to
+    the pure engine), computed once: `_print_run` prints this and ``--json`` writes it, so the file
+    says what the table said and `mjctl.bench_pair` reads it instead of parsing the table."""
     games = max(1, figures["games"])
     rate = figures.get("games_settled_per_second", 0.0)
-    title = "saturation" if not figures["think_ms"] else f"think {figures['think_ms']} ms"
-    if figures.get("hold_idle_updates_ms"):
-        title += f", idle updates held <= {figures['hold_idle_updates_ms']} ms"
+    cpu = {name: seconds / games for name, seconds in figures["server_cpu_seconds"].items()}
+    cpu["bots"] = figures["client_cpu_seconds"] / games
+    total = sum(figures["server_cpu_seconds"].values()) + figures["client_cpu_seconds"]
+    cpu["everything"] = total / games
+    engine = figures["engine_games_per_second"]
+    summary: dict[str, Any] = {
+        "tables": figures["tables"],
+        "think_ms": figures["think_ms"],
+        "hold_idle_updates_ms": figures.get("hold_idle_updates_ms"),
+        "games": figures["games"],
+        "unsettled": figures.get("unsettled", 0),
+        "games_settled_per_second": rate,
+        "act_p50_ms": figures["act_p50_ms"],
+        "act_p99_ms": figures["act_p99_ms"],
+        "delivery_p99_ms": figures["delivery_p99_ms"],
+        "decision_delivery_p99_ms": figures.get("decision_delivery_p99_ms", 0.0),
+        **{f"lag_{name}_ms": figures.get(f"lag_{name}_ms", 0) for name in ("p50", "p90", "p99", "max")},
+        "lag_hops": figures.get("lag_hops") or {},
+        "enqueue_refused_per_game": figures["enqueue_refused"] / games,
+        "bot_processes": figures["processes"],
+        "cpu_seconds_per_game": cpu,
+        "engine_games_per_second": engine,
+        "full_over_engine": rate / engine,
+        "load_average": list(figures["load_average"]),
+        "act_by_kind": figures.get("act_by_kind") or {},
+    }
+    if "play_opens" in figures:
+        commands = max(1, figures["act_calls"])
+        summary["play_opens_per_game"] = figures["play_opens"] / games
+        summary["responses_per_command"] = figures["play_responses"] / commands
+        summary["riding_answers_per_command"] = figures["play_riding_answers"] / commands
+    return summary
+
+
+def write_json(path: Path, summaries: dict[str, dict[str, Any]]) -> None:
+    """``--json``: the runs' `run_summary`, keyed by run (``saturation``, ``think``); rewritten after
+    each run, so a run that fails leaves the ones before it."""
+    path.write_text(json.dumps(summaries, indent=2) + "\n", encoding="utf-8")
+
+
+def _print_run(summary: dict[str, Any], database: str) -> None:
+    rate = summary["games_settled_per_second"]
+    title = "saturation" if not summary["think_ms"] else f"think {summary['think_ms']} ms"
+    if summary["hold_idle_updates_ms"]:
+        title += f", idle updates held <= {summary['hold_idle_updates_ms']} ms"
     rows = [
-        (
-            "games settled / s",
-            f"{rate:.2f} ({figures['games']} games, {figures.get('unsettled', 0)} unsettled)",
-        ),
-        ("Act p50 / p99", f"{figures['act_p50_ms']:.1f} ms / {figures['act_p99_ms']:.1f} ms"),
-        ("WatchView delivery p99", f"{figures['delivery_p99_ms']:.1f} ms"),
+        ("games settled / s", f"{rate:.2f} ({summary['games']} games, {summary['unsettled']} unsettled)"),
+        ("Act p50 / p99", f"{summary['act_p50_ms']:.1f} ms / {summary['act_p99_ms']:.1f} ms"),
+        ("WatchView delivery p99", f"{summary['delivery_p99_ms']:.1f} ms"),
         (
             "WatchView delivery p99 of a decision (the last event of an update asking the bot)",
-            f"{figures.get('decision_delivery_p99_ms', 0.0):.1f} ms",
+            f"{summary['decision_delivery_p99_ms']:.1f} ms",
         ),
         (
             "settlement lag p50 / p90 / p99 / max",
-            " / ".join(f"{figures.get(f'lag_{name}_ms', 0):.0f}" for name in ("p50", "p90", "p99", "max"))
-            + " ms",
+            " / ".join(f"{summary[f'lag_{name}_ms']:.0f}" for name in ("p50", "p90", "p99", "max")) + " ms",
         ),
     ]
-    if figures.get("lag_hops"):
+    if summary["lag_hops"]:
         # Each hop's figures in order (`mjctl.lag.HOPS`), then the slowest game's hops.
-        hops = {name: hop for name, hop in figures["lag_hops"].items() if name != "slowest"}
-        slowest = figures["lag_hops"]["slowest"]
+        hops = {name: hop for name, hop in summary["lag_hops"].items() if name != "slowest"}
+        slowest = summary["lag_hops"]["slowest"]
         rows.append(
             (
                 "settlement lag by hop, p50 / p99: table; scoring; ledger",
@@ -311,37 +363,31 @@ def _print_run(figures: dict[str, Any], database: str) -> None:
                 + f" = {sum(slowest.values()):.0f} ms",
             )
         )
-    rows.append(("Enqueue refused / game (seat not freed yet)", f"{figures['enqueue_refused'] / games:.2f}"))
-    if "play_opens" in figures:
-        commands = max(1, figures["act_calls"])
+    rows.append(("Enqueue refused / game (seat not freed yet)", f"{summary['enqueue_refused_per_game']:.2f}"))
+    if "play_opens_per_game" in summary:
         rows.append(
             (
                 "Play streams opened / game; responses / command (answers riding)",
-                f"{figures['play_opens'] / games:.2f}; {figures['play_responses'] / commands:.2f} "
-                f"({figures['play_riding_answers'] / commands:.2f})",
+                f"{summary['play_opens_per_game']:.2f}; {summary['responses_per_command']:.2f} "
+                f"({summary['riding_answers_per_command']:.2f})",
             )
         )
-    for name, seconds in figures["server_cpu_seconds"].items():
-        rows.append((f"CPU s / game: {name}", f"{seconds / games:.3f}"))
-    rows.append(
-        (
-            f"CPU s / game: bots ({figures['processes']} processes)",
-            f"{figures['client_cpu_seconds'] / games:.3f}",
-        )
-    )
-    total = sum(figures["server_cpu_seconds"].values()) + figures["client_cpu_seconds"]
-    rows.append(("CPU s / game: everything (services, broker, bots)", f"{total / games:.3f}"))
-    engine = figures["engine_games_per_second"]
-    rows.append(("pure engine (same run)", f"{engine:.1f} games/s"))
-    rows.append(("full system / pure engine", f"{rate / engine:.4f}"))
-    rows.append(("load average (1/5/15 min)", " ".join(f"{value:.2f}" for value in figures["load_average"])))
-    print(f"\n| {figures['tables']} tables, {title}, {database} | |\n|---|---:|")
+    for name, seconds in summary["cpu_seconds_per_game"].items():
+        if name == "bots":
+            name = f"bots ({summary['bot_processes']} processes)"
+        elif name == "everything":
+            name = "everything (services, broker, bots)"
+        rows.append((f"CPU s / game: {name}", f"{seconds:.3f}"))
+    rows.append(("pure engine (same run)", f"{summary['engine_games_per_second']:.1f} games/s"))
+    rows.append(("full system / pure engine", f"{summary['full_over_engine']:.4f}"))
+    rows.append(("load average (1/5/15 min)", " ".join(f"{value:.2f}" for value in summary["load_average"])))
+    print(f"\n| {summary['tables']} tables, {title}, {database} | |\n|---|---:|")
     for name, value in rows:
         print(f"| {name} | {value} |")
-    if figures.get("act_by_kind"):
+    if summary["act_by_kind"]:
         from mjctl.load import act_kind_lines
 
-        print("\n" + "\n".join(act_kind_lines(figures["act_by_kind"])))
+        print("\n" + "\n".join(act_kind_lines(summary["act_by_kind"])))
     sys.stdout.flush()
 
 

@@ -1,0 +1,109 @@
+"""`bench_system --json` writes each run's figures as its table prints them (`run_summary`, computed
+once for both), so `mjctl.bench_pair` reads the same numbers a reader sees in the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mjctl import bench_system
+
+FIGURES: dict[str, Any] = {
+    "games": 128,
+    "tables": 32,
+    "processes": 2,
+    "think_ms": 0,
+    "hold_idle_updates_ms": 250,
+    "act_p50_ms": 43.21,
+    "act_p99_ms": 122.46,
+    "act_calls": 40000,
+    "delivery_p99_ms": 88.88,
+    "decision_delivery_p99_ms": 77.7,
+    "act_by_kind": {
+        "discard": {"count": 3, "p50_ms": 1.0, "p99_ms": 2.0, "read_p50_ms": 1.5, "read_p99_ms": 2.5},
+    },
+    "enqueue_refused": 13,
+    "play_opens": 600,
+    "play_responses": 90000,
+    "play_riding_answers": 20000,
+    "client_cpu_seconds": 8.04,
+    "lag_p50_ms": 120.4,
+    "lag_p90_ms": 250.6,
+    "lag_p99_ms": 317.2,
+    "lag_max_ms": 799.9,
+    "unsettled": 1,
+    "games_settled_per_second": 6.0912,
+    "lag_hops": {
+        "table": {"p50_ms": 50.1, "p99_ms": 120.2},
+        "scoring": {"p50_ms": 40.0, "p99_ms": 100.0},
+        "ledger": {"p50_ms": 30.0, "p99_ms": 90.0},
+        "slowest": {"table": 300.0, "scoring": 400.0, "ledger": 99.9},
+    },
+    "server_cpu_seconds": {
+        "ledger": 2.9,
+        "scoring": 3.1,
+        "table": 15.0,
+        "matchmaking": 3.3,
+        "kafka broker": 3.9,
+    },
+    "load_average": (2.7, 3.1, 3.71),
+    "engine_games_per_second": 180.5,
+}
+
+
+def _printed_rows(summary: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    bench_system._print_run(summary, "sqlite")
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_the_json_holds_each_run_keyed_by_kind_and_reads_back_unchanged(tmp_path: Path) -> None:
+    summaries = {"saturation": bench_system.run_summary(FIGURES), "think": bench_system.run_summary(FIGURES)}
+    path = tmp_path / "runs.json"
+    bench_system.write_json(path, summaries)
+    assert json.loads(path.read_text()) == summaries
+
+
+def test_the_json_says_what_the_table_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.json"
+    bench_system.write_json(path, {"saturation": bench_system.run_summary(FIGURES)})
+    run = json.loads(path.read_text())["saturation"]
+    rows = _printed_rows(run, capsys)
+    assert rows["games settled / s"] == f"{run['games_settled_per_second']:.2f} (128 games, 1 unsettled)"
+    assert rows["Act p50 / p99"] == f"{run['act_p50_ms']:.1f} ms / {run['act_p99_ms']:.1f} ms"
+    assert rows["WatchView delivery p99"] == f"{run['delivery_p99_ms']:.1f} ms"
+    lag = " / ".join(f"{run[f'lag_{name}_ms']:.0f}" for name in ("p50", "p90", "p99", "max"))
+    assert rows["settlement lag p50 / p90 / p99 / max"] == lag + " ms"
+    hops = rows["settlement lag by hop, p50 / p99: table; scoring; ledger"]
+    assert hops == "50 / 120; 40 / 100; 30 / 90 ms"
+    assert rows["Enqueue refused / game (seat not freed yet)"] == f"{run['enqueue_refused_per_game']:.2f}"
+    assert rows["Play streams opened / game; responses / command (answers riding)"] == (
+        f"{run['play_opens_per_game']:.2f}; {run['responses_per_command']:.2f} "
+        f"({run['riding_answers_per_command']:.2f})"
+    )
+    cpu = run["cpu_seconds_per_game"]
+    for name in FIGURES["server_cpu_seconds"]:
+        assert rows[f"CPU s / game: {name}"] == f"{cpu[name]:.3f}"
+    assert rows["CPU s / game: bots (2 processes)"] == f"{cpu['bots']:.3f}"
+    assert rows["CPU s / game: everything (services, broker, bots)"] == f"{cpu['everything']:.3f}"
+    assert rows["pure engine (same run)"] == f"{run['engine_games_per_second']:.1f} games/s"
+    assert rows["full system / pure engine"] == f"{run['full_over_engine']:.4f}"
+    assert rows["load average (1/5/15 min)"] == "2.70 3.10 3.71"
+
+
+def test_the_figures_per_game_are_the_runs_totals_divided_once() -> None:
+    run = bench_system.run_summary(FIGURES)
+    cpu = run["cpu_seconds_per_game"]
+    assert list(cpu) == ["ledger", "scoring", "table", "matchmaking", "kafka broker", "bots", "everything"]
+    assert cpu["table"] == 15.0 / 128
+    assert cpu["bots"] == 8.04 / 128
+    assert cpu["everything"] == pytest.approx((2.9 + 3.1 + 15.0 + 3.3 + 3.9 + 8.04) / 128)
+    assert run["full_over_engine"] == 6.0912 / 180.5
+    assert run["responses_per_command"] == 90000 / 40000
+    assert run["load_average"] == [2.7, 3.1, 3.71]
