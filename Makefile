@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := libs/rules libs/protos libs/platform tools/mjctl tools/bench infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
-.PHONY: setup proto proto-check api-release lint lint-python test test-unit test-integration run bench bench-system chaos kafka-start kafka-stop clean
+.PHONY: setup proto proto-check api-release lint lint-python test test-unit test-integration run bench bench-system bench-pair chaos kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,14 @@ bench: setup
 # (saturation, --think-ms 100); e.g. make bench-system BENCH_SYSTEM_ARGS="--database postgresql".
 bench-system: setup
 	$(BIN)/python -m mjctl.bench_system $(BENCH_SYSTEM_ARGS)
+
+# Two checkouts' bench-system alternated run by run (A = before, B = after; each with its own
+# .venv from `make setup`, each run with its own code) and a table comparing them; run it under
+# the heavy lock on a shared box. e.g. make bench-pair A=../before B=. BENCH_PAIR_ARGS="--order
+# ABBAABBA --runs think --tables 32 --games 128 --out /tmp/pair"; --summarize DIR prints it again.
+bench-pair: setup
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make bench-pair A=DIR B=DIR [BENCH_PAIR_ARGS=...]"; exit 2; }
+	$(BIN)/python -m mjctl.bench_pair --a $(A) --b $(B) $(BENCH_PAIR_ARGS)
 
 run: setup
 	$(BIN)/mjctl run $(RUN_ARGS)
