@@ -88,15 +88,17 @@ def settlement_lags(
     return sorted(lags), len(ended) - len(lags), last
 
 
-def _envelope_of(record: Any) -> envelope_pb2.Envelope | None:
-    """The envelope a Kafka record of ours carries, or None for one that does not decode (another
-    writer's record on a shared topic): the three record readers below skip those."""
+def _envelope_of(record: Any, payload: str) -> envelope_pb2.Envelope | None:
+    """The envelope a Kafka record of ours carries when its payload is `payload`, else None: for
+    another event, or a record that does not decode (another writer's on a shared topic). The
+    three record readers below skip those."""
     from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
 
     try:
-        return parse_envelope(record.value or b"")
+        envelope = parse_envelope(record.value or b"")
     except EnvelopeDecodeError:
         return None
+    return envelope if envelope.WhichOneof("payload") == payload else None
 
 
 def add_settlement_records(
@@ -105,10 +107,8 @@ def add_settlement_records(
     """Note the `SettlementInstructed` of the `wanted` tables among Kafka `records` of the
     settlement topic (only their latest time is used: `lag_hops`)."""
     for record in records:
-        envelope = _envelope_of(record)
+        envelope = _envelope_of(record, "settlement_instructed")
         if envelope is None:
-            continue
-        if envelope.WhichOneof("payload") != "settlement_instructed":
             continue
         instruction = envelope.settlement_instructed
         if instruction.table_id in wanted:
@@ -120,10 +120,8 @@ def add_seat_records(records: Iterable[Any], wanted: Container[str], published_m
     """Note when the `GameEnded` of the `wanted` tables was published, from Kafka `records` of the
     seats topic (a re-sent one keeps the first publication's time)."""
     for record in records:
-        envelope = _envelope_of(record)
-        if envelope is None:
-            continue
-        if envelope.WhichOneof("payload") == "game_ended" and envelope.stream_id in wanted:
+        envelope = _envelope_of(record, "game_ended")
+        if envelope is not None and envelope.stream_id in wanted:
             first = published_ms.get(envelope.stream_id, record.timestamp)
             published_ms[envelope.stream_id] = min(first, record.timestamp)
 
@@ -162,10 +160,8 @@ def add_ledger_records(
         table_id = (record.key or b"").decode(errors="replace")
         if table_id not in wanted:
             continue  # an account's stream (a deposit, a grant) or another run's game
-        envelope = _envelope_of(record)
+        envelope = _envelope_of(record, "transfer_posted")
         if envelope is None:
-            continue
-        if envelope.WhichOneof("payload") != "transfer_posted":
             continue
         transfer = envelope.transfer_posted
         game = transfers.setdefault(table_id, GameTransfers())
