@@ -129,10 +129,16 @@ def read_dead_letters(
     timeout_seconds: float = READ_TIMEOUT_SECONDS,
 ) -> list[DeadLetterEntry]:
     """Every entry on the dead letter topic (or only the given (partition, offset) ones), in
-    partition and offset order. Reads each partition from its start to its end as of the call."""
+    partition and offset order. Reads each partition from its start to its end as of the call.
+    `timeout_seconds` bounds the whole read, reaching the broker included: a broker that does not
+    answer raises kafka-python's `KafkaTimeoutError` after it, not after the client's own 30 s."""
     wanted = None if only is None else set(only)
+    deadline = time.monotonic() + timeout_seconds
     consumer = KafkaConsumer(
-        bootstrap_servers=list(bootstrap_servers), group_id=None, enable_auto_commit=False
+        bootstrap_servers=list(bootstrap_servers),
+        group_id=None,
+        enable_auto_commit=False,
+        bootstrap_timeout_ms=max(1, int(timeout_seconds * 1000)),
     )
     try:
         partition_numbers = consumer.partitions_for_topic(topic) or set()
@@ -152,7 +158,6 @@ def read_dead_letters(
             consumer.seek(partition, first)
         entries: list[DeadLetterEntry] = []
         remaining = {partition for partition in partitions if consumer.position(partition) < ends[partition]}
-        deadline = time.monotonic() + timeout_seconds
         while remaining:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} did not reach its end in {timeout_seconds:.0f} s")
