@@ -130,8 +130,10 @@ def read_dead_letters(
 ) -> list[DeadLetterEntry]:
     """Every entry on the dead letter topic (or only the given (partition, offset) ones), in
     partition and offset order. Reads each partition from its start to its end as of the call.
-    `timeout_seconds` bounds the whole read, reaching the broker included: a broker that does not
-    answer raises kafka-python's `KafkaTimeoutError` after it, not after the client's own 30 s."""
+    `timeout_seconds` bounds reaching the broker (a broker that does not answer raises
+    kafka-python's `KafkaTimeoutError` after it, not after the client's own 30 s) and, counted from
+    the call, the reading of the records (`TimeoutError`); the metadata and offset requests between
+    keep kafka-python's request timeout."""
     wanted = None if only is None else set(only)
     deadline = time.monotonic() + timeout_seconds
     consumer = KafkaConsumer(
