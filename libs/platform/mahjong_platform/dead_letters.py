@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Literal
 
 import sqlalchemy
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from mahjong.v1 import envelope_pb2
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
 from mahjong_platform.schema import dead_letter_redrives, processed_events
+from mahjong_platform.topic_reading import reading_consumer
 from mahjong_platform.tracked_consumer import MessagePosition
 
 READ_TIMEOUT_SECONDS: Final = 30.0
@@ -136,12 +137,7 @@ def read_dead_letters(
     keep kafka-python's request timeout."""
     wanted = None if only is None else set(only)
     deadline = time.monotonic() + timeout_seconds
-    consumer = KafkaConsumer(
-        bootstrap_servers=list(bootstrap_servers),
-        group_id=None,
-        enable_auto_commit=False,
-        bootstrap_timeout_ms=max(1, int(timeout_seconds * 1000)),
-    )
+    consumer = reading_consumer(bootstrap_servers, bootstrap_timeout_seconds=timeout_seconds)
     try:
         partition_numbers = consumer.partitions_for_topic(topic) or set()
         if wanted is not None:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
 import sqlalchemy
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 from mahjong.v1 import envelope_pb2
 from sqlalchemy.engine import Engine
@@ -55,7 +55,12 @@ from mahjong_platform.database import create_engine_for, create_session_factory,
 from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
 from mahjong_platform.rebuild_options import add_rebuild_options
 from mahjong_platform.schema import consumer_positions
-from mahjong_platform.topic_reading import TopicReadError, read_partitions_to_end, topic_partitions
+from mahjong_platform.topic_reading import (
+    TopicReadError,
+    read_partitions_to_end,
+    reading_consumer,
+    topic_partitions,
+)
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import BatchApplier, BatchHandler, Delivery, MessagePosition
 
@@ -332,7 +337,7 @@ def read_topics(
 ) -> tuple[list[TopicRecord], dict[TopicPartition, int]]:
     """Every record of the topics up to their end offsets of now, merged across partitions by
     occurrence time (each partition stays in offset order); and those end offsets."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
+    consumer = reading_consumer(bootstrap_servers)
     try:
         partitions = [
             TopicPartition(topic, partition)

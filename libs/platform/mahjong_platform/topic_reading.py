@@ -16,6 +16,25 @@ TOPIC_METADATA_TIMEOUT_SECONDS: Final = 30.0
 READ_TIMEOUT_SECONDS: Final = 120.0
 
 
+def reading_consumer(
+    bootstrap_servers: str | Sequence[str],
+    *,
+    bootstrap_timeout_seconds: float = TOPIC_METADATA_TIMEOUT_SECONDS,
+) -> KafkaConsumer:
+    """A consumer of no group that commits nothing (every reader of this module's kind), giving up
+    on a broker that does not answer after `bootstrap_timeout_seconds` (kafka-python's
+    `KafkaTimeoutError`; its own default is the same 30 s). `bootstrap_servers` as kafka-python
+    takes them: a list, or one text ("host:port", comma-separated for several)."""
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap_servers
+        if isinstance(bootstrap_servers, str)
+        else list(bootstrap_servers),
+        group_id=None,
+        enable_auto_commit=False,
+        bootstrap_timeout_ms=max(1, int(bootstrap_timeout_seconds * 1000)),
+    )
+
+
 class TopicReadError(Exception):
     """The topics cannot be read (unknown topic, broker unreachable, too many records, too slow)."""
 

@@ -46,7 +46,7 @@ from kafka import KafkaConsumer, TopicPartition
 from mahjong_platform.database import create_session_factory, read_transaction, transaction, upsert_rows
 from mahjong_platform.envelopes import Clock, utc_now
 from mahjong_platform.schema import consumer_positions
-from mahjong_platform.topic_reading import topic_partitions
+from mahjong_platform.topic_reading import reading_consumer, topic_partitions
 from mahjong_platform.topics import Topics
 from mahjong_platform.tracked_consumer import BatchHandler, Delivery, Handler, Relevance, TrackedConsumer
 from sqlalchemy.engine import Engine
@@ -113,9 +113,7 @@ class TableTopicBacklog:
             idempotent_handler=True,
             **self._consumer_options,
         )
-        self._offsets = KafkaConsumer(
-            bootstrap_servers=self._bootstrap_servers, group_id=None, enable_auto_commit=False
-        )
+        self._offsets = reading_consumer(self._bootstrap_servers)
         table = [
             TopicPartition(self._topics.table, p)
             for p in sorted(topic_partitions(self._offsets, self._topics.table))

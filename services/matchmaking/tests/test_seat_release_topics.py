@@ -411,7 +411,7 @@ class FakeOffsets:
 
     made: ClassVar[list[FakeOffsets]] = []
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.closed = False
         FakeOffsets.made.append(self)
 
@@ -436,7 +436,7 @@ def test_once_the_table_topic_is_retired_its_consumer_is_closed_and_reports_no_s
     consumer must leave its Kafka group and the supervisor must not see a stall growing (it would
     replace the worker after WORKER_STALL_SECONDS, logging an ERROR)."""
     monkeypatch.setattr(table_topic_backlog, "TrackedConsumer", FakeTableConsumer)
-    monkeypatch.setattr(table_topic_backlog, "KafkaConsumer", FakeOffsets)
+    monkeypatch.setattr(table_topic_backlog, "reading_consumer", FakeOffsets)
     monkeypatch.setattr(FakeTableConsumer, "made", [])
     monkeypatch.setattr(FakeOffsets, "made", [])
     topics = Topics()

@@ -227,12 +227,10 @@ class TopicLagProbe:
         self._result = None
 
     def _read(self) -> tuple[list[float], int, float]:
-        from kafka import KafkaConsumer
+        from mahjong_platform.topic_reading import reading_consumer
 
         transfers: dict[str, GameTransfers] = {}
-        consumer = KafkaConsumer(
-            bootstrap_servers=self._bootstrap_servers, group_id=None, enable_auto_commit=False
-        )
+        consumer = reading_consumer(self._bootstrap_servers)
         try:
             self._seek_since(consumer, self._topic)
             deadline = time.monotonic() + LAG_MAX_SECONDS
@@ -362,8 +360,8 @@ def settlement_lag_probe(
     """The probe for `settings`: `TopicLagProbe` when the ledger topic can be read (the broker
     answers within `KAFKA_CHECK_SECONDS`), else `PollingLagProbe` on `finance_channel()` (by
     default a channel to the ledger with a finance token minted from the settings' secret)."""
-    from kafka import KafkaConsumer
     from kafka.errors import KafkaError
+    from mahjong_platform.topic_reading import reading_consumer
     from mahjong_platform.topics import Topics
 
     topics = Topics.with_prefix(settings.topic_prefix)
@@ -371,12 +369,7 @@ def settlement_lag_probe(
     servers = list(settings.kafka_bootstrap_servers)
     readable = False
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=servers,
-            group_id=None,
-            enable_auto_commit=False,
-            bootstrap_timeout_ms=int(KAFKA_CHECK_SECONDS * 1000),
-        )
+        consumer = reading_consumer(servers, bootstrap_timeout_seconds=KAFKA_CHECK_SECONDS)
     except KafkaError:
         consumer = None
     if consumer is not None:

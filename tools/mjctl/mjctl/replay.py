@@ -252,11 +252,11 @@ def read_stream_from_kafka(
 ) -> list[envelope_pb2.Envelope]:
     """The stream's events from its key's partition (within `window`), duplicates (re-sends)
     dropped, in sequence order."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
     from mahjong_platform.envelopes import EnvelopeDecodeError, parse_envelope
-    from mahjong_platform.topic_reading import read_partitions_to_end, topic_partitions
+    from mahjong_platform.topic_reading import read_partitions_to_end, reading_consumer, topic_partitions
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
+    consumer = reading_consumer(bootstrap_servers)
     try:
         key = stream_id.encode()
         partition = TopicPartition(topic, partition_for_key(topic, topic_partitions(consumer, topic), key))
