@@ -131,6 +131,7 @@ class DeadlineWorker:
                     states.append(self._engine.load_state(session, table_id, for_reading=True))
                 except TableMovedError:
                     continue  # its partition was taken away since the query: not ours to act on
+        self._presence.keep_only(live)
         acted = 0
         for state in states:
             grace_seconds = state.rules.reconnect_grace_ms / 1000

@@ -20,7 +20,7 @@ import threading
 import time
 import typing
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -109,8 +109,10 @@ class Presence:
     def disconnected(self, table_id: str, seat: int) -> None:
         with self._lock:
             remaining = self._streams.get((table_id, seat), 1) - 1
-            self._streams[(table_id, seat)] = remaining
-            if remaining <= 0:
+            if remaining > 0:
+                self._streams[(table_id, seat)] = remaining
+            else:  # a seat with no stream open is not kept here, only since when it has had none
+                self._streams.pop((table_id, seat), None)
                 self._away_since[(table_id, seat)] = self._clock()
 
     def away_seconds(self, table_id: str, seat: int) -> float:
@@ -129,12 +131,21 @@ class Presence:
             for key in [key for key in self._away_since if taken_over(key[0])]:
                 del self._away_since[key]
 
-    def forget(self, table_id: str) -> None:
+    def keep_only(self, live_table_ids: Collection[str]) -> None:
+        """Forget since when the seats of tables not in `live_table_ids` have had no stream (their
+        games ended, or another replica serves them): only a live table's seats escape, and one
+        served here again gets a fresh grace (as `rearm_where`). Streams open stay counted. The
+        deadline worker calls it with the live tables it checks, once a second; before, a record
+        of every seat of every table ever played stayed in memory."""
+        live = live_table_ids if isinstance(live_table_ids, (set, frozenset, dict)) else set(live_table_ids)
         with self._lock:
-            for key in [key for key in self._streams if key[0] == table_id]:
-                del self._streams[key]
-            for key in [key for key in self._away_since if key[0] == table_id]:
+            for key in [key for key in self._away_since if key[0] not in live]:
                 del self._away_since[key]
+
+    def remembered(self) -> int:
+        """How many seats this process keeps a record of (a stream count or an absence)."""
+        with self._lock:
+            return len(self._streams) + len(self._away_since)
 
 
 def seat_of(state: TableState, player_id: str) -> int:
