@@ -52,6 +52,7 @@ CACHED_TABLES_MAX = 10_000
 DECIDE_ATTEMPTS_MAX = 5
 RECENT_EVENTS_PER_TABLE = 128
 RECENT_EVENTS_TABLES_MAX = 1_000
+FORGOTTEN_TABLES_KEPT = 4_096
 ENDED_TABLES_KEPT_SECONDS = 10.0
 """How long a process keeps a table in memory after its game ended (its state, event tail, version
 and deadline): long enough for every seat's feed to send the end. A later read (a late `GetView`, an
@@ -272,6 +273,12 @@ class TableEngine:
     ended_tables_kept_seconds: float = ENDED_TABLES_KEPT_SECONDS
     monotonic: Callable[[], float] = time.monotonic
     _ended: collections.OrderedDict[str, float] = dataclasses.field(default_factory=collections.OrderedDict)
+    # The last tables forgotten (at most FORGOTTEN_TABLES_KEPT): a commit of one published after
+    # it was forgotten (two commits of a table published out of order, the earlier one paused
+    # that long) is not put back in memory, where it would pass for the table's latest state.
+    _forgotten: collections.OrderedDict[str, None] = dataclasses.field(
+        default_factory=collections.OrderedDict
+    )
 
     def deadline_of(
         self, session_scope: Callable[[], AbstractContextManager[Session]], state: TableState
@@ -685,6 +692,8 @@ class TableEngine:
         `before_wakeups()`, which sees every table published (the group commit answers its
         callers there, so an answer is not queued behind the views its commit wakes)."""
         with self._deadlines_lock:
+            if self._forgotten and any(state.table_id in self._forgotten for state, _, _ in tables):
+                tables = [table for table in tables if table[0].table_id not in self._forgotten]
             for state, _envelopes, deadline in tables:
                 table_id = state.table_id
                 if state.is_over:  # no deadline (`known_deadline`); forgotten a while later
@@ -721,6 +730,9 @@ class TableEngine:
             for table_id in table_ids:
                 del self._ended[table_id]
                 self._deadlines.pop(table_id, None)
+                self._forgotten[table_id] = None
+            while len(self._forgotten) > FORGOTTEN_TABLES_KEPT:
+                self._forgotten.popitem(last=False)
         self.cache.discard(table_ids)
         self.recent.discard(table_ids)
         self.changes.forget(table_ids)

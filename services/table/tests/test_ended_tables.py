@@ -40,6 +40,8 @@ def test_an_ended_table_is_forgotten_after_a_while_and_still_reads_the_same_from
     engine = table_server.engine
     engine.monotonic = clock
     ended = table_server.open_table(PLAYERS, seed=3, turn_timeout_ms=0)
+    opened = engine.cache.get(ended)
+    assert opened is not None and not opened.is_over
     play_out(table_server, ended)
     final_view = table_server.view("east", ended)
     assert engine.in_memory(ended)  # just ended: its seats' feeds still send the end from memory
@@ -53,6 +55,10 @@ def test_an_ended_table_is_forgotten_after_a_while_and_still_reads_the_same_from
     assert not engine.in_memory(ended)
     assert engine.in_memory(live) and engine.in_memory(other)  # live tables stay
     assert engine.cache.get(ended) is None and engine.changes.version(ended) == 0
+    # An earlier commit of it published only now (out of order, paused that long) is not put back
+    # in memory, where it would pass for the table's latest state.
+    engine.published(opened, [], None)
+    assert not engine.in_memory(ended)
 
     # Read from the store again: the same final view, for every seat.
     assert table_server.view("east", ended) == final_view
