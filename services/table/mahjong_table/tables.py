@@ -72,6 +72,11 @@ class TableMovedError(UnavailableError):
         super().__init__(MOVED_MESSAGE)
 
 
+def _aware(moment: datetime.datetime) -> datetime.datetime:
+    """`moment`, naive taken as UTC (SQLite gives times back naive)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
 class TableChanges:
     """Wakes the Watch streams of one table in this process when its stream grows.
 
@@ -279,6 +284,10 @@ class TableEngine:
     _forgotten: collections.OrderedDict[str, None] = dataclasses.field(
         default_factory=collections.OrderedDict
     )
+    # The deadline worker's alarm (`deadline_alarm`): set by a commit whose deadline comes before
+    # `_alarm_before`, the moment the worker looks at the store next anyway (None: not waiting).
+    _deadline_alarm: threading.Event = dataclasses.field(default_factory=threading.Event)
+    _alarm_before: datetime.datetime | None = None
 
     def deadline_of(
         self, session_scope: Callable[[], AbstractContextManager[Session]], state: TableState
@@ -703,6 +712,9 @@ class TableEngine:
                 known = self._deadlines.get(table_id)
                 if (known is None or known[0] <= state.version) and table_id not in self._ended:
                     self._deadlines[table_id] = (state.version, deadline)
+                    alarm_before = self._alarm_before
+                    if deadline is not None and alarm_before is not None and _aware(deadline) < alarm_before:
+                        self._deadline_alarm.set()
         for state, envelopes, _deadline in tables:
             # The tail before the state: a watcher that sees the new state finds its events in memory.
             self.recent.add(state.table_id, envelopes)
@@ -711,6 +723,21 @@ class TableEngine:
             [(state.table_id, state.version, state.is_over) for state, _, _ in tables], before_wakeups
         )
         self.forget_ended()
+
+    def next_deadline(self) -> datetime.datetime | None:
+        """The earliest deadline of the tables whose latest version this process wrote (None:
+        none): the deadline worker looks at the store then (`deadlines`), not ten times a second."""
+        with self._deadlines_lock:
+            known = [deadline for _version, deadline in self._deadlines.values() if deadline is not None]
+        return min(_aware(deadline) for deadline in known) if known else None
+
+    def deadline_alarm(self, before: datetime.datetime | None) -> threading.Event:
+        """The event a commit sets when it writes a deadline earlier than `before` (the moment the
+        deadline worker looks at the store next anyway), cleared now; None: no alarm."""
+        with self._deadlines_lock:
+            self._deadline_alarm.clear()
+            self._alarm_before = None if before is None else _aware(before)
+        return self._deadline_alarm
 
     def forget_ended(self) -> list[str]:
         """Forget the tables whose game ended `ended_tables_kept_seconds` ago or more: their

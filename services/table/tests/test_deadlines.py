@@ -65,3 +65,67 @@ def test_the_sqlite_query_finds_what_the_statement_finds(
     assert found  # every case finds some (partition-less tables are anyone's)
     assert len(found) <= 5
     assert all(tables.index(table_id) >= 5 and tables.index(table_id) not in (7, 9) for table_id, _ in found)
+
+
+def test_the_worker_waits_for_the_next_deadline_it_knows_between_a_poll_and_a_sweep() -> None:
+    """`seconds_to_wait`: until the next known deadline, never sooner than POLL_INTERVAL_SECONDS
+    after the last look (a deadline the store does not confirm is not asked about in a loop),
+    never later than SWEEP_INTERVAL_SECONDS after it (the deadlines this process does not know)."""
+    poll, sweep = deadlines.POLL_INTERVAL_SECONDS, deadlines.SWEEP_INTERVAL_SECONDS
+    seconds = datetime.timedelta(seconds=1)
+    wait = deadlines.seconds_to_wait
+    assert wait(0.0, None, NOW) == sweep  # nothing known: the sweep
+    assert wait(0.2, None, NOW) == pytest.approx(sweep - 0.2)
+    assert wait(0.0, NOW + 60 * seconds, NOW) == sweep  # known, but after the sweep
+    assert wait(0.0, NOW + 0.3 * seconds, NOW) == pytest.approx(0.3)  # known: then
+    assert wait(0.0, NOW + 0.01 * seconds, NOW) == pytest.approx(poll)  # not twice within the poll interval
+    assert wait(0.0, NOW - 60 * seconds, NOW) == pytest.approx(poll)  # passed and still known: every poll
+    assert wait(poll, NOW - 60 * seconds, NOW) <= 0  # ... look now
+    assert wait(sweep, None, NOW) <= 0
+
+
+def test_a_commit_with_a_deadline_before_the_workers_next_look_rings_its_alarm(
+    table_server: TableServer,
+) -> None:
+    engine = table_server.engine
+    soon = utc_now() + datetime.timedelta(seconds=30)
+    alarm = engine.deadline_alarm(soon)
+    table_server.open_table(PLAYERS, turn_timeout_ms=120_000)  # its deadline after the next look
+    assert not alarm.is_set()
+    table_id = table_server.open_table(PLAYERS, turn_timeout_ms=1_000)
+    assert alarm.is_set()
+    next_deadline = engine.next_deadline()
+    assert next_deadline is not None and next_deadline < soon
+    assert engine.known_deadline(engine.cache.get(table_id)) == (True, next_deadline)  # type: ignore[arg-type]
+    assert not engine.deadline_alarm(None).is_set()  # cleared; None: no alarm
+    table_server.open_table(PLAYERS, turn_timeout_ms=0)
+    assert not alarm.is_set()
+
+
+def test_a_worker_between_sweeps_is_woken_by_the_deadlines_its_process_writes(
+    table_server: TableServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sweeps and wait slices an hour apart: the worker plays a table whose turns time out at once
+    (0 ms) to its end only because every deadline its own actions write rings its alarm."""
+    import threading
+
+    monkeypatch.setattr(deadlines, "SWEEP_INTERVAL_SECONDS", 3_600.0)
+    monkeypatch.setattr(deadlines, "WAIT_SLICE_SECONDS", 3_600.0)
+    monkeypatch.setattr(deadlines, "POLL_INTERVAL_SECONDS", 0.0)
+    worker = DeadlineWorker(table_server.session_factory, table_server.engine, Presence(), utc_now)  # type: ignore[arg-type]
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        table_id = table_server.open_table(PLAYERS, turn_timeout_ms=0)
+        for _ in range(6_000):
+            state = table_server.engine.cache.get(table_id)
+            if state is not None and state.is_over:
+                break
+            stop.wait(0.01)
+        assert table_server.view("east", table_id).phase == "ended"
+    finally:
+        stop.set()
+        table_server.open_table(PLAYERS, turn_timeout_ms=0)  # its deadline rings the alarm: it stops
+        thread.join(30)
+    assert not thread.is_alive()
