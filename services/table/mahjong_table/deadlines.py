@@ -84,20 +84,24 @@ class DeadlineWorker:
         woken by a commit that writes an earlier one: `TableEngine.deadline_alarm`), and every
         SWEEP_INTERVAL_SECONDS for the others, never twice within POLL_INTERVAL_SECONDS. It used to
         look ten times a second whatever was due: 60% of the table process's CPU while idle."""
+        engine = self._engine
         while not stop_event.is_set():
-            looked = time.monotonic()
+            looked, looked_at = time.monotonic(), self._clock()
             self.run_once()
-            alarm = self._engine.deadline_alarm(
-                self._clock() + datetime.timedelta(seconds=SWEEP_INTERVAL_SECONDS)
-            )
+            engine.forget_ended()  # an idle process too forgets the tables that ended
             while not stop_event.is_set():
-                seconds = seconds_to_wait(
-                    time.monotonic() - looked, self._engine.next_deadline(), self._clock()
-                )
+                now = self._clock()
+                due = engine.next_deadline(looked_at)
+                seconds = seconds_to_wait(time.monotonic() - looked, due, now)
                 if seconds <= 0:
                     break
+                # Rung by a commit writing a deadline before this wait ends; a commit between the
+                # look above and the arming changed the next deadline: work the wait out again.
+                alarm = engine.deadline_alarm(now + datetime.timedelta(seconds=seconds))
+                if engine.next_deadline(looked_at) != due:
+                    continue
                 alarm.wait(min(seconds, WAIT_SLICE_SECONDS))
-                alarm.clear()
+            engine.deadline_alarm(None)
 
     def close(self) -> None:
         """Nothing to release."""

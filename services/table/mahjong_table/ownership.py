@@ -213,6 +213,10 @@ class Ownership:
                 if self._presence is not None:
                     self._presence.rearm_where(taken_over)
             lost = self._owned - partitions
+            if lost and count:
+                # Another replica serves them now: nothing of theirs stays here (it would be stale
+                # if they came back, and their deadlines are not this process's to fire).
+                self._engine.forget_where(lambda table_id: partition_of(table_id, count) in lost)
             directory = dict(self._directory)
             directory.update({partition: Owner(self.address, epochs[partition]) for partition in partitions})
             for partition in lost:  # no longer ours; the next read of the directory names the new owner

@@ -137,6 +137,13 @@ class TableChanges:
             for table_id in table_ids:
                 self._versions.pop(table_id, None)
 
+    def forget_where(self, stale: Callable[[str], bool]) -> None:
+        """Forget the versions of the tables `stale(table_id)` names (`TableEngine.forget_where`:
+        a replica that lost them, or took them over, reads them from the store)."""
+        with self._lock:
+            for table_id in [table_id for table_id in self._versions if stale(table_id)]:
+                del self._versions[table_id]
+
     def version(self, table_id: str) -> int:
         """The latest version this process committed or was told about; 0 when none. Read
         without the lock: one look-up in a dict that `notify_many` changes under it (whole
@@ -235,6 +242,12 @@ class RecentEvents:
     def holds(self, table_id: str) -> bool:
         return table_id in self._events
 
+    def discard_where(self, stale: Callable[[str], bool]) -> None:
+        """Forget the tails of the tables `stale(table_id)` names (`TableEngine.forget_where`)."""
+        with self._lock:
+            for table_id in [table_id for table_id in self._events if stale(table_id)]:
+                del self._events[table_id]
+
     def discard(self, table_ids: Collection[str]) -> None:
         """Forget the tails of `table_ids` (ended tables: `TableEngine.forget_ended`)."""
         with self._lock:
@@ -320,13 +333,17 @@ class TableEngine:
         return None
 
     def forget_where(self, stale: Callable[[str], bool]) -> None:
-        """Drop the cached states and the remembered deadlines of the tables `stale(table_id)`
-        names (another replica may have written them, or a takeover moved their deadlines:
-        `ownership`)."""
+        """Drop everything kept in memory of the tables `stale(table_id)` names (states, event
+        tails, versions, deadlines): another replica may have written them, or a takeover moved
+        their deadlines, or they are another replica's now (`ownership`)."""
         self.cache.discard_where(stale)
+        self.recent.discard_where(stale)
+        self.changes.forget_where(stale)
         with self._deadlines_lock:
             for table_id in [table_id for table_id in self._deadlines if stale(table_id)]:
                 del self._deadlines[table_id]
+            for table_id in [table_id for table_id in self._ended if stale(table_id)]:
+                del self._ended[table_id]
 
     def known_deadline(self, state: TableState) -> tuple[bool, datetime.datetime | None]:
         """(True, deadline) when this process wrote `state`'s version, or the game is over (no
@@ -398,10 +415,13 @@ class TableEngine:
         state = fold((codec.event_of(envelope) for envelope in envelopes), cached)
         assert state.version == after + len(envelopes), (state.version, after, len(envelopes))
         if envelopes:
-            self.cache.put(state)  # read from committed events, so a true prefix of the stream
-            if state.is_over:
-                with self._deadlines_lock:
+            with self._deadlines_lock:
+                # Read from committed events, so a true prefix of the stream; but not a game in
+                # progress of a table forgotten since its end (a read that began before the end).
+                if state.is_over:
                     self._ended.setdefault(table_id, self.monotonic())
+                if state.is_over or table_id not in self._forgotten:
+                    self.cache.put(state)
         return state
 
     def open_from_assignment(
@@ -715,21 +735,28 @@ class TableEngine:
                     alarm_before = self._alarm_before
                     if deadline is not None and alarm_before is not None and _aware(deadline) < alarm_before:
                         self._deadline_alarm.set()
-        for state, envelopes, _deadline in tables:
-            # The tail before the state: a watcher that sees the new state finds its events in memory.
-            self.recent.add(state.table_id, envelopes)
-            self.cache.put(state)
+            # Under the lock `forget_ended` decides under: a table it forgets is not put back.
+            for state, envelopes, _deadline in tables:
+                # The tail before the state: a watcher that sees the new state finds its events in memory.
+                self.recent.add(state.table_id, envelopes)
+                self.cache.put(state)
         self.changes.notify_many(
             [(state.table_id, state.version, state.is_over) for state, _, _ in tables], before_wakeups
         )
         self.forget_ended()
 
-    def next_deadline(self) -> datetime.datetime | None:
-        """The earliest deadline of the tables whose latest version this process wrote (None:
-        none): the deadline worker looks at the store then (`deadlines`), not ten times a second."""
+    def next_deadline(self, after: datetime.datetime | None = None) -> datetime.datetime | None:
+        """The earliest deadline after `after` of the tables whose latest version this process
+        wrote (None: none): the deadline worker looks at the store then (`deadlines`), not ten
+        times a second. `after`: the worker's last look, so a deadline that look found nothing to
+        do for (its table moved on, or away) is not asked about again at every poll."""
+        bound = None if after is None else _aware(after)
         with self._deadlines_lock:
-            known = [deadline for _version, deadline in self._deadlines.values() if deadline is not None]
-        return min(_aware(deadline) for deadline in known) if known else None
+            known = [
+                _aware(deadline) for _version, deadline in self._deadlines.values() if deadline is not None
+            ]
+        pending = known if bound is None else [deadline for deadline in known if deadline > bound]
+        return min(pending) if pending else None
 
     def deadline_alarm(self, before: datetime.datetime | None) -> threading.Event:
         """The event a commit sets when it writes a deadline earlier than `before` (the moment the

@@ -105,8 +105,9 @@ def test_a_commit_with_a_deadline_before_the_workers_next_look_rings_its_alarm(
 def test_a_worker_between_sweeps_is_woken_by_the_deadlines_its_process_writes(
     table_server: TableServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Sweeps and wait slices an hour apart: the worker plays a table whose turns time out at once
-    (0 ms) to its end only because every deadline its own actions write rings its alarm."""
+    """Sweeps and wait slices an hour apart: a table opened while the worker waits (its first turn
+    timing out at once, 0 ms) rings its alarm, and the worker then plays it to its end by the
+    deadlines its own actions write (seen at its next look, `next_deadline`)."""
     import threading
 
     monkeypatch.setattr(deadlines, "SWEEP_INTERVAL_SECONDS", 3_600.0)
@@ -117,6 +118,10 @@ def test_a_worker_between_sweeps_is_woken_by_the_deadlines_its_process_writes(
     thread = threading.Thread(target=worker.run_forever, args=(stop,), daemon=True)
     thread.start()
     try:
+        for _ in range(6_000):  # the worker looked once and waits, armed
+            if table_server.engine._alarm_before is not None:
+                break
+            stop.wait(0.01)
         table_id = table_server.open_table(PLAYERS, turn_timeout_ms=0)
         for _ in range(6_000):
             state = table_server.engine.cache.get(table_id)
@@ -129,3 +134,21 @@ def test_a_worker_between_sweeps_is_woken_by_the_deadlines_its_process_writes(
         table_server.open_table(PLAYERS, turn_timeout_ms=0)  # its deadline rings the alarm: it stops
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_a_deadline_the_last_look_found_nothing_to_do_for_is_not_asked_about_again(
+    table_server: TableServer,
+) -> None:
+    """`next_deadline(after)`: a deadline at or before the worker's last look (its table moved on,
+    or to another replica, and the store did not return it) does not keep the worker looking at
+    every poll; the sweep still looks at the store."""
+    engine = table_server.engine
+    table_server.open_table(PLAYERS, turn_timeout_ms=0)  # due at once
+    due = engine.next_deadline()
+    assert due is not None
+    assert engine.next_deadline(due - datetime.timedelta(milliseconds=1)) == due
+    assert engine.next_deadline(due) is None
+    later = table_server.open_table(PLAYERS, turn_timeout_ms=60_000)
+    later_state = engine.cache.get(later)
+    assert later_state is not None
+    assert engine.next_deadline(due) == engine.known_deadline(later_state)[1]

@@ -249,6 +249,7 @@ def test_a_replica_taking_a_partition_over_loads_its_tables_and_reloads_what_it_
     before = stored_version(a, table)
 
     a.assign(0)
+    assert not a.server.engine.in_memory(table)  # another replica's now: nothing of it stays at a
     b.assign(1)  # b takes the table over: loaded from the event store, at the stored version
     loaded = b.server.engine.cached_state(table)
     assert loaded is not None and loaded.version == before
