@@ -40,7 +40,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mahjong_platform.database import create_session_factory, transaction
-from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, parse_envelope, utc_now
+from mahjong_platform.envelopes import Clock, EnvelopeDecodeError, as_utc, parse_envelope, utc_now
 from mahjong_platform.schema import dead_letter_redrives, processed_events
 from mahjong_platform.topic_reading import reading_consumer
 from mahjong_platform.tracked_consumer import MessagePosition
@@ -182,7 +182,7 @@ def redrives_recorded(engine: Engine, entries: Sequence[DeadLetterEntry]) -> dic
     with transaction(create_session_factory(engine)) as session:
         rows = session.execute(query).all()
     return {
-        (row.dlq_partition, row.dlq_offset): Redrive(row.outcome, _aware(row.redriven_at), newly=False)
+        (row.dlq_partition, row.dlq_offset): Redrive(row.outcome, as_utc(row.redriven_at), newly=False)
         for row in rows
         if (row.dlq_topic, row.dlq_partition, row.dlq_offset) in wanted
     }
@@ -246,7 +246,7 @@ def _recorded(session: Session, entry: DeadLetterEntry) -> Redrive | None:
             dead_letter_redrives.c.dlq_offset == entry.dlq_offset,
         )
     ).first()
-    return None if row is None else Redrive(row.outcome, _aware(row.redriven_at), newly=False)
+    return None if row is None else Redrive(row.outcome, as_utc(row.redriven_at), newly=False)
 
 
 def _apply_once(
@@ -281,7 +281,3 @@ def _apply_once(
         )
     )
     return "applied"
-
-
-def _aware(moment: datetime.datetime) -> datetime.datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)

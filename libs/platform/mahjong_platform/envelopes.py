@@ -134,6 +134,12 @@ def timestamp_of(moment: datetime.datetime) -> timestamp_pb2.Timestamp:
     )
 
 
+def as_utc(moment: datetime.datetime) -> datetime.datetime:
+    """`moment`, a naive one taken as UTC: SQLite hands back naive datetimes for timezone-aware
+    columns, and everything stored is UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
 def datetime_of(timestamp: timestamp_pb2.Timestamp) -> datetime.datetime:
     """`timestamp.ToDatetime(tzinfo=datetime.UTC)` without the slow helper (microseconds, the
     nanoseconds below them dropped, as it does)."""

@@ -43,7 +43,7 @@ import sqlalchemy
 from mahjong.v1 import envelope_pb2, ledger_events_pb2
 from mahjong_platform.database import PerDialect, compiled_once, insert_rows, one_of
 from mahjong_platform.driver_sql import Sql, run, run_many
-from mahjong_platform.envelopes import Clock, new_envelope, utc_now
+from mahjong_platform.envelopes import Clock, as_utc, new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -391,7 +391,7 @@ class LedgerRepository:
                 reason=row.reason,
                 beans=int(row.beans),
                 balance_after_beans=int(row.balance_after_beans),
-                posted_at=_aware(row.posted_at),
+                posted_at=as_utc(row.posted_at),
             )
             for row in session.execute(query)
         ]
@@ -514,7 +514,7 @@ class LedgerRepository:
         """
         opened_at: dict[str, datetime.datetime] = {}
         for request in requests:
-            moment = _aware(request.context.occurred_at)
+            moment = as_utc(request.context.occurred_at)
             for account in request.accounts:
                 if account not in opened_at or moment < opened_at[account]:
                     opened_at[account] = moment
@@ -544,7 +544,7 @@ class LedgerRepository:
         earlier = [
             {"target_account": account, "earlier_opened_at": opened_at[account]}
             for account in accounts
-            if opened_at[account] < _aware(locked[account].opened_at)
+            if opened_at[account] < as_utc(locked[account].opened_at)
         ]
         if earlier:
             session.execute(_MOVE_OPENED_AT, earlier)
@@ -573,7 +573,7 @@ class LedgerRepository:
                     beans=int(posting.beans),
                     reason=posting.reason,
                     balance_after_beans=int(posting.balance_after_beans),
-                    posted_at=_aware(posting.posted_at),
+                    posted_at=as_utc(posting.posted_at),
                 )
             )
         return [
@@ -592,7 +592,7 @@ class LedgerRepository:
                 line=int(row["line"]),
                 memo=row["memo"],
                 income_limit_beans=_optional_int(row["income_limit_beans"]),
-                posted_at=_aware(row["posted_at"]),
+                posted_at=as_utc(row["posted_at"]),
                 postings=tuple(postings[row["transfer_id"]]),
             )
             for row in rows
@@ -634,7 +634,7 @@ class _Plan:
                     self._credited[(transfer.table_id, transfer.order_key, posting.account)] = posting.beans
         self._digests[key] = request.digest
         self._new.add(id(request))
-        posted_at = _aware(request.context.occurred_at)
+        posted_at = as_utc(request.context.occurred_at)
         self.transfers.append((_transfer_row(transfer, request, posted_at), (transfer, request)))
         self.postings.extend(
             {
@@ -719,7 +719,7 @@ def _transfer_posted_envelope(transfer: Transfer, request: PostRequest) -> envel
         memo=request.memo,
         income_limit_beans=transfer.income_limit_beans,
     )
-    occurred_at = _aware(request.context.occurred_at)
+    occurred_at = as_utc(request.context.occurred_at)
     return new_envelope(
         payload,
         clock=lambda: occurred_at,
@@ -888,8 +888,3 @@ def _stored_datetime(value: object) -> datetime.datetime:
 
 def _optional_int(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
-
-
-def _aware(moment: datetime.datetime) -> datetime.datetime:
-    """SQLite hands back naive datetimes for timezone-aware columns; everything stored is UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)

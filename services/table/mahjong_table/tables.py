@@ -28,7 +28,7 @@ from mahjong_platform.database import (
     sqlite_rows,
     upsert_rows,
 )
-from mahjong_platform.envelopes import Clock, datetime_of, new_envelopes
+from mahjong_platform.envelopes import Clock, as_utc, datetime_of, new_envelopes
 from mahjong_platform.errors import ConflictError, NotFoundError, UnavailableError
 from mahjong_platform.event_store import (
     ConditionUnmetError,
@@ -70,11 +70,6 @@ class TableMovedError(UnavailableError):
 
     def __init__(self) -> None:
         super().__init__(MOVED_MESSAGE)
-
-
-def _aware(moment: datetime.datetime) -> datetime.datetime:
-    """`moment`, naive taken as UTC (SQLite gives times back naive)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
 
 
 class TableChanges:
@@ -699,7 +694,7 @@ class TableEngine:
                     )
                 ).scalar_one_or_none()
             if deadline is not None:  # SQLite gives back a naive UTC time
-                return deadline if deadline.tzinfo is not None else deadline.replace(tzinfo=datetime.UTC)
+                return as_utc(deadline)
         return last_event_at + datetime.timedelta(milliseconds=state.rules.turn_timeout_ms)
 
     def published(
@@ -733,7 +728,7 @@ class TableEngine:
                 if (known is None or known[0] <= state.version) and table_id not in self._ended:
                     self._deadlines[table_id] = (state.version, deadline)
                     alarm_before = self._alarm_before
-                    if deadline is not None and alarm_before is not None and _aware(deadline) < alarm_before:
+                    if deadline is not None and alarm_before is not None and as_utc(deadline) < alarm_before:
                         self._deadline_alarm.set()
             # Under the lock `forget_ended` decides under: a table it forgets is not put back.
             for state, envelopes, _deadline in tables:
@@ -750,10 +745,10 @@ class TableEngine:
         wrote (None: none): the deadline worker looks at the store then (`deadlines`), not ten
         times a second. `after`: the worker's last look, so a deadline that look found nothing to
         do for (its table moved on, or away) is not asked about again at every poll."""
-        bound = None if after is None else _aware(after)
+        bound = None if after is None else as_utc(after)
         with self._deadlines_lock:
             known = [
-                _aware(deadline) for _version, deadline in self._deadlines.values() if deadline is not None
+                as_utc(deadline) for _version, deadline in self._deadlines.values() if deadline is not None
             ]
         pending = known if bound is None else [deadline for deadline in known if deadline > bound]
         return min(pending) if pending else None
@@ -763,7 +758,7 @@ class TableEngine:
         deadline worker looks at the store next anyway), cleared now; None: no alarm."""
         with self._deadlines_lock:
             self._deadline_alarm.clear()
-            self._alarm_before = None if before is None else _aware(before)
+            self._alarm_before = None if before is None else as_utc(before)
         return self._deadline_alarm
 
     def forget_ended(self) -> list[str]:
