@@ -126,18 +126,17 @@ class TableChanges:
             listener(table_ids)
 
     def forget(self, table_ids: Collection[str]) -> None:
-        """Forget the versions of `table_ids` (ended tables: nothing is committed to them any
-        more, and a state read from the store is as new as any version 0 allows)."""
+        """Forget the versions of `table_ids` (`TableEngine.forget_where`, `forget_ended`: an ended
+        table gets no more commits, and a replica that lost a table or took it over reads it from
+        the store; a state read from the store is as new as any version 0 allows)."""
         with self._lock:
             for table_id in table_ids:
                 self._versions.pop(table_id, None)
 
-    def forget_where(self, stale: Callable[[str], bool]) -> None:
-        """Forget the versions of the tables `stale(table_id)` names (`TableEngine.forget_where`:
-        a replica that lost them, or took them over, reads them from the store)."""
+    def table_ids(self) -> list[str]:
+        """The tables whose version this process knows."""
         with self._lock:
-            for table_id in [table_id for table_id in self._versions if stale(table_id)]:
-                del self._versions[table_id]
+            return list(self._versions)
 
     def version(self, table_id: str) -> int:
         """The latest version this process committed or was told about; 0 when none. Read
@@ -182,20 +181,16 @@ class StateCache:
             while len(self._states) > self._capacity:
                 self._states.popitem(last=False)
 
+    def table_ids(self) -> list[str]:
+        """The tables with a cached state."""
+        with self._lock:
+            return list(self._states)
+
     def discard(self, table_ids: Collection[str]) -> None:
-        """Drop the states of `table_ids` (ended tables: `TableEngine.forget_ended`)."""
+        """Drop the states of `table_ids` (`TableEngine.forget_where`, `forget_ended`)."""
         with self._lock:
             for table_id in table_ids:
                 self._states.pop(table_id, None)
-
-    def discard_where(self, stale: Callable[[str], bool]) -> int:
-        """Drop the states of the tables `stale(table_id)` names (another replica may have written
-        them since: `ownership`); how many were dropped."""
-        with self._lock:
-            table_ids = [table_id for table_id in self._states if stale(table_id)]
-            for table_id in table_ids:
-                del self._states[table_id]
-        return len(table_ids)
 
 
 class RecentEvents:
@@ -237,14 +232,13 @@ class RecentEvents:
     def holds(self, table_id: str) -> bool:
         return table_id in self._events
 
-    def discard_where(self, stale: Callable[[str], bool]) -> None:
-        """Forget the tails of the tables `stale(table_id)` names (`TableEngine.forget_where`)."""
+    def table_ids(self) -> list[str]:
+        """The tables with a tail in memory."""
         with self._lock:
-            for table_id in [table_id for table_id in self._events if stale(table_id)]:
-                del self._events[table_id]
+            return list(self._events)
 
     def discard(self, table_ids: Collection[str]) -> None:
-        """Forget the tails of `table_ids` (ended tables: `TableEngine.forget_ended`)."""
+        """Forget the tails of `table_ids` (`TableEngine.forget_where`, `forget_ended`)."""
         with self._lock:
             for table_id in table_ids:
                 self._events.pop(table_id, None)
@@ -331,14 +325,20 @@ class TableEngine:
         """Drop everything kept in memory of the tables `stale(table_id)` names (states, event
         tails, versions, deadlines): another replica may have written them, or a takeover moved
         their deadlines, or they are another replica's now (`ownership`)."""
-        self.cache.discard_where(stale)
-        self.recent.discard_where(stale)
-        self.changes.forget_where(stale)
         with self._deadlines_lock:
-            for table_id in [table_id for table_id in self._deadlines if stale(table_id)]:
-                del self._deadlines[table_id]
-            for table_id in [table_id for table_id in self._ended if stale(table_id)]:
-                del self._ended[table_id]
+            known = {*self._deadlines, *self._ended}
+        known.update(self.cache.table_ids(), self.recent.table_ids(), self.changes.table_ids())
+        self._forget([table_id for table_id in known if stale(table_id)])
+
+    def _forget(self, table_ids: Collection[str]) -> None:
+        """Drop everything kept in memory of `table_ids` (`forget_where`, `forget_ended`)."""
+        with self._deadlines_lock:
+            for table_id in table_ids:
+                self._deadlines.pop(table_id, None)
+                self._ended.pop(table_id, None)
+        self.cache.discard(table_ids)
+        self.recent.discard(table_ids)
+        self.changes.forget(table_ids)
 
     def known_deadline(self, state: TableState) -> tuple[bool, datetime.datetime | None]:
         """(True, deadline) when this process wrote `state`'s version, or the game is over (no
@@ -777,14 +777,10 @@ class TableEngine:
             if not table_ids:
                 return []
             for table_id in table_ids:
-                del self._ended[table_id]
-                self._deadlines.pop(table_id, None)
                 self._forgotten[table_id] = None
             while len(self._forgotten) > FORGOTTEN_TABLES_KEPT:
                 self._forgotten.popitem(last=False)
-        self.cache.discard(table_ids)
-        self.recent.discard(table_ids)
-        self.changes.forget(table_ids)
+        self._forget(table_ids)
         return table_ids
 
     def in_memory(self, table_id: str) -> bool:
