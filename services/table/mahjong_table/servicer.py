@@ -137,7 +137,7 @@ class Presence:
         served here again gets a fresh grace (as `rearm_where`). Streams open stay counted. The
         deadline worker calls it with the live tables it checks, once a second; before, a record
         of every seat of every table ever played stayed in memory."""
-        live = live_table_ids if isinstance(live_table_ids, (set, frozenset, dict)) else set(live_table_ids)
+        live = set(live_table_ids)
         with self._lock:
             for key in [key for key in self._away_since if key[0] not in live]:
                 del self._away_since[key]
