@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := libs/rules libs/protos libs/platform tools/mjctl tools/bench infra $(wildcard services/*/pyproject.toml)
 EDITABLE := $(foreach p,$(PACKAGES),-e $(patsubst %/pyproject.toml,%,$(p)))
 
-.PHONY: setup proto proto-check api-release lint lint-python test test-unit test-integration run bench bench-system bench-pair chaos kafka-start kafka-stop clean
+.PHONY: setup proto proto-check api-release lint lint-python test test-unit test-integration run bench bench-system bench-floor bench-pair chaos kafka-start kafka-stop clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,12 @@ bench: setup
 # (saturation, --think-ms 100); e.g. make bench-system BENCH_SYSTEM_ARGS="--database postgresql".
 bench-system: setup
 	$(BIN)/python -m mjctl.bench_system $(BENCH_SYSTEM_ARGS)
+
+# The required stack's floor under bench-system (gRPC streams, kafka-python through a local
+# broker, SQLite group commits, none of our code) against issue 10's ratio budget; e.g. make
+# bench-floor BENCH_FLOOR_ARGS="--measured bench-system.json" (a `bench_system --json` file).
+bench-floor: setup
+	$(BIN)/python -m mahjong_bench.floor $(BENCH_FLOOR_ARGS)
 
 # Two checkouts' bench-system alternated run by run (A = before, B = after; each with its own
 # .venv from `make setup`, each run with its own code) and a table comparing them; run it under
