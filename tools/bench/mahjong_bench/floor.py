@@ -1,9 +1,9 @@
 """Benchmark: the floor under `make bench-system`: what the required stack alone costs this box
 for one game's traffic, with none of our code between the sockets.
 
-    python -m mahjong_bench.floor [--commands 20000] [--records 10000] [--transactions 2000]
-                                  [--measured BENCH_SYSTEM.json] [--bootstrap-servers HOST:PORT]
-                                  [--json PATH]
+    python -m mahjong_bench.floor [--commands 20000] [--calls 4000] [--records 10000]
+                                  [--transactions 2000] [--measured BENCH_SYSTEM.json]
+                                  [--bootstrap-servers HOST:PORT] [--json PATH]
 
 Issue 10 asks the full system for at least 0.05 of the pure engine's rate. Two cores give
 2 CPU seconds a second, so that is a budget of 40 × the pure engine's CPU per game for every
@@ -11,11 +11,14 @@ process together (the bots and the broker included). This measures, on this box 
 run, the units a game is made of, each through the same libraries and settings as the system but
 with no work of ours around them:
 
-- **gRPC** (`grpcio`'s `grpc.aio`, as the table and the bots): a server process with one
-  bidirectional stream method passing bytes through, a client process holding `--streams` streams
-  (the 128 seats of 32 tables) on one channel; each command is one request message answered by
-  `--responses-per-command` response messages on average (2.54 in a 256-game saturation run:
-  the answer and the seat updates). CPU per command of each process.
+- **gRPC** (`grpcio`'s `grpc.aio`, as the services and the bots; the client with the bot
+  processes' `GRPC_EXPERIMENTS`): a server process with a bidirectional stream method passing
+  bytes through and a unary method; a client process holding `--streams` streams (the 128 seats of
+  32 tables) on one channel, each command one request message answered by
+  `--responses-per-command` response messages on average (2.54 in a 256-game saturation run: the
+  answer and the seat updates); then a client process making `--calls` unary calls, 16 at once (a
+  game's Enqueue, WatchTicket, Play opens and GetBalance calls). CPU per command and per call of
+  each process.
 - **Kafka** (`kafka-python`, a local broker): a producer process built as the outbox relay's
   (`create_idempotent_producer`: idempotent, `acks=all`) sending in batches of `--relay-batch`
   records each followed by a flush and a wait for every acknowledgement (`OutboxRelay._publish`),
@@ -26,14 +29,14 @@ with no work of ours around them:
   write transaction of a group-commit batch (`--commands-per-batch` commands: their events, their
   outbox rows, their answers, one multi-row INSERT each, then COMMIT). CPU per transaction.
 
-The floor per game multiplies them by a game's counts (`--commands-per-game` ... defaults from a
-saturation run of `bench_system`) and adds them up: a lower bound, since a game also has the
-matchmaking and ledger calls, the other services' transactions and every line of our own code.
-Compared with the budget, it says how much of the budget the stack leaves to everything else.
+The floor of each process is the units it handles a game (`UNITS_PER_GAME`, the Play commands
+and the group commits: a game's counts measured from the system) times their costs; their sum is
+the floor of the whole system: a lower bound, since a game also has the other services'
+transactions, the bots' decisions and every line of our own code. Set against the budget, it says
+how much of the budget the stack leaves to everything else.
 
 `--measured` takes a `python -m mjctl.bench_system --json` file and sets its saturation run's CPU
-per game of each process against the part of the floor that process pays (the table: the gRPC
-server, the producer and the transactions; the bots: the gRPC client; scoring: the consumer).
+per game of each process against that process's floor.
 
 Prints Markdown tables; `--json PATH` writes the figures.
 """
@@ -59,16 +62,35 @@ from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-# A game's counts: a 256-game saturation run of `python -m mjctl.bench_system --tables 32` on
-# main b0abcdb (18,520 Acts, 2.54 Play responses per command), the table's Kafka sends counted
-# by yappi over 64 games (8,253: its events and the seat releases), and its group commit's
-# batches (8,610 commands in 760 batches on main c952eb6).
+# A game's counts. Commands and responses: a 256-game saturation run of `python -m
+# mjctl.bench_system --tables 32` on main b0abcdb (18,520 Acts, 2.54 Play responses per command);
+# batches: the table's group commit at saturation (8,610 commands in 760 batches, main c952eb6).
 COMMANDS_PER_GAME = 72.3
 RESPONSES_PER_COMMAND = 2.54
-RECORDS_PER_GAME = 129.0
 COMMANDS_PER_BATCH = 11.3
 EVENTS_PER_COMMAND = 1.76
+# Records a game puts on each topic: the topics' end offsets before and after `mjctl bots
+# --players 32 --games 32` against `mjctl run` (2026-12-07): mahjong.table.v1 127.9 (the table's
+# events; scoring reads them), mahjong.seats.v1 1.0 (the table's; matchmaking reads it),
+# mahjong.match.v1 5.0 (matchmaking's; the table reads the openings), mahjong.settlement.v1 12.1
+# (scoring's; the ledger reads it), mahjong.ledger.v1 12.1 (the ledger's; nobody reads it live).
+# Calls a game: each bot's Enqueue, WatchTicket and Play (12, the Play streams' commands apart),
+# each Enqueue's GetBalance from matchmaking to the ledger (4).
+UNITS_PER_GAME: dict[str, dict[str, float]] = {
+    "table": {"call served": 4, "record produced": 128.9, "record consumed": 5.0},
+    "bots": {"call made": 12},
+    "matchmaking": {"call served": 8, "call made": 4, "record produced": 5.0, "record consumed": 1.0},
+    "scoring": {"record produced": 12.1, "record consumed": 127.9},
+    "ledger": {"call served": 4, "record produced": 12.1, "record consumed": 12.1},
+    "kafka broker": {"record through the broker": 158.1},
+}
+"""What each process of `bench_system` does a game, in the floor's units, besides the Play
+streams' commands (the table serves them, the bots send them) and the table's group-commit
+transactions, which depend on the run (`GameCounts`). Left out, so the floor stays a lower
+bound: the other services' transactions, the bots' decisions, and everything of ours."""
 
+RECORDS_PER_SECOND = 10 * UNITS_PER_GAME["table"]["record produced"]
+"""The producer's pace: the table's records at issue 10's 10 games a second."""
 REQUEST_BYTES = 60
 """About an `ActRequest` (an idempotency key, an expected sequence and a command)."""
 RESPONSE_BYTES = 400
@@ -76,13 +98,17 @@ RESPONSE_BYTES = 400
 RECORD_BYTES = 200
 """About a serialized table event envelope."""
 STREAMS = 128
+CALLERS = 16
+"""Calls in flight at once (the bots' Enqueue and WatchTicket calls between games)."""
+CALL_RESPONSE_BYTES = 100
 RELAY_BATCH = 20
 """Records a relay publishes at once at saturation: a batch of 11.3 commands' 1.76 events."""
 KEYS = 32
 """Distinct message keys (tables)."""
 WARM_UP_FRACTION = 0.1
 
-_METHOD = "/floor.Floor/Play"
+_PLAY = "/floor.Floor/Play"
+_CALL = "/floor.Floor/Call"
 _LAST = b"\x01"
 _MORE = b"\x00"
 
@@ -101,14 +127,11 @@ class GrpcFloor:
     seconds: float
     server_cpu_seconds: float
     client_cpu_seconds: float
-
-    @property
-    def server_us_per_command(self) -> float:
-        return 1e6 * self.server_cpu_seconds / self.commands
-
-    @property
-    def client_us_per_command(self) -> float:
-        return 1e6 * self.client_cpu_seconds / self.commands
+    calls: int
+    """Unary calls, each a new call on the channel (how a game's Enqueue, GetBalance, WatchTicket
+    and Play opens are counted)."""
+    call_server_cpu_seconds: float
+    call_client_cpu_seconds: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +144,6 @@ class KafkaFloor:
     broker_cpu_seconds: float | None
     """None: the broker's process is not on this machine (`--bootstrap-servers` elsewhere)."""
 
-    def us_per_record(self, cpu: float | None) -> float | None:
-        return None if cpu is None else 1e6 * cpu / self.records
-
 
 @dataclasses.dataclass(frozen=True)
 class SqliteFloor:
@@ -132,63 +152,66 @@ class SqliteFloor:
     rows_per_transaction: int
     cpu_seconds: float
 
-    @property
-    def us_per_transaction(self) -> float:
-        return 1e6 * self.cpu_seconds / self.transactions
-
 
 @dataclasses.dataclass(frozen=True)
 class GameCounts:
     commands: float = COMMANDS_PER_GAME
     responses_per_command: float = RESPONSES_PER_COMMAND
-    records: float = RECORDS_PER_GAME
     commands_per_batch: float = COMMANDS_PER_BATCH
 
-    @property
-    def transactions(self) -> float:
-        return self.commands / self.commands_per_batch
+    def units(self) -> dict[str, dict[str, float]]:
+        """Each process's units a game (`UNITS_PER_GAME` with the Play commands and the table's
+        transactions)."""
+        units = {process: dict(counts) for process, counts in UNITS_PER_GAME.items()}
+        units["table"]["stream command served"] = self.commands
+        units["table"]["transaction"] = self.commands / self.commands_per_batch
+        units["bots"]["stream command sent"] = self.commands
+        return units
 
 
-def floor_per_game(
-    counts: GameCounts, grpc_floor: GrpcFloor, kafka_floor: KafkaFloor, sqlite_floor: SqliteFloor
-) -> dict[str, float]:
-    """CPU seconds per game of each unit (the counts times the measured costs), and their sum.
-    A broker not measured counts 0 (the floor is then lower still)."""
-    parts = {
-        "grpc server": counts.commands * grpc_floor.server_cpu_seconds / grpc_floor.commands,
-        "grpc client": counts.commands * grpc_floor.client_cpu_seconds / grpc_floor.commands,
-        "kafka producer": counts.records * kafka_floor.producer_cpu_seconds / kafka_floor.records,
-        "kafka consumer": counts.records * kafka_floor.consumer_cpu_seconds / kafka_floor.records,
-        "kafka broker": counts.records * (kafka_floor.broker_cpu_seconds or 0.0) / kafka_floor.records,
-        "sqlite": counts.transactions * sqlite_floor.cpu_seconds / sqlite_floor.transactions,
+UNITS = (
+    "stream command served",
+    "stream command sent",
+    "call served",
+    "call made",
+    "record produced",
+    "record consumed",
+    "record through the broker",
+    "transaction",
+)
+
+
+def unit_costs(grpc_floor: GrpcFloor, kafka_floor: KafkaFloor, sqlite_floor: SqliteFloor) -> dict[str, float]:
+    """CPU seconds of each unit. A broker not measured costs 0 (the floor is then lower still)."""
+    return {
+        "stream command served": grpc_floor.server_cpu_seconds / grpc_floor.commands,
+        "stream command sent": grpc_floor.client_cpu_seconds / grpc_floor.commands,
+        "call served": grpc_floor.call_server_cpu_seconds / grpc_floor.calls,
+        "call made": grpc_floor.call_client_cpu_seconds / grpc_floor.calls,
+        "record produced": kafka_floor.producer_cpu_seconds / kafka_floor.records,
+        "record consumed": kafka_floor.consumer_cpu_seconds / kafka_floor.records,
+        "record through the broker": (kafka_floor.broker_cpu_seconds or 0.0) / kafka_floor.records,
+        "transaction": sqlite_floor.cpu_seconds / sqlite_floor.transactions,
     }
-    return {**parts, "floor": sum(parts.values())}
 
 
-FLOOR_PARTS_OF_PROCESS = {
-    "table": ("grpc server", "kafka producer", "sqlite"),
-    "bots": ("grpc client",),
-    "kafka broker": ("kafka broker",),
-    "scoring": ("kafka consumer",),
-    "matchmaking": (),
-    "ledger": (),
-    "everything": ("floor",),
-}
-"""Which units of the floor each process of `bench_system` pays (the table serves the streams,
-publishes the events and writes the batches; the bots are the clients; scoring reads the events;
-matchmaking's and the ledger's traffic is not in the floor)."""
+def floor_by_process(units: dict[str, dict[str, float]], costs: dict[str, float]) -> dict[str, float]:
+    """CPU seconds a game of each process's units, and "everything": their sum."""
+    floors = {
+        process: sum(count * costs[unit] for unit, count in counts.items())
+        for process, counts in units.items()
+    }
+    return {**floors, "everything": sum(floors.values())}
 
 
-def against_measured(per_game: dict[str, float], measured: dict[str, float]) -> dict[str, dict[str, float]]:
+def against_measured(floors: dict[str, float], measured: dict[str, float]) -> dict[str, dict[str, float]]:
     """For each process of a `bench_system` run (its `cpu_seconds_per_game`), its floor and what
     it spent above it."""
-    rows = {}
-    for process, parts in FLOOR_PARTS_OF_PROCESS.items():
-        if process not in measured:
-            continue
-        floor = sum(per_game[part] for part in parts)
-        rows[process] = {"measured": measured[process], "floor": floor, "above": measured[process] - floor}
-    return rows
+    return {
+        process: {"measured": measured[process], "floor": floor, "above": measured[process] - floor}
+        for process, floor in floors.items()
+        if process in measured
+    }
 
 
 def ratio_budget(engine_cpu_seconds_per_game: float, ratio: float = 0.05, cores: int = 2) -> float:
@@ -222,6 +245,7 @@ def _grpc_server(port_out: Connection, response_bytes: int, responses_per_comman
 
     payload_more = _MORE + b"v" * (response_bytes - 1)
     payload_last = _LAST + b"v" * (response_bytes - 1)
+    answer = b"a" * CALL_RESPONSE_BYTES
 
     async def play(requests: AsyncIterator[bytes], _context: Any) -> AsyncIterator[bytes]:
         owed = 0.0
@@ -233,12 +257,16 @@ def _grpc_server(port_out: Connection, response_bytes: int, responses_per_comman
                 yield payload_more
             yield payload_last
 
+    async def call(_request: bytes, _context: Any) -> bytes:
+        return answer
+
     async def serve() -> None:
         server = grpc.aio.server()
-        handler = grpc.stream_stream_rpc_method_handler(play)
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("floor.Floor", {"Play": handler}),)
-        )
+        handlers = {
+            "Play": grpc.stream_stream_rpc_method_handler(play),
+            "Call": grpc.unary_unary_rpc_method_handler(call),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Floor", handlers),))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         port_out.send(port)
@@ -247,7 +275,18 @@ def _grpc_server(port_out: Connection, response_bytes: int, responses_per_comman
     asyncio.run(serve())
 
 
-def _grpc_client(port: int, streams: int, commands: int, request_bytes: int, phases: Connection) -> None:
+def _client_environment() -> None:
+    """The client's gRPC settings are the bot processes' (`mjctl.load.BOT_GRPC_EXPERIMENTS`);
+    before gRPC is imported."""
+    from mjctl.load import BOT_GRPC_EXPERIMENTS
+
+    os.environ.setdefault("GRPC_EXPERIMENTS", BOT_GRPC_EXPERIMENTS)
+
+
+def _grpc_stream_client(
+    port: int, streams: int, commands: int, request_bytes: int, phases: Connection
+) -> None:
+    _client_environment()
     import grpc
 
     request = b"r" * request_bytes
@@ -256,7 +295,7 @@ def _grpc_client(port: int, streams: int, commands: int, request_bytes: int, pha
 
     async def run() -> None:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            play = channel.stream_stream(_METHOD)
+            play = channel.stream_stream(_PLAY)
             warmed = asyncio.Barrier(streams + 1)
 
             async def seat() -> None:
@@ -279,53 +318,103 @@ def _grpc_client(port: int, streams: int, commands: int, request_bytes: int, pha
     asyncio.run(run())
 
 
+def _grpc_call_client(port: int, callers: int, calls: int, request_bytes: int, phases: Connection) -> None:
+    _client_environment()
+    import grpc
+
+    request = b"r" * request_bytes
+    per_caller = calls // callers
+    warm_up = max(1, int(per_caller * WARM_UP_FRACTION))
+
+    async def run() -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary(_CALL)
+            warmed = asyncio.Barrier(callers + 1)
+
+            async def caller() -> None:
+                for made in range(warm_up + per_caller):
+                    if made == warm_up:
+                        await warmed.wait()
+                    await call(request)
+
+            tasks = [asyncio.create_task(caller()) for _ in range(callers)]
+            await warmed.wait()
+            phases.send("measuring")
+            await asyncio.gather(*tasks)
+            phases.send("done")
+
+    asyncio.run(run())
+
+
+def _measure_client(
+    server: multiprocessing.process.BaseProcess,
+    client: multiprocessing.process.BaseProcess,
+    phases: Connection,
+) -> tuple[float, float, float]:
+    """Run `client` against `server`; (wall seconds, server CPU, client CPU) of its measured phase."""
+    client.start()
+    try:
+        _receive(phases, client, 120, "the gRPC floor client did not warm up")
+        assert server.pid is not None and client.pid is not None
+        started = time.perf_counter()
+        server_before, client_before = cpu_seconds(server.pid), cpu_seconds(client.pid)
+        _receive(phases, client, 600, "the gRPC floor client did not finish")
+        server_after, client_after = cpu_seconds(server.pid), cpu_seconds(client.pid)
+        seconds = time.perf_counter() - started
+        client.join(30)
+        if client.exitcode != 0:
+            raise RuntimeError(f"the gRPC floor client exited with {client.exitcode}")
+        return seconds, server_after - server_before, client_after - client_before
+    finally:
+        if client.is_alive():
+            client.terminate()
+            client.join(10)
+
+
 def measure_grpc(
     commands: int = 20_000,
     streams: int = STREAMS,
     responses_per_command: float = RESPONSES_PER_COMMAND,
+    calls: int = 4_000,
+    callers: int = CALLERS,
     request_bytes: int = REQUEST_BYTES,
     response_bytes: int = RESPONSE_BYTES,
 ) -> GrpcFloor:
-    """`commands` commands over `streams` streams, server and client each a process of its own."""
-    assert streams >= 1 and commands >= streams and responses_per_command >= 1
+    """`commands` commands over `streams` streams, then `calls` unary calls from `callers` at once;
+    the server and each client a process of its own."""
+    assert streams >= 1 and commands >= streams and responses_per_command >= 1 and calls >= callers >= 1
     context = multiprocessing.get_context("spawn")  # no fork: gRPC's threads do not survive one
     port_in, port_out = context.Pipe(duplex=False)
     server = context.Process(
         target=_grpc_server, args=(port_out, response_bytes, responses_per_command), daemon=True
     )
     server.start()
-    client: multiprocessing.process.BaseProcess | None = None
     try:
         port = _receive(port_in, server, 60, "the gRPC floor server did not start")
-        phases_in, phases_out = context.Pipe(duplex=False)
-        measured = (commands // streams) * streams
-        client = context.Process(
-            target=_grpc_client, args=(port, streams, commands, request_bytes, phases_out), daemon=True
+        phases, phases_out = context.Pipe(duplex=False)
+        stream_client = context.Process(
+            target=_grpc_stream_client, args=(port, streams, commands, request_bytes, phases_out), daemon=True
         )
-        client.start()
-        _receive(phases_in, client, 120, "the gRPC floor client did not warm up")
-        assert server.pid is not None and client.pid is not None
-        started = time.perf_counter()
-        server_before, client_before = cpu_seconds(server.pid), cpu_seconds(client.pid)
-        _receive(phases_in, client, 600, "the gRPC floor client did not finish")
-        server_after, client_after = cpu_seconds(server.pid), cpu_seconds(client.pid)
-        seconds = time.perf_counter() - started
-        client.join(30)
-        if client.exitcode != 0:
-            raise RuntimeError(f"the gRPC floor client exited with {client.exitcode}")
+        seconds, server_cpu, client_cpu = _measure_client(server, stream_client, phases)
+        call_client = context.Process(
+            target=_grpc_call_client, args=(port, callers, calls, request_bytes, phases_out), daemon=True
+        )
+        _call_seconds, call_server_cpu, call_client_cpu = _measure_client(server, call_client, phases)
         return GrpcFloor(
-            commands=measured,
+            commands=commands // streams * streams,
             streams=streams,
             responses_per_command=responses_per_command,
             seconds=seconds,
-            server_cpu_seconds=server_after - server_before,
-            client_cpu_seconds=client_after - client_before,
+            server_cpu_seconds=server_cpu,
+            client_cpu_seconds=client_cpu,
+            calls=calls // callers * callers,
+            call_server_cpu_seconds=call_server_cpu,
+            call_client_cpu_seconds=call_client_cpu,
         )
     finally:
-        for process in (client, server):
-            if process is not None and process.is_alive():
-                process.terminate()
-                process.join(10)
+        if server.is_alive():
+            server.terminate()
+            server.join(10)
 
 
 # Kafka -------------------------------------------------------------------------------------------
@@ -406,7 +495,7 @@ def measure_kafka(
     records: int = 10_000,
     relay_batch: int = RELAY_BATCH,
     record_bytes: int = RECORD_BYTES,
-    records_per_second: float = 10 * RECORDS_PER_GAME,
+    records_per_second: float = RECORDS_PER_SECOND,
     topic_prefix: str = "",
 ) -> KafkaFloor:
     """`records` records through a new topic (the system's partition count): a producer process
@@ -601,66 +690,87 @@ def report(
     engine_cpu_per_game: float,
     measured: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Every figure of a run, for `--json` and for the table; `measured`: a `bench_system` run's
+    """Every figure of a run, for `--json` and for the tables; `measured`: a `bench_system` run's
     CPU seconds per game by process, set against the floor."""
-    per_game = floor_per_game(counts, grpc_floor, kafka_floor, sqlite_floor)
+    units = counts.units()
+    costs = unit_costs(grpc_floor, kafka_floor, sqlite_floor)
+    floors = floor_by_process(units, costs)
     budget = ratio_budget(engine_cpu_per_game)
     return {
-        "measured": against_measured(per_game, measured) if measured else {},
         "counts": dataclasses.asdict(counts),
         "grpc": dataclasses.asdict(grpc_floor),
         "kafka": dataclasses.asdict(kafka_floor),
         "sqlite": dataclasses.asdict(sqlite_floor),
-        "cpu_seconds_per_game": per_game,
+        "units_per_game": units,
+        "unit_cpu_seconds": costs,
+        "floor_cpu_seconds_per_game": floors,
+        "measured": against_measured(floors, measured) if measured else {},
         "engine_cpu_seconds_per_game": engine_cpu_per_game,
         "ratio_budget_cpu_seconds_per_game": budget,
-        "floor_share_of_budget": per_game["floor"] / budget,
+        "floor_share_of_budget": floors["everything"] / budget,
         "load_average": list(os.getloadavg()),
     }
 
 
+UNIT_NAMES = {
+    "stream command served": "gRPC server: a command in, {responses:.2f} responses out ({streams} streams)",
+    "stream command sent": "gRPC client: the same, the other end",
+    "call served": "gRPC server: a unary call ({callers} at once)",
+    "call made": "gRPC client: a unary call",
+    "record produced": "Kafka producer: a record, {batch} a publish with a flush",
+    "record consumed": "Kafka consumer: a record, read as it comes",
+    "record through the broker": "Kafka broker: a record in and out",
+    "transaction": "SQLite: a group commit of {commands:.1f} commands ({rows} rows)",
+}
+
+
 def markdown(figures: dict[str, Any]) -> str:
-    counts, grpc_floor, kafka_floor = figures["counts"], figures["grpc"], figures["kafka"]
-    sqlite_floor, per_game = figures["sqlite"], figures["cpu_seconds_per_game"]
-
-    def us(cpu: float | None, units: int) -> str:
-        return "not measured" if cpu is None else f"{1e6 * cpu / units:,.0f}"
-
-    commands, records = grpc_floor["commands"], kafka_floor["records"]
+    grpc_floor, kafka_floor, sqlite_floor = figures["grpc"], figures["kafka"], figures["sqlite"]
+    names = {
+        unit: text.format(
+            responses=grpc_floor["responses_per_command"],
+            streams=grpc_floor["streams"],
+            callers=CALLERS,
+            batch=kafka_floor["relay_batch"],
+            commands=sqlite_floor["commands_per_batch"],
+            rows=sqlite_floor["rows_per_transaction"],
+        )
+        for unit, text in UNIT_NAMES.items()
+    }
+    units, costs = figures["units_per_game"], figures["unit_cpu_seconds"]
     lines = [
-        "| unit (CPU of each process, µs) | per unit | units a game | CPU s / game |",
+        "| unit (CPU of the process doing it) | µs each | a game | CPU s / game |",
         "|---|---:|---:|---:|",
-        f"| gRPC server: a command in, {grpc_floor['responses_per_command']:.2f} responses out"
-        f" ({grpc_floor['streams']} streams) | {us(grpc_floor['server_cpu_seconds'], commands)}"
-        f" | {counts['commands']:.1f} | {per_game['grpc server']:.4f} |",
-        f"| gRPC client: the same, the other end | {us(grpc_floor['client_cpu_seconds'], commands)}"
-        f" | {counts['commands']:.1f} | {per_game['grpc client']:.4f} |",
-        f"| Kafka producer: a record, published {kafka_floor['relay_batch']} at a time with a flush"
-        f" | {us(kafka_floor['producer_cpu_seconds'], records)} | {counts['records']:.0f}"
-        f" | {per_game['kafka producer']:.4f} |",
-        f"| Kafka consumer: a record, read as it comes | {us(kafka_floor['consumer_cpu_seconds'], records)}"
-        f" | {counts['records']:.0f} | {per_game['kafka consumer']:.4f} |",
-        f"| Kafka broker: a record in and out | {us(kafka_floor['broker_cpu_seconds'], records)}"
-        f" | {counts['records']:.0f} | {per_game['kafka broker']:.4f} |",
-        f"| SQLite: a group-commit transaction of {sqlite_floor['commands_per_batch']:.1f} commands"
-        f" ({sqlite_floor['rows_per_transaction']} rows)"
-        f" | {us(sqlite_floor['cpu_seconds'], sqlite_floor['transactions'])}"
-        f" | {counts['commands'] / counts['commands_per_batch']:.1f} | {per_game['sqlite']:.4f} |",
-        f"| **the stack's floor, a game** | | | **{per_game['floor']:.4f}** |",
+    ]
+    for unit in UNITS:
+        count = sum(process_units.get(unit, 0.0) for process_units in units.values())
+        cost = costs[unit]
+        each = (
+            "not measured"
+            if unit == "record through the broker" and figures["kafka"]["broker_cpu_seconds"] is None
+            else f"{1e6 * cost:,.0f}"
+        )
+        lines.append(f"| {names[unit]} | {each} | {count:.1f} | {count * cost:.4f} |")
+    floors = figures["floor_cpu_seconds_per_game"]
+    lines += [
+        f"| **the stack's floor, a game** | | | **{floors['everything']:.4f}** |",
         f"| pure engine, a game (same run) | | | {figures['engine_cpu_seconds_per_game']:.4f} |",
-        f"| issue 10's ratio budget (0.05 of the engine on 2 cores = 40 × the engine) | | |"
+        "| issue 10's ratio budget (0.05 of the engine on 2 cores = 40 × the engine) | | |"
         f" {figures['ratio_budget_cpu_seconds_per_game']:.4f} |",
         f"| floor ÷ budget | | | {figures['floor_share_of_budget']:.2f} |",
         "| load average (1/5/15 min) | | | " + " ".join(f"{x:.2f}" for x in figures["load_average"]) + " |",
+        "",
     ]
     if figures["measured"]:
         lines += [
-            "",
             "| process (CPU s / game) | measured (bench_system) | the stack's floor | above the floor |",
             "|---|---:|---:|---:|",
         ]
         for process, row in figures["measured"].items():
             lines.append(f"| {process} | {row['measured']:.4f} | {row['floor']:.4f} | {row['above']:.4f} |")
+    else:
+        lines += ["| process | the stack's floor (CPU s / game) |", "|---|---:|"]
+        lines += [f"| {process} | {floor:.4f} |" for process, floor in floors.items()]
     return "\n".join(lines)
 
 
@@ -670,19 +780,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--commands", type=int, default=20_000, help="gRPC commands measured (default 20000)")
     parser.add_argument("--streams", type=int, default=STREAMS, help=f"gRPC streams (default {STREAMS})")
+    parser.add_argument("--calls", type=int, default=4_000, help="gRPC unary calls measured (default 4000)")
     parser.add_argument("--records", type=int, default=10_000, help="Kafka records measured (default 10000)")
     parser.add_argument("--relay-batch", type=int, default=RELAY_BATCH, help="records a publish (default 20)")
     parser.add_argument(
         "--records-per-second",
         type=float,
-        default=10 * RECORDS_PER_GAME,
-        help="the producer's pace (default: 10 games a second's records)",
+        default=RECORDS_PER_SECOND,
+        help="the producer's pace (default: the table's records at 10 games a second)",
     )
     parser.add_argument("--transactions", type=int, default=2_000, help="SQLite transactions (default 2000)")
     parser.add_argument("--engine-games", type=int, default=200, help="pure engine games (default 200)")
     parser.add_argument("--commands-per-game", type=float, default=COMMANDS_PER_GAME)
     parser.add_argument("--responses-per-command", type=float, default=RESPONSES_PER_COMMAND)
-    parser.add_argument("--records-per-game", type=float, default=RECORDS_PER_GAME)
     parser.add_argument("--commands-per-batch", type=float, default=COMMANDS_PER_BATCH)
     parser.add_argument("--bootstrap-servers", help="an existing broker (default: start one on free ports)")
     parser.add_argument(
@@ -702,11 +812,12 @@ def main(argv: list[str] | None = None) -> int:
     counts = GameCounts(
         commands=arguments.commands_per_game,
         responses_per_command=arguments.responses_per_command,
-        records=arguments.records_per_game,
         commands_per_batch=arguments.commands_per_batch,
     )
     engine = engine_cpu_seconds_per_game(arguments.engine_games)
-    grpc_floor = measure_grpc(arguments.commands, arguments.streams, counts.responses_per_command)
+    grpc_floor = measure_grpc(
+        arguments.commands, arguments.streams, counts.responses_per_command, arguments.calls
+    )
     with _broker(arguments.bootstrap_servers) as (bootstrap_servers, broker_pid):
         kafka_floor = measure_kafka(
             bootstrap_servers,

@@ -3,8 +3,8 @@ measurement run for real at a small size (gRPC and SQLite here; Kafka on the ses
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 from mahjong_bench import floor
@@ -20,6 +20,9 @@ def _floors() -> tuple[floor.GrpcFloor, floor.KafkaFloor, floor.SqliteFloor]:
             seconds=1.0,
             server_cpu_seconds=0.3,
             client_cpu_seconds=0.4,
+            calls=100,
+            call_server_cpu_seconds=0.05,
+            call_client_cpu_seconds=0.06,
         ),
         floor.KafkaFloor(
             records=2_000,
@@ -35,26 +38,55 @@ def _floors() -> tuple[floor.GrpcFloor, floor.KafkaFloor, floor.SqliteFloor]:
     )
 
 
-def test_the_floor_of_a_game_is_each_unit_times_its_count() -> None:
-    counts = floor.GameCounts(
-        commands=70.0, responses_per_command=2.5, records=130.0, commands_per_batch=10.0
+def test_each_unit_costs_its_cpu_over_its_count() -> None:
+    costs = floor.unit_costs(*_floors())
+    assert costs == pytest.approx(
+        {
+            "stream command served": 0.3 / 1_000,
+            "stream command sent": 0.4 / 1_000,
+            "call served": 0.05 / 100,
+            "call made": 0.06 / 100,
+            "record produced": 0.4 / 2_000,
+            "record consumed": 0.2 / 2_000,
+            "record through the broker": 0.6 / 2_000,
+            "transaction": 0.2 / 100,
+        }
     )
-    per_game = floor.floor_per_game(counts, *_floors())
-    assert per_game["grpc server"] == pytest.approx(70 * 0.3 / 1_000)
-    assert per_game["grpc client"] == pytest.approx(70 * 0.4 / 1_000)
-    assert per_game["kafka producer"] == pytest.approx(130 * 0.4 / 2_000)
-    assert per_game["kafka consumer"] == pytest.approx(130 * 0.2 / 2_000)
-    assert per_game["kafka broker"] == pytest.approx(130 * 0.6 / 2_000)
-    assert per_game["sqlite"] == pytest.approx(7 * 0.2 / 100)  # 70 commands in batches of 10
-    parts = [value for name, value in per_game.items() if name != "floor"]
-    assert per_game["floor"] == pytest.approx(sum(parts))
+    assert set(costs) == set(floor.UNITS)
 
 
-def test_a_broker_not_measured_counts_nothing() -> None:
+def test_a_game_has_the_table_serve_the_commands_the_bots_send_and_the_table_commit_them() -> None:
+    units = floor.GameCounts(commands=70.0, responses_per_command=2.5, commands_per_batch=10.0).units()
+    assert units["table"]["stream command served"] == 70.0
+    assert units["table"]["transaction"] == 7.0
+    assert units["bots"]["stream command sent"] == 70.0
+    # What the table produces and consumes is what the broker carries, with the others' records.
+    produced = sum(counts.get("record produced", 0.0) for counts in units.values())
+    assert units["kafka broker"]["record through the broker"] == pytest.approx(produced)
+    # Every call made is served: the bots' 12 and matchmaking's 4 GetBalance.
+    served = sum(counts.get("call served", 0.0) for counts in units.values())
+    made = sum(counts.get("call made", 0.0) for counts in units.values())
+    assert served == made == 16
+    assert floor.UNITS_PER_GAME["table"] == {
+        "call served": 4,
+        "record produced": 128.9,
+        "record consumed": 5.0,
+    }
+
+
+def test_the_floor_of_a_process_is_its_units_times_their_costs() -> None:
+    costs = {"call served": 0.001, "record produced": 0.0002, "transaction": 0.002}
+    units = {"a": {"call served": 4, "record produced": 100.0}, "b": {"transaction": 5.0}}
+    floors = floor.floor_by_process(units, costs)
+    assert floors == pytest.approx({"a": 0.004 + 0.02, "b": 0.01, "everything": 0.034})
+
+
+def test_a_broker_not_measured_costs_nothing() -> None:
     grpc_floor, kafka_floor, sqlite_floor = _floors()
-    remote = floor.KafkaFloor(**{**kafka_floor.__dict__, "broker_cpu_seconds": None})
-    per_game = floor.floor_per_game(floor.GameCounts(), grpc_floor, remote, sqlite_floor)
-    assert per_game["kafka broker"] == 0.0
+    remote = dataclasses.replace(kafka_floor, broker_cpu_seconds=None)
+    assert floor.unit_costs(grpc_floor, remote, sqlite_floor)["record through the broker"] == 0.0
+    figures = floor.report(floor.GameCounts(), grpc_floor, remote, sqlite_floor, engine_cpu_per_game=0.005)
+    assert "| Kafka broker: a record in and out | not measured |" in floor.markdown(figures)
 
 
 def test_the_ratio_budget_is_forty_engines_on_two_cores() -> None:
@@ -63,33 +95,33 @@ def test_the_ratio_budget_is_forty_engines_on_two_cores() -> None:
     assert floor.ratio_budget(0.005, ratio=0.1, cores=4) == pytest.approx(0.2)
 
 
-def test_each_process_is_set_against_the_floor_it_pays() -> None:
-    per_game = floor.floor_per_game(floor.GameCounts(), *_floors())
-    measured = {"table": 0.2, "bots": 0.09, "scoring": 0.04, "ledger": 0.03, "everything": 0.45}
-    rows = floor.against_measured(per_game, measured)
-    table_floor = per_game["grpc server"] + per_game["kafka producer"] + per_game["sqlite"]
-    assert rows["table"] == pytest.approx({"measured": 0.2, "floor": table_floor, "above": 0.2 - table_floor})
-    assert rows["bots"]["floor"] == pytest.approx(per_game["grpc client"])
-    assert rows["scoring"]["floor"] == pytest.approx(per_game["kafka consumer"])
-    assert rows["ledger"] == {"measured": 0.03, "floor": 0.0, "above": 0.03}
-    assert rows["everything"]["floor"] == pytest.approx(per_game["floor"])
-    assert "kafka broker" not in rows  # not in this run's figures
+def test_each_measured_process_is_set_against_its_floor() -> None:
+    floors = {"table": 0.07, "bots": 0.02, "ledger": 0.005, "everything": 0.2}
+    rows = floor.against_measured(floors, {"table": 0.2, "ledger": 0.03, "everything": 0.45, "other": 1.0})
+    assert set(rows) == {"table", "ledger", "everything"}  # a process with no floor is not set against one
+    assert rows["table"] == pytest.approx({"measured": 0.2, "floor": 0.07, "above": 0.13})
+    assert rows["ledger"] == pytest.approx({"measured": 0.03, "floor": 0.005, "above": 0.025})
+    assert rows["everything"] == pytest.approx({"measured": 0.45, "floor": 0.2, "above": 0.25})
 
 
-def test_the_report_prints_every_unit_and_the_share_of_the_budget(tmp_path: Path) -> None:
+def test_the_report_prints_every_unit_and_the_share_of_the_budget() -> None:
     figures = floor.report(floor.GameCounts(), *_floors(), engine_cpu_per_game=0.005, measured={"table": 0.2})
     text = floor.markdown(figures)
     for unit in ("gRPC server", "gRPC client", "Kafka producer", "Kafka consumer", "Kafka broker", "SQLite"):
         assert f"| {unit}" in text
+    assert figures["floor_share_of_budget"] == pytest.approx(
+        figures["floor_cpu_seconds_per_game"]["everything"] / 0.2
+    )
     assert f"| floor ÷ budget | | | {figures['floor_share_of_budget']:.2f} |" in text
-    assert "| table | 0.2000 |" in text
+    assert f"| table | 0.2000 | {figures['floor_cpu_seconds_per_game']['table']:.4f} |" in text
     json.dumps(figures)  # what --json writes
 
 
-def test_grpc_measures_both_processes_cpu_per_command() -> None:
-    result = floor.measure_grpc(commands=400, streams=4, responses_per_command=2.5)
-    assert result.commands == 400
+def test_grpc_measures_both_processes_cpu_per_command_and_per_call() -> None:
+    result = floor.measure_grpc(commands=400, streams=4, responses_per_command=2.5, calls=200, callers=4)
+    assert (result.commands, result.calls) == (400, 200)
     assert result.server_cpu_seconds > 0 and result.client_cpu_seconds > 0
+    assert result.call_server_cpu_seconds > 0 and result.call_client_cpu_seconds > 0
     assert result.seconds > 0
 
 
