@@ -26,6 +26,7 @@ def _floors() -> tuple[floor.GrpcFloor, floor.KafkaFloor, floor.SqliteFloor]:
         ),
         floor.KafkaFloor(
             records=2_000,
+            consumed=1_000,
             relay_batch=20,
             seconds=2.0,
             producer_cpu_seconds=0.4,
@@ -47,7 +48,7 @@ def test_each_unit_costs_its_cpu_over_its_count() -> None:
             "call served": 0.05 / 100,
             "call made": 0.06 / 100,
             "record produced": 0.4 / 2_000,
-            "record consumed": 0.2 / 2_000,
+            "record consumed": 0.2 / 1_000,  # over what the consumer's window read
             "record through the broker": 0.6 / 2_000,
             "transaction": 0.2 / 100,
         }
@@ -60,9 +61,11 @@ def test_a_game_has_the_table_serve_the_commands_the_bots_send_and_the_table_com
     assert units["table"]["stream command served"] == 70.0
     assert units["table"]["transaction"] == 7.0
     assert units["bots"]["stream command sent"] == 70.0
-    # What the table produces and consumes is what the broker carries, with the others' records.
+    # The broker carries in and out what is read (the ledger topic, read by nobody live, apart).
     produced = sum(counts.get("record produced", 0.0) for counts in units.values())
-    assert units["kafka broker"]["record through the broker"] == pytest.approx(produced)
+    consumed = sum(counts.get("record consumed", 0.0) for counts in units.values())
+    assert units["kafka broker"]["record through the broker"] == pytest.approx(consumed)
+    assert produced - consumed == pytest.approx(floor.UNITS_PER_GAME["ledger"]["record produced"])
     # Every call made is served: the bots' 12 and matchmaking's 4 GetBalance.
     served = sum(counts.get("call served", 0.0) for counts in units.values())
     made = sum(counts.get("call made", 0.0) for counts in units.values())
@@ -85,7 +88,7 @@ def test_a_broker_not_measured_costs_nothing() -> None:
     grpc_floor, kafka_floor, sqlite_floor = _floors()
     remote = dataclasses.replace(kafka_floor, broker_cpu_seconds=None)
     assert floor.unit_costs(grpc_floor, remote, sqlite_floor)["record through the broker"] == 0.0
-    figures = floor.report(floor.GameCounts(), grpc_floor, remote, sqlite_floor, engine_cpu_per_game=0.005)
+    figures = floor.report(floor.GameCounts(), grpc_floor, remote, sqlite_floor, engine_seconds=0.005)
     assert "| Kafka broker: a record in and out | not measured |" in floor.markdown(figures)
 
 
@@ -105,7 +108,7 @@ def test_each_measured_process_is_set_against_its_floor() -> None:
 
 
 def test_the_report_prints_every_unit_and_the_share_of_the_budget() -> None:
-    figures = floor.report(floor.GameCounts(), *_floors(), engine_cpu_per_game=0.005, measured={"table": 0.2})
+    figures = floor.report(floor.GameCounts(), *_floors(), engine_seconds=0.005, measured={"table": 0.2})
     text = floor.markdown(figures)
     for unit in ("gRPC server", "gRPC client", "Kafka producer", "Kafka consumer", "Kafka broker", "SQLite"):
         assert f"| {unit}" in text
@@ -119,7 +122,10 @@ def test_the_report_prints_every_unit_and_the_share_of_the_budget() -> None:
 
 def test_grpc_measures_both_processes_cpu_per_command_and_per_call() -> None:
     result = floor.measure_grpc(commands=400, streams=4, responses_per_command=2.5, calls=200, callers=4)
+    # What the clients counted answered after their warm-up: every command and call asked for.
     assert (result.commands, result.calls) == (400, 200)
+    # The server answers each command with 2 or 3 responses, 2.5 on average.
+    assert result.responses_per_command == pytest.approx(2.5, abs=0.01)
     assert result.server_cpu_seconds > 0 and result.client_cpu_seconds > 0
     assert result.call_server_cpu_seconds > 0 and result.call_client_cpu_seconds > 0
     assert result.seconds > 0
@@ -146,6 +152,9 @@ def test_kafka_measures_producer_consumer_and_broker(
         topic_prefix=unique_prefix,
     )
     assert result.records == 400
+    assert (
+        0 < result.consumed <= 400
+    )  # read in the consumer's window, which opens once it has read the warm-up
     assert result.producer_cpu_seconds > 0 and result.consumer_cpu_seconds > 0
     assert broker_pid is not None and result.broker_cpu_seconds is not None
     assert result.broker_cpu_seconds > 0
