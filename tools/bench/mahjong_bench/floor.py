@@ -37,7 +37,8 @@ transactions, the bots' decisions and every line of our own code. Set against th
 how much of the budget the stack leaves to everything else.
 
 `--measured` takes a `python -m mjctl.bench_system --json` file and sets its saturation run's CPU
-per game of each process against that process's floor.
+per game of each process against that process's floor, the units then counted in that run (its
+services' counters of calls, records and batches) instead of `UNITS_PER_GAME`.
 
 Prints Markdown tables; `--json PATH` writes the figures.
 """
@@ -164,14 +165,41 @@ class GameCounts:
     responses_per_command: float = RESPONSES_PER_COMMAND
     commands_per_batch: float = COMMANDS_PER_BATCH
 
-    def units(self) -> dict[str, dict[str, float]]:
-        """Each process's units a game (`UNITS_PER_GAME` with the Play commands and the table's
-        transactions)."""
-        units = {process: dict(counts) for process, counts in UNITS_PER_GAME.items()}
+    def units(self, traffic: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, float]]:
+        """Each process's units a game: `UNITS_PER_GAME`, or those of a run's counters
+        (`units_of_traffic`), with the Play commands and the table's transactions."""
+        if traffic is None:
+            units = {process: dict(counts) for process, counts in UNITS_PER_GAME.items()}
+        else:
+            units = units_of_traffic(traffic)
         units["table"]["stream command served"] = self.commands
         units["table"]["transaction"] = self.commands / self.commands_per_batch
         units["bots"]["stream command sent"] = self.commands
         return units
+
+
+def units_of_traffic(traffic: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each process's calls and records a game from a `bench_system` run's service counters (its
+    `traffic_per_game`): each service's calls served and records produced and consumed as it
+    counted them; the calls the bots made are those the table, matchmaking and scoring served, and
+    matchmaking's those the ledger served (each Enqueue's GetBalance); the broker carries the
+    records consumed."""
+    units = {
+        service: {
+            "call served": counts["calls"],
+            "record produced": counts["records produced"],
+            "record consumed": counts["records consumed"],
+        }
+        for service, counts in traffic.items()
+    }
+    units["matchmaking"]["call made"] = traffic["ledger"]["calls"]
+    units["bots"] = {
+        "call made": sum(traffic[service]["calls"] for service in ("table", "matchmaking", "scoring"))
+    }
+    units["kafka broker"] = {
+        "record through the broker": sum(c["records consumed"] for c in traffic.values())
+    }
+    return units
 
 
 UNITS = (
@@ -718,15 +746,18 @@ def report(
     sqlite_floor: SqliteFloor,
     engine_seconds: float,
     measured: dict[str, float] | None = None,
+    traffic: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Every figure of a run, for `--json` and for the tables; `measured`: a `bench_system` run's
-    CPU seconds per game by process, set against the floor."""
-    units = counts.units()
+    CPU seconds per game by process, set against the floor; `traffic`: its service counters a game
+    (the units, instead of `UNITS_PER_GAME`)."""
+    units = counts.units(traffic)
     costs = unit_costs(grpc_floor, kafka_floor, sqlite_floor)
     floors = floor_by_process(units, costs)
     budget = ratio_budget(engine_seconds)
     return {
         "counts": dataclasses.asdict(counts),
+        "units_from": "the measured run's service counters" if traffic else "UNITS_PER_GAME",
         "grpc": dataclasses.asdict(grpc_floor),
         "kafka": dataclasses.asdict(kafka_floor),
         "sqlite": dataclasses.asdict(sqlite_floor),
@@ -787,6 +818,7 @@ def markdown(figures: dict[str, Any]) -> str:
         "| issue 10's ratio budget (0.05 of the engine on 2 cores = 40 × the engine) | | |"
         f" {figures['ratio_budget_cpu_seconds_per_game']:.4f} |",
         f"| floor ÷ budget | | | {figures['floor_share_of_budget']:.2f} |",
+        f"| a game's units counted by | | | {figures['units_from']} |",
         "| load average (1/5/15 min) | | | " + " ".join(f"{x:.2f}" for x in figures["load_average"]) + " |",
         "",
     ]
@@ -837,12 +869,14 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     measured: dict[str, float] | None = None
     engine: float | None = None
+    traffic: dict[str, dict[str, float]] | None = None
     if arguments.measured is not None:
         run = json.loads(arguments.measured.read_text())["saturation"]
         measured = run["cpu_seconds_per_game"]
         arguments.commands_per_game = run["act_by_kind"]["all"]["count"] / run["games"]
         arguments.responses_per_command = run["responses_per_command"]
         engine = 1 / run["engine_games_per_second"]  # the figure that run's ratio divides by
+        traffic = run.get("traffic_per_game")  # a run of main before the counters has none
     counts = GameCounts(
         commands=arguments.commands_per_game,
         responses_per_command=arguments.responses_per_command,
@@ -862,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
             records_per_second=arguments.records_per_second,
         )
     sqlite_floor = measure_sqlite(arguments.transactions, counts.commands_per_batch)
-    figures = report(counts, grpc_floor, kafka_floor, sqlite_floor, engine, measured)
+    figures = report(counts, grpc_floor, kafka_floor, sqlite_floor, engine, measured, traffic)
     print(markdown(figures))
     if arguments.json is not None:
         arguments.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -158,3 +158,43 @@ def test_kafka_measures_producer_consumer_and_broker(
     assert result.producer_cpu_seconds > 0 and result.consumer_cpu_seconds > 0
     assert broker_pid is not None and result.broker_cpu_seconds is not None
     assert result.broker_cpu_seconds > 0
+
+
+TRAFFIC = {
+    "table": {"calls": 4.0, "records produced": 128.9, "records consumed": 5.0, "consumer batches": 1.0},
+    "matchmaking": {"calls": 8.0, "records produced": 5.0, "records consumed": 1.0, "consumer batches": 1.0},
+    "scoring": {"calls": 0.0, "records produced": 12.1, "records consumed": 127.9, "consumer batches": 9.0},
+    "ledger": {"calls": 4.0, "records produced": 12.1, "records consumed": 12.1, "consumer batches": 4.0},
+}
+
+
+def test_a_measured_runs_counters_give_each_process_its_units() -> None:
+    units = floor.GameCounts(commands=72.0, commands_per_batch=12.0).units(TRAFFIC)
+    assert units["table"] == {
+        "call served": 4.0,
+        "record produced": 128.9,
+        "record consumed": 5.0,
+        "stream command served": 72.0,
+        "transaction": 6.0,
+    }
+    assert units["matchmaking"] == {
+        "call served": 8.0,
+        "record produced": 5.0,
+        "record consumed": 1.0,
+        "call made": 4.0,  # the ledger's GetBalance calls
+    }
+    assert units["bots"] == {"call made": 12.0, "stream command sent": 72.0}  # the table's, matchmaking's
+    assert units["kafka broker"] == {"record through the broker": pytest.approx(146.0)}
+    # The constants are this table's counts from one measured run.
+    constants = floor.GameCounts(commands=72.0, commands_per_batch=12.0).units()
+    for process, counts in constants.items():
+        counted = {unit: count for unit, count in units[process].items() if count}  # scoring serves no call
+        assert counts == pytest.approx(counted), process
+
+
+def test_a_measured_runs_units_are_reported_as_such() -> None:
+    figures = floor.report(floor.GameCounts(), *_floors(), engine_seconds=0.005, traffic=TRAFFIC)
+    assert figures["units_from"] == "the measured run's service counters"
+    assert "| a game's units counted by | | | the measured run's service counters |" in floor.markdown(
+        figures
+    )

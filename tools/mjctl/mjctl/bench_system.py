@@ -36,8 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,7 @@ def _measure(
 ) -> dict[str, Any]:
     pids: dict[str, int] = json.loads(environment["BENCH_SERVICE_PIDS"])
     before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    traffic_before = traffic(environment)
     output = root / f"bots-{think_ms}.json"
     command = [
         sys.executable,
@@ -229,8 +231,49 @@ def _measure(
                 bots.wait()
     figures: dict[str, Any] = json.loads(output.read_text())
     figures["server_cpu_seconds"] = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    traffic_after = traffic(environment)
+    figures["traffic"] = {
+        name: {key: count - traffic_before[name][key] for key, count in counts.items()}
+        for name, counts in traffic_after.items()
+    }
     figures["load_average"] = os.getloadavg()
     return figures
+
+
+TRAFFIC_COUNTERS = {
+    "mahjong_grpc_server_handled_total": "calls",
+    "mahjong_outbox_published_total": "records produced",
+    "mahjong_consumer_events_total": "records consumed",
+    "mahjong_consumer_batches_total": "consumer batches",
+}
+"""A service's counters (`mahjong_platform.metrics`) that `traffic` reads: the calls it finished
+(unary calls and streams; health checks apart), the outbox messages its relay published, the
+events its tracked consumers handled and the batches (transactions) they applied them in."""
+
+
+def traffic(environment: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Each service's traffic counters so far (`TRAFFIC_COUNTERS`), read from its `/metrics`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts = {}
+    for name in SERVICES:
+        address = environment[f"MAHJONG_{name.upper()}_METRICS_ADDRESS"]
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        counts[name] = traffic_counts(text_string_to_metric_families(text))
+    return counts
+
+
+def traffic_counts(families: Iterable[Any]) -> dict[str, float]:
+    """`TRAFFIC_COUNTERS` summed over their labels, from parsed metric families."""
+    counts = dict.fromkeys(TRAFFIC_COUNTERS.values(), 0.0)
+    for family in families:
+        for sample in family.samples:
+            key = TRAFFIC_COUNTERS.get(sample.name)
+            if key is None or sample.labels.get("method", "").startswith("/grpc.health."):
+                continue
+            counts[key] += sample.value
+    return counts
 
 
 def _worker_pids(bots: subprocess.Popen[bytes], processes: int) -> list[int]:
@@ -314,6 +357,11 @@ def run_summary(figures: dict[str, Any]) -> dict[str, Any]:
         "load_average": list(figures["load_average"]),
         "act_by_kind": figures.get("act_by_kind") or {},
     }
+    if "traffic" in figures:
+        summary["traffic_per_game"] = {
+            name: {key: count / games for key, count in counts.items()}
+            for name, counts in figures["traffic"].items()
+        }
     if "play_opens" in figures:
         commands = max(1, figures["act_calls"])
         summary["play_opens_per_game"] = figures["play_opens"] / games
@@ -370,6 +418,14 @@ def _print_run(summary: dict[str, Any], database: str) -> None:
                 "Play streams opened / game; responses / command (answers riding)",
                 f"{summary['play_opens_per_game']:.2f}; {summary['responses_per_command']:.2f} "
                 f"({summary['riding_answers_per_command']:.2f})",
+            )
+        )
+    for name, counts in summary.get("traffic_per_game", {}).items():
+        rows.append(
+            (
+                f"{name} / game: calls; records out, in; consumer batches",
+                f"{counts['calls']:.1f}; {counts['records produced']:.1f}, {counts['records consumed']:.1f};"
+                f" {counts['consumer batches']:.1f}",
             )
         )
     for name, seconds in summary["cpu_seconds_per_game"].items():

@@ -50,6 +50,20 @@ FIGURES: dict[str, Any] = {
     },
     "load_average": (2.7, 3.1, 3.71),
     "engine_games_per_second": 180.5,
+    "traffic": {
+        "ledger": {
+            "calls": 512.0,
+            "records produced": 1548.8,
+            "records consumed": 1548.8,
+            "consumer batches": 300.0,
+        },
+        "table": {
+            "calls": 512.0,
+            "records produced": 16499.2,
+            "records consumed": 640.0,
+            "consumer batches": 100.0,
+        },
+    },
 }
 
 
@@ -107,3 +121,49 @@ def test_the_figures_per_game_are_the_runs_totals_divided_once() -> None:
     assert run["full_over_engine"] == 6.0912 / 180.5
     assert run["responses_per_command"] == 90000 / 40000
     assert run["load_average"] == [2.7, 3.1, 3.71]
+
+
+def test_each_services_traffic_is_printed_and_kept_a_game(capsys: pytest.CaptureFixture[str]) -> None:
+    run = bench_system.run_summary(FIGURES)
+    assert run["traffic_per_game"]["table"] == {
+        "calls": 4.0,
+        "records produced": pytest.approx(128.9),
+        "records consumed": 5.0,
+        "consumer batches": 100.0 / 128,
+    }
+    rows = _printed_rows(run, capsys)
+    assert rows["table / game: calls; records out, in; consumer batches"] == "4.0; 128.9, 5.0; 0.8"
+    assert rows["ledger / game: calls; records out, in; consumer batches"] == "4.0; 12.1, 12.1; 2.3"
+
+
+METRICS = """# HELP mahjong_grpc_server_handled_total gRPC calls finished, by method and status code.
+# TYPE mahjong_grpc_server_handled_total counter
+mahjong_grpc_server_handled_total{code="OK",method="/mahjong.v1.TableService/Play"} 8.0
+mahjong_grpc_server_handled_total{code="CANCELLED",method="/mahjong.v1.TableService/Play"} 2.0
+mahjong_grpc_server_handled_total{code="OK",method="/grpc.health.v1.Health/Check"} 5.0
+# HELP mahjong_outbox_published_total Outbox messages the relay published to Kafka and marked sent.
+# TYPE mahjong_outbox_published_total counter
+mahjong_outbox_published_total 258.0
+# HELP mahjong_consumer_events_total Events a tracked consumer handled.
+# TYPE mahjong_consumer_events_total counter
+mahjong_consumer_events_total{consumer_group="table-openings",outcome="applied"} 9.0
+mahjong_consumer_events_total{consumer_group="table-openings",outcome="duplicate"} 1.0
+# HELP mahjong_consumer_batches_total Poll batches a tracked consumer applied events in.
+# TYPE mahjong_consumer_batches_total counter
+mahjong_consumer_batches_total{consumer_group="table-openings"} 4.0
+# HELP mahjong_events_appended_total Events appended.
+# TYPE mahjong_events_appended_total counter
+mahjong_events_appended_total{event_type="TileDrawn"} 100.0
+"""
+
+
+def test_the_traffic_counters_are_summed_over_their_labels_health_checks_apart() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts = bench_system.traffic_counts(text_string_to_metric_families(METRICS))
+    assert counts == {
+        "calls": 10.0,
+        "records produced": 258.0,
+        "records consumed": 10.0,
+        "consumer batches": 4.0,
+    }
