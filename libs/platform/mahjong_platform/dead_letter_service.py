@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -36,6 +35,7 @@ from mahjong_platform.dead_letters import (
     read_dead_letters,
     redrive,
 )
+from mahjong_platform.envelopes import as_utc
 from mahjong_platform.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -163,7 +163,7 @@ class DeadLetterRedriver:
 def _message(entry_id: str, group: str, event_id: str, result: Redrive) -> dead_letter_service_pb2.Redrive:
     redriven_at = timestamp_pb2.Timestamp()
     moment = result.redriven_at
-    redriven_at.FromDatetime(moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC))
+    redriven_at.FromDatetime(as_utc(moment))
     return dead_letter_service_pb2.Redrive(
         entry_id=entry_id,
         consumer_group=group,

@@ -51,6 +51,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from mahjong_platform.envelopes import as_utc
+
 logger = logging.getLogger(__name__)
 
 # No `<name>_created` sample per series: nothing here reads them, and they double the page.
@@ -370,9 +372,7 @@ def outbox_gauges(clock: Callable[[], float] = time.time) -> list[GaugeQuery]:
     def age_seconds(oldest: datetime.datetime | None) -> float:
         if oldest is None:
             return 0.0
-        if oldest.tzinfo is None:  # SQLite hands back the stored UTC time without its zone
-            oldest = oldest.replace(tzinfo=datetime.UTC)
-        return max(0.0, clock() - oldest.timestamp())
+        return max(0.0, clock() - as_utc(oldest).timestamp())
 
     return [
         GaugeQuery(

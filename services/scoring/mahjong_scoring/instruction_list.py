@@ -21,6 +21,7 @@ import sqlalchemy
 from google.protobuf.timestamp_pb2 import Timestamp
 from mahjong.v1 import scoring_service_pb2
 from mahjong_platform.database import SessionFactory, read_transaction
+from mahjong_platform.envelopes import as_utc
 from mahjong_platform.errors import InvalidArgumentError
 from mahjong_platform.schema import stored_events
 from mahjong_platform.time_window import time_window
@@ -91,7 +92,7 @@ def _timestamp(moment: datetime.datetime | None) -> Timestamp | None:
     if moment is None:
         return None  # a line without its stored event (none is written so): no time to give
     timestamp = Timestamp()
-    timestamp.FromDatetime(moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC))
+    timestamp.FromDatetime(as_utc(moment))
     return timestamp
 
 
