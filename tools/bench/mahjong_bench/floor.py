@@ -2,7 +2,8 @@
 for one game's traffic, with none of our code between the sockets.
 
     python -m mahjong_bench.floor [--commands 20000] [--calls 4000] [--records 10000]
-                                  [--transactions 2000] [--measured BENCH_SYSTEM.json]
+                                  [--transactions 2000] [--database sqlite|postgresql]
+                                  [--measured BENCH_SYSTEM.json]
                                   [--bootstrap-servers HOST:PORT] [--json PATH]
 
 Issue 10 asks the full system for at least 0.05 of the pure engine's rate (games a second, as
@@ -29,6 +30,9 @@ with no work of ours around them:
 - **SQLite** (the standard library's driver, WAL, `synchronous=FULL` as the table's store): a
   write transaction of a group-commit batch (`--commands-per-batch` commands: their events, their
   outbox rows, their answers, one multi-row INSERT each, then COMMIT). CPU per transaction.
+  `--database postgresql`: the same through psycopg into a throwaway cluster (fsync off, as
+  `bench_system`'s); the client's CPU is the unit, its backend's is shown beside the floor (the
+  `bench_system` figures count no server's CPU).
 
 The floor of each process is the units it handles a game (`UNITS_PER_GAME`, the Play commands
 and the group commits: a game's counts measured from the system) times their costs; their sum is
@@ -56,7 +60,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -152,11 +156,16 @@ class KafkaFloor:
 
 
 @dataclasses.dataclass(frozen=True)
-class SqliteFloor:
+class TransactionFloor:
+    database: str
+    """"sqlite" or "postgresql"."""
     transactions: int
     commands_per_batch: float
     rows_per_transaction: int
     cpu_seconds: float
+    """The writing process's (the table's): SQLite runs in it; with PostgreSQL the client's part."""
+    server_cpu_seconds: float | None = None
+    """PostgreSQL: its backend's, a process `bench_system`'s CPU figures do not count."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +223,9 @@ UNITS = (
 )
 
 
-def unit_costs(grpc_floor: GrpcFloor, kafka_floor: KafkaFloor, sqlite_floor: SqliteFloor) -> dict[str, float]:
+def unit_costs(
+    grpc_floor: GrpcFloor, kafka_floor: KafkaFloor, sqlite_floor: TransactionFloor
+) -> dict[str, float]:
     """CPU seconds of each unit. A broker not measured costs 0 (the floor is then lower still)."""
     return {
         "stream command served": grpc_floor.server_cpu_seconds / grpc_floor.commands,
@@ -618,7 +629,7 @@ def measure_kafka(
                     process.join(10)
 
 
-# SQLite ------------------------------------------------------------------------------------------
+# SQLite and PostgreSQL ---------------------------------------------------------------------------
 
 _SCHEMA = (
     "CREATE TABLE events (stream_id TEXT NOT NULL, sequence INTEGER NOT NULL, event_id TEXT NOT NULL"
@@ -627,11 +638,93 @@ _SCHEMA = (
     " NOT NULL, message_value BLOB NOT NULL, event_id TEXT NOT NULL, sent_at TEXT, UNIQUE (topic, event_id))",
     "CREATE TABLE answers (idempotency_key TEXT PRIMARY KEY, body BLOB NOT NULL)",
 )
+_POSTGRESQL_SCHEMA = tuple(
+    statement.replace("BLOB", "BYTEA")
+    .replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+    .replace("sequence INTEGER", "sequence BIGINT")
+    for statement in _SCHEMA
+)
+_COLUMNS = {
+    "events": "(stream_id, sequence, event_id, occurred_at, payload)",
+    "outbox": "(topic, message_key, message_value, event_id, sent_at)",
+    "answers": "(idempotency_key, body)",
+}
+
+_Batch = tuple[int, int, list[object], list[object], list[object]]
+"""A group commit's commands, events, and its events', outbox rows' and answers' parameters."""
 
 
-def _rows_statement(table: str, columns: int, rows: int) -> str:
-    row = "(" + ", ".join("?" * columns) + ")"
-    return f"INSERT INTO {table} VALUES " + ", ".join([row] * rows)
+def _rows_statement(table: str, rows: int, placeholder: str = "?") -> str:
+    columns = _COLUMNS[table]
+    row = "(" + ", ".join([placeholder] * (columns.count(",") + 1)) + ")"
+    return f"INSERT INTO {table} {columns} VALUES " + ", ".join([row] * rows)
+
+
+def _batches(
+    count: int, commands_per_batch: float, events_per_command: float, record_bytes: int
+) -> list[_Batch]:
+    """`count` group commits' rows, built before any is timed (only the database is measured)."""
+    payload = b"e" * record_bytes
+    answer = b"a" * 40
+    streams = [str(uuid.uuid4()) for _ in range(KEYS)]
+    sequences = dict.fromkeys(streams, 0)
+    owed_commands = owed_events = 0.0
+    batches: list[_Batch] = []
+    for number in range(count):
+        owed_commands += commands_per_batch
+        commands = int(owed_commands)
+        owed_commands -= commands
+        owed_events += commands * events_per_command
+        events = int(owed_events)
+        owed_events -= events
+        event_rows: list[object] = []
+        outbox_rows: list[object] = []
+        for n in range(events):
+            stream = streams[(number + n) % KEYS]
+            sequences[stream] += 1
+            event_id = str(uuid.uuid4())
+            event_rows += (stream, sequences[stream], event_id, "2026-12-07T00:00:00", payload)
+            outbox_rows += ("mahjong.table.v1", stream, payload, event_id, None)
+        answer_rows: list[object] = []
+        for _ in range(commands):
+            answer_rows += (str(uuid.uuid4()), answer)
+        batches.append((commands, events, event_rows, outbox_rows, answer_rows))
+    return batches
+
+
+def _write(
+    batches: list[_Batch],
+    warm_up: int,
+    placeholder: str,
+    execute: Callable[[str, list[object]], object],
+    commit: Callable[[], object],
+    server_pid: int | None = None,
+) -> tuple[int, float, float | None]:
+    """Write the batches, each one transaction; (rows, this process's CPU, the server's CPU) of
+    those after the first `warm_up`."""
+    statements: dict[tuple[int, int], tuple[str, str, str]] = {}
+    for commands, events, *_rows in batches:
+        statements[commands, events] = (
+            _rows_statement("events", events, placeholder),
+            _rows_statement("outbox", events, placeholder),
+            _rows_statement("answers", commands, placeholder),
+        )
+    rows = 0
+    before = server_before = 0.0
+    for number, (commands, events, event_rows, outbox_rows, answer_rows) in enumerate(batches):
+        if number == warm_up:
+            before, rows = time.process_time(), 0
+            server_before = cpu_seconds(server_pid) if server_pid is not None else 0.0
+        insert_events, insert_outbox, insert_answers = statements[commands, events]
+        if events:
+            execute(insert_events, event_rows)
+            execute(insert_outbox, outbox_rows)
+        execute(insert_answers, answer_rows)
+        commit()
+        rows += 2 * events + commands
+    cpu = time.process_time() - before
+    server_cpu = cpu_seconds(server_pid) - server_before if server_pid is not None else None
+    return rows, cpu, server_cpu
 
 
 def measure_sqlite(
@@ -639,11 +732,13 @@ def measure_sqlite(
     commands_per_batch: float = COMMANDS_PER_BATCH,
     events_per_command: float = EVENTS_PER_COMMAND,
     record_bytes: int = RECORD_BYTES,
-) -> SqliteFloor:
+) -> TransactionFloor:
     """`transactions` group-commit batches written through the bare driver, as the table's store
     is set up (WAL, `synchronous=FULL`): BEGIN IMMEDIATE, one multi-row INSERT each of the
     batch's events, outbox rows and answers, COMMIT. CPU of this process (SQLite runs in it)."""
     assert transactions >= 1 and commands_per_batch >= 1 and events_per_command >= 0
+    warm_up = max(1, int(transactions * WARM_UP_FRACTION))
+    batches = _batches(warm_up + transactions, commands_per_batch, events_per_command, record_bytes)
     with tempfile.TemporaryDirectory(prefix="mahjong-floor-") as folder:
         connection = sqlite3.connect(Path(folder) / "floor.sqlite3", isolation_level=None)
         try:
@@ -651,61 +746,79 @@ def measure_sqlite(
             connection.execute("PRAGMA synchronous=FULL")
             for statement in _SCHEMA:
                 connection.execute(statement)
-            payload = b"e" * record_bytes
-            answer = b"a" * 40
-            streams = [str(uuid.uuid4()) for _ in range(KEYS)]
-            sequences = dict.fromkeys(streams, 0)
-            owed_commands = owed_events = 0.0
-            batches: list[tuple[int, int, list[object], list[object], list[object]]] = []
-            warm_up = max(1, int(transactions * WARM_UP_FRACTION))
-            for number in range(warm_up + transactions):  # the rows first: only SQLite is timed
-                owed_commands += commands_per_batch
-                commands = int(owed_commands)
-                owed_commands -= commands
-                owed_events += commands * events_per_command
-                events = int(owed_events)
-                owed_events -= events
-                event_rows: list[object] = []
-                outbox_rows: list[object] = []
-                for n in range(events):
-                    stream = streams[(number + n) % KEYS]
-                    sequences[stream] += 1
-                    event_id = str(uuid.uuid4())
-                    event_rows += (stream, sequences[stream], event_id, "2026-12-07T00:00:00", payload)
-                    outbox_rows += (None, "mahjong.table.v1", stream, payload, event_id, None)
-                answer_rows: list[object] = []
-                for _ in range(commands):
-                    answer_rows += (str(uuid.uuid4()), answer)
-                batches.append((commands, events, event_rows, outbox_rows, answer_rows))
-            statements = {
-                (commands, events): (
-                    _rows_statement("events", 5, events),
-                    _rows_statement("outbox", 6, events),
-                    _rows_statement("answers", 2, commands),
-                )
-                for commands, events, *_rows in batches
-            }
-            rows = 0
-            before = 0.0
-            for number, (commands, events, event_rows, outbox_rows, answer_rows) in enumerate(batches):
-                if number == warm_up:
-                    before, rows = time.process_time(), 0
-                insert_events, insert_outbox, insert_answers = statements[commands, events]
-                connection.execute("BEGIN IMMEDIATE")
-                if events:
-                    connection.execute(insert_events, event_rows)
-                    connection.execute(insert_outbox, outbox_rows)
-                connection.execute(insert_answers, answer_rows)
+            begun = False
+
+            def execute(statement: str, parameters: list[object]) -> None:
+                nonlocal begun
+                if not begun:
+                    connection.execute("BEGIN IMMEDIATE")
+                    begun = True
+                connection.execute(statement, parameters)
+
+            def commit() -> None:
+                nonlocal begun
                 connection.execute("COMMIT")
-                rows += 2 * events + commands
-            cpu = time.process_time() - before
+                begun = False
+
+            rows, cpu, _server = _write(batches, warm_up, "?", execute, commit)
         finally:
             connection.close()
-    return SqliteFloor(
+    return TransactionFloor(
+        database="sqlite",
         transactions=transactions,
         commands_per_batch=commands_per_batch,
         rows_per_transaction=round(rows / transactions),
         cpu_seconds=cpu,
+    )
+
+
+def measure_postgresql(
+    conninfo: str,
+    transactions: int = 2_000,
+    commands_per_batch: float = COMMANDS_PER_BATCH,
+    events_per_command: float = EVENTS_PER_COMMAND,
+    record_bytes: int = RECORD_BYTES,
+) -> TransactionFloor:
+    """The same group commits through psycopg on the bare driver (one multi-row INSERT each, then
+    COMMIT), into new tables of the database `conninfo` names: CPU of this process and of the
+    server's backend serving the connection (a server on this machine; else None)."""
+    import psycopg
+
+    assert transactions >= 1 and commands_per_batch >= 1 and events_per_command >= 0
+    warm_up = max(1, int(transactions * WARM_UP_FRACTION))
+    batches = _batches(warm_up + transactions, commands_per_batch, events_per_command, record_bytes)
+    with psycopg.connect(conninfo) as connection:
+        suffix = uuid.uuid4().hex[:8]
+        schema = [
+            statement.replace("CREATE TABLE events", f"CREATE TABLE events_{suffix}")
+            .replace("CREATE TABLE outbox", f"CREATE TABLE outbox_{suffix}")
+            .replace("CREATE TABLE answers", f"CREATE TABLE answers_{suffix}")
+            for statement in _POSTGRESQL_SCHEMA
+        ]
+        for statement in schema:
+            connection.execute(statement)
+        backend = connection.execute("SELECT pg_backend_pid()").fetchone()
+        connection.commit()
+        server_pid = int(backend[0]) if backend is not None and Path(f"/proc/{backend[0]}").exists() else None
+
+        def execute(statement: str, parameters: list[object]) -> None:
+            table = statement.split()[2]
+            statement = statement.replace(f"INTO {table} ", f"INTO {table}_{suffix} ", 1)
+            connection.execute(statement, parameters)
+
+        try:
+            rows, cpu, server_cpu = _write(batches, warm_up, "%s", execute, connection.commit, server_pid)
+        finally:
+            for table in ("events", "outbox", "answers"):
+                connection.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
+            connection.commit()
+    return TransactionFloor(
+        database="postgresql",
+        transactions=transactions,
+        commands_per_batch=commands_per_batch,
+        rows_per_transaction=round(rows / transactions),
+        cpu_seconds=cpu,
+        server_cpu_seconds=server_cpu,
     )
 
 
@@ -719,6 +832,20 @@ def engine_seconds_per_game(games: int = 200) -> float:
 
     result = run(games)
     return result["seconds"] / result["games"]
+
+
+@contextmanager
+def _postgresql() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster (`mahjong_infra.postgres`: fsync off, as `bench_system`'s) and
+    a database in it; its libpq connection string."""
+    from mahjong_infra import postgres
+
+    cluster = postgres.PostgresCluster()
+    cluster.start()
+    try:
+        yield cluster.create_database("floor").replace("postgresql+psycopg://", "postgresql://", 1)
+    finally:
+        cluster.stop()
 
 
 @contextmanager
@@ -743,7 +870,7 @@ def report(
     counts: GameCounts,
     grpc_floor: GrpcFloor,
     kafka_floor: KafkaFloor,
-    sqlite_floor: SqliteFloor,
+    sqlite_floor: TransactionFloor,
     engine_seconds: float,
     measured: dict[str, float] | None = None,
     traffic: dict[str, dict[str, float]] | None = None,
@@ -760,7 +887,7 @@ def report(
         "units_from": "the measured run's service counters" if traffic else "UNITS_PER_GAME",
         "grpc": dataclasses.asdict(grpc_floor),
         "kafka": dataclasses.asdict(kafka_floor),
-        "sqlite": dataclasses.asdict(sqlite_floor),
+        "transactions": dataclasses.asdict(sqlite_floor),
         "units_per_game": units,
         "unit_cpu_seconds": costs,
         "floor_cpu_seconds_per_game": floors,
@@ -780,12 +907,13 @@ UNIT_NAMES = {
     "record produced": "Kafka producer: a record, {batch} a publish with a flush",
     "record consumed": "Kafka consumer: a record, read as it comes",
     "record through the broker": "Kafka broker: a record in and out",
-    "transaction": "SQLite: a group commit of {commands:.1f} commands ({rows} rows)",
+    "transaction": "{database}: a group commit of {commands:.1f} commands ({rows} rows)",
 }
 
 
 def markdown(figures: dict[str, Any]) -> str:
-    grpc_floor, kafka_floor, sqlite_floor = figures["grpc"], figures["kafka"], figures["sqlite"]
+    grpc_floor, kafka_floor, sqlite_floor = figures["grpc"], figures["kafka"], figures["transactions"]
+    database = {"sqlite": "SQLite", "postgresql": "PostgreSQL, the client"}[sqlite_floor["database"]]
     names = {
         unit: text.format(
             responses=grpc_floor["responses_per_command"],
@@ -794,6 +922,7 @@ def markdown(figures: dict[str, Any]) -> str:
             batch=kafka_floor["relay_batch"],
             commands=sqlite_floor["commands_per_batch"],
             rows=sqlite_floor["rows_per_transaction"],
+            database=database,
         )
         for unit, text in UNIT_NAMES.items()
     }
@@ -812,6 +941,13 @@ def markdown(figures: dict[str, Any]) -> str:
         )
         lines.append(f"| {names[unit]} | {each} | {count:.1f} | {count * cost:.4f} |")
     floors = figures["floor_cpu_seconds_per_game"]
+    if sqlite_floor["server_cpu_seconds"] is not None:
+        served = units["table"]["transaction"]
+        each_served = sqlite_floor["server_cpu_seconds"] / sqlite_floor["transactions"]
+        lines.append(
+            "| PostgreSQL, its backend: the same (not in the floor: `bench_system` counts no server's"
+            f" CPU) | {1e6 * each_served:,.0f} | {served:.1f} | {served * each_served:.4f} |"
+        )
     lines += [
         f"| **the stack's floor, a game** | | | **{floors['everything']:.4f}** |",
         f"| pure engine, seconds a game (same run) | | | {figures['engine_seconds_per_game']:.4f} |",
@@ -850,7 +986,13 @@ def main(argv: list[str] | None = None) -> int:
         default=RECORDS_PER_SECOND,
         help="the producer's pace (default: the table's records at 10 games a second)",
     )
-    parser.add_argument("--transactions", type=int, default=2_000, help="SQLite transactions (default 2000)")
+    parser.add_argument("--transactions", type=int, default=2_000, help="group commits (default 2000)")
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the group commits' database (postgresql: a throwaway cluster, as bench_system's)",
+    )
     parser.add_argument(
         "--engine-games", type=int, default=200, help="pure engine games, without --measured (default 200)"
     )
@@ -895,7 +1037,11 @@ def main(argv: list[str] | None = None) -> int:
             arguments.relay_batch,
             records_per_second=arguments.records_per_second,
         )
-    sqlite_floor = measure_sqlite(arguments.transactions, counts.commands_per_batch)
+    if arguments.database == "postgresql":
+        with _postgresql() as conninfo:
+            sqlite_floor = measure_postgresql(conninfo, arguments.transactions, counts.commands_per_batch)
+    else:
+        sqlite_floor = measure_sqlite(arguments.transactions, counts.commands_per_batch)
     figures = report(counts, grpc_floor, kafka_floor, sqlite_floor, engine, measured, traffic)
     print(markdown(figures))
     if arguments.json is not None:

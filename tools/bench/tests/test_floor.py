@@ -11,7 +11,7 @@ from mahjong_bench import floor
 from mahjong_infra.kafka import KafkaBroker
 
 
-def _floors() -> tuple[floor.GrpcFloor, floor.KafkaFloor, floor.SqliteFloor]:
+def _floors() -> tuple[floor.GrpcFloor, floor.KafkaFloor, floor.TransactionFloor]:
     return (
         floor.GrpcFloor(
             commands=1_000,
@@ -33,8 +33,12 @@ def _floors() -> tuple[floor.GrpcFloor, floor.KafkaFloor, floor.SqliteFloor]:
             consumer_cpu_seconds=0.2,
             broker_cpu_seconds=0.6,
         ),
-        floor.SqliteFloor(
-            transactions=100, commands_per_batch=10.0, rows_per_transaction=45, cpu_seconds=0.2
+        floor.TransactionFloor(
+            database="sqlite",
+            transactions=100,
+            commands_per_batch=10.0,
+            rows_per_transaction=45,
+            cpu_seconds=0.2,
         ),
     )
 
@@ -133,9 +137,38 @@ def test_grpc_measures_both_processes_cpu_per_command_and_per_call() -> None:
 
 def test_sqlite_writes_group_commit_batches() -> None:
     result = floor.measure_sqlite(transactions=20, commands_per_batch=10.0, events_per_command=2.0)
-    assert result.transactions == 20
+    assert (result.database, result.transactions) == ("sqlite", 20)
     assert result.rows_per_transaction == 10 + 2 * 20  # answers, events and their outbox rows
+    assert result.cpu_seconds > 0 and result.server_cpu_seconds is None
+
+
+@pytest.mark.integration
+def test_postgresql_writes_group_commit_batches_and_counts_its_backend(postgres_database_url: str) -> None:
+    conninfo = postgres_database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    result = floor.measure_postgresql(
+        conninfo, transactions=20, commands_per_batch=10.0, events_per_command=2.0
+    )
+    assert (result.database, result.transactions, result.rows_per_transaction) == ("postgresql", 20, 50)
     assert result.cpu_seconds > 0
+    assert result.server_cpu_seconds is not None  # the session's cluster runs on this machine
+    import psycopg
+
+    with psycopg.connect(conninfo) as connection:  # its tables are dropped after
+        tables = connection.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()
+    assert tables == (0,)
+
+
+def test_a_postgresql_backends_cpu_is_shown_beside_the_floor_not_in_it() -> None:
+    grpc_floor, kafka_floor, sqlite_floor = _floors()
+    postgresql = dataclasses.replace(sqlite_floor, database="postgresql", server_cpu_seconds=0.1)
+    sqlite_figures = floor.report(
+        floor.GameCounts(), grpc_floor, kafka_floor, sqlite_floor, engine_seconds=0.005
+    )
+    figures = floor.report(floor.GameCounts(), grpc_floor, kafka_floor, postgresql, engine_seconds=0.005)
+    assert figures["floor_cpu_seconds_per_game"] == sqlite_figures["floor_cpu_seconds_per_game"]
+    text = floor.markdown(figures)
+    assert "| PostgreSQL, the client: a group commit of 10.0 commands (45 rows) | 2,000 |" in text
+    assert "| PostgreSQL, its backend: the same (not in the floor" in text
 
 
 @pytest.mark.integration
