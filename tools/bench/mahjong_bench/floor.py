@@ -66,7 +66,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from mjctl.bench_system import cpu_seconds
 
 # A game's counts. Commands and responses: a 256-game saturation run of `python -m
 # mjctl.bench_system --tables 32` on main b0abcdb (18,520 Acts, 2.54 Play responses per command);
@@ -118,12 +118,6 @@ _PLAY = "/floor.Floor/Play"
 _CALL = "/floor.Floor/Call"
 _LAST = b"\x01"
 _MORE = b"\x00"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far, all its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +218,7 @@ UNITS = (
 
 
 def unit_costs(
-    grpc_floor: GrpcFloor, kafka_floor: KafkaFloor, sqlite_floor: TransactionFloor
+    grpc_floor: GrpcFloor, kafka_floor: KafkaFloor, transaction_floor: TransactionFloor
 ) -> dict[str, float]:
     """CPU seconds of each unit. A broker not measured costs 0 (the floor is then lower still)."""
     return {
@@ -235,7 +229,7 @@ def unit_costs(
         "record produced": kafka_floor.producer_cpu_seconds / kafka_floor.records,
         "record consumed": kafka_floor.consumer_cpu_seconds / kafka_floor.consumed,
         "record through the broker": (kafka_floor.broker_cpu_seconds or 0.0) / kafka_floor.records,
-        "transaction": sqlite_floor.cpu_seconds / sqlite_floor.transactions,
+        "transaction": transaction_floor.cpu_seconds / transaction_floor.transactions,
     }
 
 
@@ -693,15 +687,17 @@ def _batches(
 
 
 def _write(
+    database: str,
     batches: list[_Batch],
     warm_up: int,
+    commands_per_batch: float,
     placeholder: str,
     execute: Callable[[str, list[object]], object],
     commit: Callable[[], object],
     server_pid: int | None = None,
-) -> tuple[int, float, float | None]:
-    """Write the batches, each one transaction; (rows, this process's CPU, the server's CPU) of
-    those after the first `warm_up`."""
+) -> TransactionFloor:
+    """Write the batches, each one transaction; the figures of those after the first `warm_up`
+    (this process's CPU, the server's when `server_pid` names it)."""
     statements: dict[tuple[int, int], tuple[str, str, str]] = {}
     for commands, events, *_rows in batches:
         statements[commands, events] = (
@@ -723,8 +719,15 @@ def _write(
         commit()
         rows += 2 * events + commands
     cpu = time.process_time() - before
-    server_cpu = cpu_seconds(server_pid) - server_before if server_pid is not None else None
-    return rows, cpu, server_cpu
+    transactions = len(batches) - warm_up
+    return TransactionFloor(
+        database=database,
+        transactions=transactions,
+        commands_per_batch=commands_per_batch,
+        rows_per_transaction=round(rows / transactions),
+        cpu_seconds=cpu,
+        server_cpu_seconds=cpu_seconds(server_pid) - server_before if server_pid is not None else None,
+    )
 
 
 def measure_sqlite(
@@ -760,16 +763,9 @@ def measure_sqlite(
                 connection.execute("COMMIT")
                 begun = False
 
-            rows, cpu, _server = _write(batches, warm_up, "?", execute, commit)
+            return _write("sqlite", batches, warm_up, commands_per_batch, "?", execute, commit)
         finally:
             connection.close()
-    return TransactionFloor(
-        database="sqlite",
-        transactions=transactions,
-        commands_per_batch=commands_per_batch,
-        rows_per_transaction=round(rows / transactions),
-        cpu_seconds=cpu,
-    )
 
 
 def measure_postgresql(
@@ -807,19 +803,20 @@ def measure_postgresql(
             connection.execute(statement, parameters)
 
         try:
-            rows, cpu, server_cpu = _write(batches, warm_up, "%s", execute, connection.commit, server_pid)
+            return _write(
+                "postgresql",
+                batches,
+                warm_up,
+                commands_per_batch,
+                "%s",
+                execute,
+                connection.commit,
+                server_pid,
+            )
         finally:
             for table in ("events", "outbox", "answers"):
                 connection.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
             connection.commit()
-    return TransactionFloor(
-        database="postgresql",
-        transactions=transactions,
-        commands_per_batch=commands_per_batch,
-        rows_per_transaction=round(rows / transactions),
-        cpu_seconds=cpu,
-        server_cpu_seconds=server_cpu,
-    )
 
 
 # The whole -----------------------------------------------------------------------------------------
@@ -870,7 +867,7 @@ def report(
     counts: GameCounts,
     grpc_floor: GrpcFloor,
     kafka_floor: KafkaFloor,
-    sqlite_floor: TransactionFloor,
+    transaction_floor: TransactionFloor,
     engine_seconds: float,
     measured: dict[str, float] | None = None,
     traffic: dict[str, dict[str, float]] | None = None,
@@ -879,7 +876,7 @@ def report(
     CPU seconds per game by process, set against the floor; `traffic`: its service counters a game
     (the units, instead of `UNITS_PER_GAME`)."""
     units = counts.units(traffic)
-    costs = unit_costs(grpc_floor, kafka_floor, sqlite_floor)
+    costs = unit_costs(grpc_floor, kafka_floor, transaction_floor)
     floors = floor_by_process(units, costs)
     budget = ratio_budget(engine_seconds)
     return {
@@ -887,7 +884,7 @@ def report(
         "units_from": "the measured run's service counters" if traffic else "UNITS_PER_GAME",
         "grpc": dataclasses.asdict(grpc_floor),
         "kafka": dataclasses.asdict(kafka_floor),
-        "transactions": dataclasses.asdict(sqlite_floor),
+        "transactions": dataclasses.asdict(transaction_floor),
         "units_per_game": units,
         "unit_cpu_seconds": costs,
         "floor_cpu_seconds_per_game": floors,
@@ -912,16 +909,16 @@ UNIT_NAMES = {
 
 
 def markdown(figures: dict[str, Any]) -> str:
-    grpc_floor, kafka_floor, sqlite_floor = figures["grpc"], figures["kafka"], figures["transactions"]
-    database = {"sqlite": "SQLite", "postgresql": "PostgreSQL, the client"}[sqlite_floor["database"]]
+    grpc_floor, kafka_floor, transaction_floor = figures["grpc"], figures["kafka"], figures["transactions"]
+    database = {"sqlite": "SQLite", "postgresql": "PostgreSQL, the client"}[transaction_floor["database"]]
     names = {
         unit: text.format(
             responses=grpc_floor["responses_per_command"],
             streams=grpc_floor["streams"],
             callers=CALLERS,
             batch=kafka_floor["relay_batch"],
-            commands=sqlite_floor["commands_per_batch"],
-            rows=sqlite_floor["rows_per_transaction"],
+            commands=transaction_floor["commands_per_batch"],
+            rows=transaction_floor["rows_per_transaction"],
             database=database,
         )
         for unit, text in UNIT_NAMES.items()
@@ -941,9 +938,9 @@ def markdown(figures: dict[str, Any]) -> str:
         )
         lines.append(f"| {names[unit]} | {each} | {count:.1f} | {count * cost:.4f} |")
     floors = figures["floor_cpu_seconds_per_game"]
-    if sqlite_floor["server_cpu_seconds"] is not None:
+    if transaction_floor["server_cpu_seconds"] is not None:
         served = units["table"]["transaction"]
-        each_served = sqlite_floor["server_cpu_seconds"] / sqlite_floor["transactions"]
+        each_served = transaction_floor["server_cpu_seconds"] / transaction_floor["transactions"]
         lines.append(
             "| PostgreSQL, its backend: the same (not in the floor: `bench_system` counts no server's"
             f" CPU) | {1e6 * each_served:,.0f} | {served:.1f} | {served * each_served:.4f} |"
@@ -1039,10 +1036,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     if arguments.database == "postgresql":
         with _postgresql() as conninfo:
-            sqlite_floor = measure_postgresql(conninfo, arguments.transactions, counts.commands_per_batch)
+            transaction_floor = measure_postgresql(
+                conninfo, arguments.transactions, counts.commands_per_batch
+            )
     else:
-        sqlite_floor = measure_sqlite(arguments.transactions, counts.commands_per_batch)
-    figures = report(counts, grpc_floor, kafka_floor, sqlite_floor, engine, measured, traffic)
+        transaction_floor = measure_sqlite(arguments.transactions, counts.commands_per_batch)
+    figures = report(counts, grpc_floor, kafka_floor, transaction_floor, engine, measured, traffic)
     print(markdown(figures))
     if arguments.json is not None:
         arguments.json.write_text(json.dumps(figures, indent=2) + "\n")

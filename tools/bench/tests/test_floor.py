@@ -89,10 +89,10 @@ def test_the_floor_of_a_process_is_its_units_times_their_costs() -> None:
 
 
 def test_a_broker_not_measured_costs_nothing() -> None:
-    grpc_floor, kafka_floor, sqlite_floor = _floors()
+    grpc_floor, kafka_floor, transaction_floor = _floors()
     remote = dataclasses.replace(kafka_floor, broker_cpu_seconds=None)
-    assert floor.unit_costs(grpc_floor, remote, sqlite_floor)["record through the broker"] == 0.0
-    figures = floor.report(floor.GameCounts(), grpc_floor, remote, sqlite_floor, engine_seconds=0.005)
+    assert floor.unit_costs(grpc_floor, remote, transaction_floor)["record through the broker"] == 0.0
+    figures = floor.report(floor.GameCounts(), grpc_floor, remote, transaction_floor, engine_seconds=0.005)
     assert "| Kafka broker: a record in and out | not measured |" in floor.markdown(figures)
 
 
@@ -159,10 +159,10 @@ def test_postgresql_writes_group_commit_batches_and_counts_its_backend(postgres_
 
 
 def test_a_postgresql_backends_cpu_is_shown_beside_the_floor_not_in_it() -> None:
-    grpc_floor, kafka_floor, sqlite_floor = _floors()
-    postgresql = dataclasses.replace(sqlite_floor, database="postgresql", server_cpu_seconds=0.1)
+    grpc_floor, kafka_floor, transaction_floor = _floors()
+    postgresql = dataclasses.replace(transaction_floor, database="postgresql", server_cpu_seconds=0.1)
     sqlite_figures = floor.report(
-        floor.GameCounts(), grpc_floor, kafka_floor, sqlite_floor, engine_seconds=0.005
+        floor.GameCounts(), grpc_floor, kafka_floor, transaction_floor, engine_seconds=0.005
     )
     figures = floor.report(floor.GameCounts(), grpc_floor, kafka_floor, postgresql, engine_seconds=0.005)
     assert figures["floor_cpu_seconds_per_game"] == sqlite_figures["floor_cpu_seconds_per_game"]

@@ -184,7 +184,7 @@ def _services(root: Path, environment: dict[str, str]) -> Iterator[dict[str, sub
                 process.kill()
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
@@ -194,7 +194,7 @@ def _measure(
     environment: dict[str, str], root: Path, arguments: argparse.Namespace, games: int, think_ms: int
 ) -> dict[str, Any]:
     pids: dict[str, int] = json.loads(environment["BENCH_SERVICE_PIDS"])
-    before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     traffic_before = traffic(environment)
     output = root / f"bots-{think_ms}.json"
     command = [
@@ -230,7 +230,7 @@ def _measure(
                 bots.kill()
                 bots.wait()
     figures: dict[str, Any] = json.loads(output.read_text())
-    figures["server_cpu_seconds"] = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    figures["server_cpu_seconds"] = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     traffic_after = traffic(environment)
     figures["traffic"] = {
         name: {key: count - traffic_before[name][key] for key, count in counts.items()}
