@@ -532,10 +532,13 @@ def _kafka_consumer(bootstrap_servers: str, topic: str, counts: tuple[int, int],
     phases.send("ready")
     read = counted = 0
     before: float | None = None
+    # A poll takes at most the warm-up's count: one that comes late (a busy box) cannot take the
+    # warm-up and every measured record at once, which would leave the window never opened.
+    most = min(500, warm_up)
     while read < warm_up + records:
         if before is None and read >= warm_up:
             before = time.process_time()
-        for batch in consumer.poll(timeout_ms=1_000, max_records=500).values():
+        for batch in consumer.poll(timeout_ms=1_000, max_records=most).values():
             read += len(batch)
             if before is not None:
                 counted += len(batch)

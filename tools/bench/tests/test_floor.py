@@ -231,3 +231,29 @@ def test_a_measured_runs_units_are_reported_as_such() -> None:
     assert "| a game's units counted by | | | the measured run's service counters |" in floor.markdown(
         figures
     )
+
+
+@pytest.mark.integration
+def test_the_consumers_window_opens_when_every_record_is_there_at_once(
+    kafka_bootstrap_servers: str, unique_prefix: str
+) -> None:
+    """A consumer that comes late (a busy box) finds the warm-up and every measured record waiting:
+    its polls still stop at the warm-up's count, so its measured window opens and counts records."""
+    import multiprocessing
+
+    from kafka import KafkaProducer
+    from mahjong_platform.topics import ensure_topics
+
+    topic = f"{unique_prefix}late"
+    ensure_topics(kafka_bootstrap_servers, [topic])
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap_servers)
+    for n in range(60):
+        producer.send(topic, key=str(n % 8).encode(), value=b"e" * 200)
+    producer.flush()
+    producer.close()
+    received, sent = multiprocessing.Pipe(duplex=False)
+    floor._kafka_consumer(kafka_bootstrap_servers, topic, (20, 40), sent)
+    assert received.recv() == "ready"
+    done, cpu, counted = received.recv()
+    assert done == "done" and cpu >= 0
+    assert 0 < counted <= 40
