@@ -125,6 +125,8 @@ def test_a_played_game_moves_every_services_metrics(services: dict[str, RunningS
     assert total(table, "mahjong_grpc_server_handled_total", method="TableService/Act", code="OK") > 0
     assert total(table, "mahjong_grpc_server_handling_seconds_count", method="TableService/Act") > 0
     assert total(table, "mahjong_events_appended_total", event_type="TableOpened") == 1
+    # Each relay round sends at least one message: never more rounds than messages.
+    assert 1 <= total(table, "mahjong_outbox_rounds_total") <= total(table, "mahjong_outbox_published_total")
     assert total(table, "mahjong_events_appended_total", event_type="GameEnded") == 1
     assert total(table, "mahjong_events_appended_total") > 50
     assert (

@@ -123,6 +123,13 @@ class ServiceMetrics:
             "Outbox messages the relay published to Kafka and marked sent.",
             registry=self.registry,
         )
+        self.outbox_rounds = Counter(
+            "mahjong_outbox_rounds",
+            "Relay rounds that sent outbox messages to Kafka (one flush and its acknowledgements "
+            "each): messages per round is mahjong_outbox_published over this. Kafka's cost is "
+            "mostly per round, not per message.",
+            registry=self.registry,
+        )
         self.consumer_events = Counter(
             "mahjong_consumer_events",
             "Events a tracked consumer handled, by consumer group and outcome "

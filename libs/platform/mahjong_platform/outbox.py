@@ -456,6 +456,7 @@ class OutboxRelay:
         self._clock = clock
         self._before_mark_sent = before_mark_sent
         self._published = metrics_for_engine(engine).outbox_published
+        self._rounds = metrics_for_engine(engine).outbox_rounds
         self._producer = create_idempotent_producer(
             bootstrap_servers,
             client_id=client_id,
@@ -718,6 +719,7 @@ class OutboxRelay:
         for future in futures:
             # Raises the send's error (e.g. KafkaTimeoutError): nothing is marked, all re-sent later.
             future.get(timeout=self._publish_timeout_ms / 1000)
+        self._rounds.inc()
         if self._before_mark_sent is not None:
             self._before_mark_sent(messages)
 

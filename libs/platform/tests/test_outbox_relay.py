@@ -18,6 +18,7 @@ from mahjong_platform import outbox
 from mahjong_platform.database import create_session_factory, transaction
 from mahjong_platform.envelopes import new_envelope, utc_now
 from mahjong_platform.event_store import EventStore
+from mahjong_platform.metrics import metrics_for_engine
 from mahjong_platform.outbox import OutboxMessage, OutboxRelay, count_unsent_outbox_messages
 from mahjong_platform.schema import consumer_positions, outbox_messages
 from mahjong_platform.topics import Topics
@@ -160,12 +161,19 @@ def test_a_sqlite_relay_marks_the_rounds_of_its_mark_interval_at_once(
     so nothing goes twice, and the mark covers every round since the last one; closing marks
     what is left."""
     event_ids = append_events(sqlite_engine, kafka_topics, {"table-1": 6})
+    registry = metrics_for_engine(sqlite_engine).registry
+
+    def rounds() -> float | None:
+        return registry.get_sample_value("mahjong_outbox_rounds_total")
+
     with OutboxRelay(
         sqlite_engine, kafka_bootstrap_servers, batch_size=4, publish_timeout_ms=PUBLISH_TIMEOUT_MS
     ) as relay:
+        before = rounds() or 0.0
         assert relay.run_once(mark_within_seconds=3600) == 4
         assert relay.run_once(mark_within_seconds=3600) == 2  # the rows after those, not them again
         assert relay.run_once(mark_within_seconds=3600) == 0
+        assert rounds() == before + 2  # the round that found nothing sent nothing
         assert unsent_count(sqlite_engine) == 6  # published, not marked yet
         event_ids += append_events(sqlite_engine, kafka_topics, {"table-2": 1})
         assert relay.run_once() == 1  # a mark due now covers every round since the last one

@@ -24,7 +24,8 @@ with no work of ours around them:
 - **Kafka** (`kafka-python`, a local broker): a producer process built as the outbox relay's
   (`create_idempotent_producer`: idempotent, `acks=all`) sending in batches of `--relay-batch`
   records each followed by a flush and a wait for every acknowledgement (`OutboxRelay._publish`),
-  at `--records-per-second` (default: the table's records at issue 10's 10 games a second), and a
+  at `--records-per-second` (default: the table's records at issue 10's 10 games a second, in the
+  rounds the relay makes at that pace, `RELAY_BATCH`), and a
   consumer process reading them as they come (the tracked consumer's fetch settings). CPU per
   record of the producer, the consumer and the broker.
 - **SQLite** (the standard library's driver, WAL, `synchronous=FULL` as the table's store): a
@@ -42,7 +43,8 @@ how much of the budget the stack leaves to everything else.
 
 `--measured` takes a `python -m mjctl.bench_system --json` file and sets its saturation run's CPU
 per game of each process against that process's floor, the units then counted in that run (its
-services' counters of calls, records and batches) instead of `UNITS_PER_GAME`.
+services' counters of calls, records and batches) instead of `UNITS_PER_GAME`, and the Kafka floor
+at that run's pace and its table relay's records a round.
 
 Prints Markdown tables; `--json PATH` writes the figures.
 """
@@ -66,6 +68,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from mahjong_platform.outbox import ROUND_INTERVAL_MS_DEFAULT
 from mjctl.bench_system import cpu_seconds
 
 # A game's counts. Commands and responses: a 256-game saturation run of `python -m
@@ -108,8 +111,14 @@ STREAMS = 128
 CALLERS = 16
 """Calls in flight at once (the bots' Enqueue and WatchTicket calls between games)."""
 CALL_RESPONSE_BYTES = 100
-RELAY_BATCH = 20
-"""Records a relay publishes at once at saturation: a batch of 11.3 commands' 1.76 events."""
+RELAY_BATCH = round(RECORDS_PER_SECOND * ROUND_INTERVAL_MS_DEFAULT / 1000)
+"""Records a relay round publishes at `RECORDS_PER_SECOND` (64): the relay's rounds start at least
+`ROUND_INTERVAL_MS_DEFAULT` (50 ms) apart (`OutboxRelay.run_forever`), so a round carries at least
+that long's records. Kafka's cost is mostly per round (at 1,290 records a second, 20 records a
+round cost the producer, consumer and broker about 190, 150 and 165 us a record, 100 a round 74,
+46 and 52: 2026-12-08, this box), so the batch matters as much as the count. A 256-game saturation
+run at 3.86 games a second made 4.4 table relay rounds a game, 29 records each (`bench_system`'s
+"relay rounds"); `--measured` takes the run's own."""
 KEYS = 32
 """Distinct message keys (tables)."""
 WARM_UP_FRACTION = 0.1
@@ -866,6 +875,25 @@ def _broker(bootstrap_servers: str | None) -> Iterator[tuple[str, int | None]]:
             broker.stop()
 
 
+def kafka_pace(
+    run: dict[str, Any] | None, relay_batch: int | None, records_per_second: float | None
+) -> tuple[int, float]:
+    """The Kafka floor's records a publish and records a second: as given; else, from a measured
+    `bench_system` run (`run`) that counted its relay rounds, its table relay's records a round and
+    records a second; else `RELAY_BATCH` and `RECORDS_PER_SECOND`."""
+    table = ((run or {}).get("traffic_per_game") or {}).get("table", {})
+    if table.get("relay rounds"):  # a run before that counter has none
+        if relay_batch is None:
+            relay_batch = max(1, round(table["records produced"] / table["relay rounds"]))
+        if records_per_second is None:
+            assert run is not None
+            records_per_second = table["records produced"] * run["games_settled_per_second"]
+    return (
+        RELAY_BATCH if relay_batch is None else relay_batch,
+        RECORDS_PER_SECOND if records_per_second is None else records_per_second,
+    )
+
+
 def report(
     counts: GameCounts,
     grpc_floor: GrpcFloor,
@@ -979,12 +1007,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=STREAMS, help=f"gRPC streams (default {STREAMS})")
     parser.add_argument("--calls", type=int, default=4_000, help="gRPC unary calls measured (default 4000)")
     parser.add_argument("--records", type=int, default=10_000, help="Kafka records measured (default 10000)")
-    parser.add_argument("--relay-batch", type=int, default=RELAY_BATCH, help="records a publish (default 20)")
+    parser.add_argument(
+        "--relay-batch",
+        type=int,
+        help="records a publish (default: the --measured run's table records a relay round, else"
+        f" {RELAY_BATCH})",
+    )
     parser.add_argument(
         "--records-per-second",
         type=float,
-        default=RECORDS_PER_SECOND,
-        help="the producer's pace (default: the table's records at 10 games a second)",
+        help="the producer's pace (default: the --measured run's table records a second, else the"
+        " table's records at 10 games a second)",
     )
     parser.add_argument("--transactions", type=int, default=2_000, help="group commits (default 2000)")
     parser.add_argument(
@@ -1005,13 +1038,15 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a `python -m mjctl.bench_system --json` file: set its saturation run's CPU per game"
         " by process against the floor (and take its commands and responses per command, and its"
-        " same-run pure engine for the budget)",
+        " same-run pure engine for the budget, and its table relay's records a round and a second"
+        " for the Kafka floor's pace)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     arguments = parser.parse_args(argv)
     measured: dict[str, float] | None = None
     engine: float | None = None
     traffic: dict[str, dict[str, float]] | None = None
+    run: dict[str, Any] | None = None
     if arguments.measured is not None:
         run = json.loads(arguments.measured.read_text())["saturation"]
         measured = run["cpu_seconds_per_game"]
@@ -1019,6 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
         arguments.responses_per_command = run["responses_per_command"]
         engine = 1 / run["engine_games_per_second"]  # the figure that run's ratio divides by
         traffic = run.get("traffic_per_game")  # a run of main before the counters has none
+    relay_batch, records_per_second = kafka_pace(run, arguments.relay_batch, arguments.records_per_second)
     counts = GameCounts(
         commands=arguments.commands_per_game,
         responses_per_command=arguments.responses_per_command,
@@ -1034,8 +1070,8 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap_servers,
             broker_pid,
             arguments.records,
-            arguments.relay_batch,
-            records_per_second=arguments.records_per_second,
+            relay_batch,
+            records_per_second=records_per_second,
         )
     if arguments.database == "postgresql":
         with _postgresql() as conninfo:

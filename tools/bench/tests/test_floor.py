@@ -225,6 +225,21 @@ def test_a_measured_runs_counters_give_each_process_its_units() -> None:
         assert counts == pytest.approx(counted), process
 
 
+def test_the_kafka_floor_goes_at_a_measured_runs_pace_in_its_relay_rounds() -> None:
+    counted = {**TRAFFIC["table"], "records produced": 127.1, "relay rounds": 4.4}
+    run = {"games_settled_per_second": 3.86, "traffic_per_game": {**TRAFFIC, "table": counted}}
+    assert floor.kafka_pace(run, None, None) == (29, pytest.approx(127.1 * 3.86))  # 127.1 / 4.4 = 28.9
+    assert floor.kafka_pace(run, 10, 500.0) == (10, 500.0)  # given: as given
+    # A run kept before the relay rounds counter, or none: the relay's rounds at 10 games a second.
+    assert floor.kafka_pace({"games_settled_per_second": 3.86, "traffic_per_game": TRAFFIC}, None, None) == (
+        floor.RELAY_BATCH,
+        floor.RECORDS_PER_SECOND,
+    )
+    assert floor.kafka_pace(None, None, None) == (floor.RELAY_BATCH, floor.RECORDS_PER_SECOND)
+    # 50 ms between the relay's rounds at 1,289 records a second.
+    assert floor.RELAY_BATCH == 64
+
+
 def test_a_measured_runs_units_are_reported_as_such() -> None:
     figures = floor.report(floor.GameCounts(), *_floors(), engine_seconds=0.005, traffic=TRAFFIC)
     assert figures["units_from"] == "the measured run's service counters"

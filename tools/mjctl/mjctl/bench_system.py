@@ -243,6 +243,7 @@ def _measure(
 TRAFFIC_COUNTERS = {
     "mahjong_grpc_server_handled_total": "calls",
     "mahjong_outbox_published_total": "records produced",
+    "mahjong_outbox_rounds_total": "relay rounds",
     "mahjong_consumer_events_total": "records consumed",
     "mahjong_consumer_batches_total": "consumer batches",
 }
@@ -421,11 +422,12 @@ def _print_run(summary: dict[str, Any], database: str) -> None:
             )
         )
     for name, counts in summary.get("traffic_per_game", {}).items():
+        rounds = counts.get("relay rounds", 0.0)  # a run before that counter has none
         rows.append(
             (
-                f"{name} / game: calls; records out, in; consumer batches",
-                f"{counts['calls']:.1f}; {counts['records produced']:.1f}, {counts['records consumed']:.1f};"
-                f" {counts['consumer batches']:.1f}",
+                f"{name} / game: calls; records out (relay rounds), in; consumer batches",
+                f"{counts['calls']:.1f}; {counts['records produced']:.1f} ({rounds:.1f}),"
+                f" {counts['records consumed']:.1f}; {counts['consumer batches']:.1f}",
             )
         )
     for name, seconds in summary["cpu_seconds_per_game"].items():

@@ -54,12 +54,14 @@ FIGURES: dict[str, Any] = {
         "ledger": {
             "calls": 512.0,
             "records produced": 1548.8,
+            "relay rounds": 256.0,
             "records consumed": 1548.8,
             "consumer batches": 300.0,
         },
         "table": {
             "calls": 512.0,
             "records produced": 16499.2,
+            "relay rounds": 1280.0,
             "records consumed": 640.0,
             "consumer batches": 100.0,
         },
@@ -128,12 +130,24 @@ def test_each_services_traffic_is_printed_and_kept_a_game(capsys: pytest.Capture
     assert run["traffic_per_game"]["table"] == {
         "calls": 4.0,
         "records produced": pytest.approx(128.9),
+        "relay rounds": 10.0,
         "records consumed": 5.0,
         "consumer batches": 100.0 / 128,
     }
     rows = _printed_rows(run, capsys)
-    assert rows["table / game: calls; records out, in; consumer batches"] == "4.0; 128.9, 5.0; 0.8"
-    assert rows["ledger / game: calls; records out, in; consumer batches"] == "4.0; 12.1, 12.1; 2.3"
+    row = "{} / game: calls; records out (relay rounds), in; consumer batches"
+    assert rows[row.format("table")] == "4.0; 128.9 (10.0), 5.0; 0.8"
+    assert rows[row.format("ledger")] == "4.0; 12.1 (2.0), 12.1; 2.3"
+
+
+def test_a_run_kept_before_the_relay_rounds_counter_prints_none(capsys: pytest.CaptureFixture[str]) -> None:
+    run = bench_system.run_summary(FIGURES)
+    del run["traffic_per_game"]["table"]["relay rounds"]
+    rows = _printed_rows(run, capsys)
+    assert (
+        rows["table / game: calls; records out (relay rounds), in; consumer batches"]
+        == "4.0; 128.9 (0.0), 5.0; 0.8"
+    )
 
 
 METRICS = """# HELP mahjong_grpc_server_handled_total gRPC calls finished, by method and status code.
@@ -144,6 +158,9 @@ mahjong_grpc_server_handled_total{code="OK",method="/grpc.health.v1.Health/Check
 # HELP mahjong_outbox_published_total Outbox messages the relay published to Kafka and marked sent.
 # TYPE mahjong_outbox_published_total counter
 mahjong_outbox_published_total 258.0
+# HELP mahjong_outbox_rounds_total Relay rounds that sent outbox messages to Kafka.
+# TYPE mahjong_outbox_rounds_total counter
+mahjong_outbox_rounds_total 12.0
 # HELP mahjong_consumer_events_total Events a tracked consumer handled.
 # TYPE mahjong_consumer_events_total counter
 mahjong_consumer_events_total{consumer_group="table-openings",outcome="applied"} 9.0
@@ -164,6 +181,7 @@ def test_the_traffic_counters_are_summed_over_their_labels_health_checks_apart()
     assert counts == {
         "calls": 10.0,
         "records produced": 258.0,
+        "relay rounds": 12.0,
         "records consumed": 10.0,
         "consumer batches": 4.0,
     }
