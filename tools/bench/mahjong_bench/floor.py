@@ -1,7 +1,8 @@
 """Benchmark: the floor under `make bench-system`: what the required stack alone costs this box
 for one game's traffic, with none of our code between the sockets.
 
-    python -m mahjong_bench.floor [--commands 20000] [--calls 4000] [--records 10000]
+    python -m mahjong_bench.floor [--commands-per-second N] [--calls-per-second N]
+                                  [--records 10000] [--relay-batch N] [--records-per-second N]
                                   [--transactions 2000] [--database sqlite|postgresql]
                                   [--measured BENCH_SYSTEM.json]
                                   [--bootstrap-servers HOST:PORT] [--json PATH]
@@ -20,7 +21,12 @@ with no work of ours around them:
   `--responses-per-command` response messages on average (2.54 in a 256-game saturation run: the
   answer and the seat updates); then a client process making `--calls` unary calls, 16 at once (a
   game's Enqueue, WatchTicket, Play opens and GetBalance calls). CPU per command and per call of
-  each process.
+  each process. Both go at a pace (`--commands-per-second`, `--calls-per-second`; default: the
+  `--measured` run's, else issue 10's 10 games a second's), because a command costs more the
+  fewer come together: each is a wake-up of both processes of its own. 2026-12-08 on this box, 128
+  streams, 2.5 responses a command: server / client 580 / 670 us a command at 330 a second (a
+  256-game saturation run's pace at 4-5 games a second), 475 / 474 at 900, 285 / 248 flat out
+  (3,500-5,000 a second); the floor of stop 33 went flat out.
 - **Kafka** (`kafka-python`, a local broker): a producer process built as the outbox relay's
   (`create_idempotent_producer`: idempotent, `acks=all`) sending in batches of `--relay-batch`
   records each followed by a flush and a wait for every acknowledgement (`OutboxRelay._publish`),
@@ -142,6 +148,12 @@ class GrpcFloor:
     and Play opens are counted)."""
     call_server_cpu_seconds: float
     call_client_cpu_seconds: float
+    commands_per_second: float | None = None
+    """The pace the stream client kept to (None: as fast as it could); `commands / seconds` is the
+    pace it made."""
+    calls_per_second: float | None = None
+    """The pace of the unary calls (None: as fast as they could go)."""
+    call_seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +168,8 @@ class KafkaFloor:
     consumer_cpu_seconds: float
     broker_cpu_seconds: float | None
     """None: the broker's process is not on this machine (`--bootstrap-servers` elsewhere)."""
+    records_per_second: float | None = None
+    """The producer's pace (`records / seconds` is the pace it made)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,8 +344,34 @@ def _client_environment() -> None:
     os.environ.setdefault("GRPC_EXPERIMENTS", BOT_GRPC_EXPERIMENTS)
 
 
+class _Pace:
+    """Spaces one of `tasks` tasks' turns so that all of them together make `per_second` a
+    second (None: no pause): each waits its share of the interval after the last turn began,
+    the tasks' first turns spread over one interval, and a task that fell behind goes on from now
+    (no burst to catch up). Each pause is an `asyncio.sleep`, a timer like the bots' own
+    wake-ups, about 10-20 us of the client's CPU."""
+
+    def __init__(self, tasks: int, per_second: float | None, index: int) -> None:
+        self._interval = tasks / per_second if per_second else 0.0
+        self._due = time.monotonic() + self._interval * index / tasks
+
+    async def turn(self) -> None:
+        if not self._interval:
+            return
+        now = time.monotonic()
+        if self._due > now:
+            await asyncio.sleep(self._due - now)
+            now = self._due
+        self._due = now + self._interval
+
+
 def _grpc_stream_client(
-    port: int, streams: int, commands: int, request_bytes: int, phases: Connection
+    port: int,
+    streams: int,
+    commands: int,
+    request_bytes: int,
+    phases: Connection,
+    commands_per_second: float | None = None,
 ) -> None:
     _client_environment()
     import grpc
@@ -347,11 +387,13 @@ def _grpc_stream_client(
             play = channel.stream_stream(_PLAY)
             warmed = asyncio.Barrier(streams + 1)
 
-            async def seat() -> None:
+            async def seat(index: int) -> None:
                 call = play()
+                pace = _Pace(streams, commands_per_second, index)
                 for sent in range(warm_up + per_stream):
                     if sent == warm_up:
                         await warmed.wait()
+                    await pace.turn()
                     await call.write(request)
                     responses = 1
                     while (await call.read())[:1] != _LAST:
@@ -362,7 +404,7 @@ def _grpc_stream_client(
                 await call.done_writing()
                 await call.code()
 
-            seats = [asyncio.create_task(seat()) for _ in range(streams)]
+            seats = [asyncio.create_task(seat(index)) for index in range(streams)]
             await warmed.wait()
             phases.send("measuring")
             await asyncio.gather(*seats)
@@ -371,7 +413,14 @@ def _grpc_stream_client(
     asyncio.run(run())
 
 
-def _grpc_call_client(port: int, callers: int, calls: int, request_bytes: int, phases: Connection) -> None:
+def _grpc_call_client(
+    port: int,
+    callers: int,
+    calls: int,
+    request_bytes: int,
+    phases: Connection,
+    calls_per_second: float | None = None,
+) -> None:
     _client_environment()
     import grpc
 
@@ -386,15 +435,17 @@ def _grpc_call_client(port: int, callers: int, calls: int, request_bytes: int, p
             call = channel.unary_unary(_CALL)
             warmed = asyncio.Barrier(callers + 1)
 
-            async def caller() -> None:
+            async def caller(index: int) -> None:
+                pace = _Pace(callers, calls_per_second, index)
                 for made in range(warm_up + per_caller):
                     if made == warm_up:
                         await warmed.wait()
+                    await pace.turn()
                     await call(request)
                     if made >= warm_up:
                         counted["calls"] += 1
 
-            tasks = [asyncio.create_task(caller()) for _ in range(callers)]
+            tasks = [asyncio.create_task(caller(index)) for index in range(callers)]
             await warmed.wait()
             phases.send("measuring")
             await asyncio.gather(*tasks)
@@ -437,9 +488,13 @@ def measure_grpc(
     callers: int = CALLERS,
     request_bytes: int = REQUEST_BYTES,
     response_bytes: int = RESPONSE_BYTES,
+    commands_per_second: float | None = None,
+    calls_per_second: float | None = None,
 ) -> GrpcFloor:
     """`commands` commands over `streams` streams, then `calls` unary calls from `callers` at once;
-    the server and each client a process of its own."""
+    the server and each client a process of its own. At `commands_per_second` and
+    `calls_per_second` (the system's pace: a command or call costs more the fewer come together,
+    each a wake-up of its own) or, with None, as fast as they go."""
     assert streams >= 1 and commands >= streams and responses_per_command >= 1 and calls >= callers >= 1
     context = multiprocessing.get_context("spawn")  # no fork: gRPC's threads do not survive one
     port_in, port_out = context.Pipe(duplex=False)
@@ -451,17 +506,19 @@ def measure_grpc(
         port = _receive(port_in, server, 60, "the gRPC floor server did not start")
         phases, phases_out = context.Pipe(duplex=False)
         stream_client = context.Process(
-            target=_grpc_stream_client, args=(port, streams, commands, request_bytes, phases_out), daemon=True
+            target=_grpc_stream_client,
+            args=(port, streams, commands, request_bytes, phases_out, commands_per_second),
+            daemon=True,
         )
         seconds, server_cpu, client_cpu, (answered, responses) = _measure_client(
             server, stream_client, phases
         )
         call_client = context.Process(
-            target=_grpc_call_client, args=(port, callers, calls, request_bytes, phases_out), daemon=True
+            target=_grpc_call_client,
+            args=(port, callers, calls, request_bytes, phases_out, calls_per_second),
+            daemon=True,
         )
-        _call_seconds, call_server_cpu, call_client_cpu, (made,) = _measure_client(
-            server, call_client, phases
-        )
+        call_seconds, call_server_cpu, call_client_cpu, (made,) = _measure_client(server, call_client, phases)
         return GrpcFloor(
             commands=answered,
             streams=streams,
@@ -472,6 +529,9 @@ def measure_grpc(
             calls=made,
             call_server_cpu_seconds=call_server_cpu,
             call_client_cpu_seconds=call_client_cpu,
+            commands_per_second=commands_per_second,
+            calls_per_second=calls_per_second,
+            call_seconds=call_seconds,
         )
     finally:
         if server.is_alive():
@@ -620,6 +680,7 @@ def measure_kafka(
             producer_cpu_seconds=producer_cpu,
             consumer_cpu_seconds=consumer_cpu,
             broker_cpu_seconds=broker_cpu,
+            records_per_second=records_per_second,
         )
     except BaseException:
         for process in (producer, consumer):
@@ -894,6 +955,43 @@ def kafka_pace(
     )
 
 
+CALLS_PER_GAME = sum(
+    units.get("call served", 0.0) for units in UNITS_PER_GAME.values()
+)  # the table's, matchmaking's and the ledger's: 16
+PACED_SECONDS = 30
+
+
+def grpc_pace(
+    run: dict[str, Any] | None, commands_per_second: float | None, calls_per_second: float | None
+) -> tuple[float | None, float | None]:
+    """The gRPC floor's stream commands and unary calls a second: as given (0: as fast as they
+    go, None returned); else a measured `bench_system` run's (its commands a game and, when it
+    counted them, its services' calls a game, times its games a second); else issue 10's 10
+    games a second's (`COMMANDS_PER_GAME`, `CALLS_PER_GAME`). A command costs more the fewer come
+    together: each is a wake-up of its own."""
+    rate = 10.0
+    commands_per_game, calls_per_game = COMMANDS_PER_GAME, CALLS_PER_GAME
+    if run is not None:
+        rate = run["games_settled_per_second"]
+        commands_per_game = run["act_by_kind"]["all"]["count"] / run["games"]
+        traffic = run.get("traffic_per_game")
+        if traffic:
+            calls_per_game = sum(counts.get("calls", 0.0) for counts in traffic.values())
+    if commands_per_second is None:
+        commands_per_second = commands_per_game * rate
+    if calls_per_second is None:
+        calls_per_second = calls_per_game * rate
+    return commands_per_second or None, calls_per_second or None
+
+
+def paced_count(per_second: float | None, most: int, least: int) -> int:
+    """How many to measure at `per_second`: `PACED_SECONDS` of them, at most `most` (all of them
+    as fast as they go), at least `least` (one each for the streams or callers), a multiple of
+    `least`."""
+    count = most if per_second is None else min(most, round(PACED_SECONDS * per_second))
+    return max(least, count - count % least)
+
+
 def report(
     counts: GameCounts,
     grpc_floor: GrpcFloor,
@@ -928,15 +1026,24 @@ def report(
 
 
 UNIT_NAMES = {
-    "stream command served": "gRPC server: a command in, {responses:.2f} responses out ({streams} streams)",
+    "stream command served": "gRPC server: a command in, {responses:.2f} responses out ({streams} streams,"
+    " {command_pace})",
     "stream command sent": "gRPC client: the same, the other end",
-    "call served": "gRPC server: a unary call ({callers} at once)",
+    "call served": "gRPC server: a unary call ({callers} at once, {call_pace})",
     "call made": "gRPC client: a unary call",
-    "record produced": "Kafka producer: a record, {batch} a publish with a flush",
+    "record produced": "Kafka producer: a record, {batch} a publish with a flush ({record_pace})",
     "record consumed": "Kafka consumer: a record, read as it comes",
     "record through the broker": "Kafka broker: a record in and out",
     "transaction": "{database}: a group commit of {commands:.1f} commands ({rows} rows)",
 }
+
+
+def _pace(per_second: float | None, count: int, seconds: float) -> str:
+    """How a unit was paced: the pace asked and the pace made, or "flat out" and the pace made."""
+    made = f"{count / seconds:,.0f}" if seconds > 0 else "?"
+    if per_second is None:
+        return f"flat out: {made} a second"
+    return f"{per_second:,.0f} a second asked, {made} made"
 
 
 def markdown(figures: dict[str, Any]) -> str:
@@ -947,6 +1054,13 @@ def markdown(figures: dict[str, Any]) -> str:
             responses=grpc_floor["responses_per_command"],
             streams=grpc_floor["streams"],
             callers=CALLERS,
+            command_pace=_pace(
+                grpc_floor["commands_per_second"], grpc_floor["commands"], grpc_floor["seconds"]
+            ),
+            call_pace=_pace(grpc_floor["calls_per_second"], grpc_floor["calls"], grpc_floor["call_seconds"]),
+            record_pace=_pace(
+                kafka_floor["records_per_second"], kafka_floor["records"], kafka_floor["seconds"]
+            ),
             batch=kafka_floor["relay_batch"],
             commands=transaction_floor["commands_per_batch"],
             rows=transaction_floor["rows_per_transaction"],
@@ -1003,9 +1117,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--commands", type=int, default=20_000, help="gRPC commands measured (default 20000)")
+    parser.add_argument(
+        "--commands",
+        type=int,
+        help="gRPC commands measured (default: 30 s of them at their pace, at most 20000)",
+    )
+    parser.add_argument(
+        "--commands-per-second",
+        type=float,
+        help="the stream commands' pace (default: the --measured run's, else 10 games a second's;"
+        " 0: as fast as they go)",
+    )
     parser.add_argument("--streams", type=int, default=STREAMS, help=f"gRPC streams (default {STREAMS})")
-    parser.add_argument("--calls", type=int, default=4_000, help="gRPC unary calls measured (default 4000)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        help="gRPC unary calls measured (default: 30 s of them at their pace, at most 4000)",
+    )
+    parser.add_argument(
+        "--calls-per-second",
+        type=float,
+        help="the unary calls' pace (default: the --measured run's, else 10 games a second's; 0: as fast"
+        " as they go)",
+    )
     parser.add_argument("--records", type=int, default=10_000, help="Kafka records measured (default 10000)")
     parser.add_argument(
         "--relay-batch",
@@ -1055,6 +1189,11 @@ def main(argv: list[str] | None = None) -> int:
         engine = 1 / run["engine_games_per_second"]  # the figure that run's ratio divides by
         traffic = run.get("traffic_per_game")  # a run of main before the counters has none
     relay_batch, records_per_second = kafka_pace(run, arguments.relay_batch, arguments.records_per_second)
+    commands_per_second, calls_per_second = grpc_pace(
+        run, arguments.commands_per_second, arguments.calls_per_second
+    )
+    commands = arguments.commands or paced_count(commands_per_second, 20_000, arguments.streams)
+    calls = arguments.calls or paced_count(calls_per_second, 4_000, CALLERS)
     counts = GameCounts(
         commands=arguments.commands_per_game,
         responses_per_command=arguments.responses_per_command,
@@ -1063,7 +1202,12 @@ def main(argv: list[str] | None = None) -> int:
     if engine is None:
         engine = engine_seconds_per_game(arguments.engine_games)
     grpc_floor = measure_grpc(
-        arguments.commands, arguments.streams, counts.responses_per_command, arguments.calls
+        commands,
+        arguments.streams,
+        counts.responses_per_command,
+        calls,
+        commands_per_second=commands_per_second,
+        calls_per_second=calls_per_second,
     )
     with _broker(arguments.bootstrap_servers) as (bootstrap_servers, broker_pid):
         kafka_floor = measure_kafka(

@@ -135,6 +135,38 @@ def test_grpc_measures_both_processes_cpu_per_command_and_per_call() -> None:
     assert result.seconds > 0
 
 
+def test_grpc_keeps_to_a_pace_when_asked() -> None:
+    """At the system's pace a command costs more than flat out (fewer come together, each a
+    wake-up of its own), so the floor goes at the pace it is given: 80 commands at 40 a second
+    take about 2 s (flat out, a few hundredths), 40 calls at 20 a second as long."""
+    result = floor.measure_grpc(
+        commands=80, streams=4, calls=40, callers=4, commands_per_second=40.0, calls_per_second=20.0
+    )
+    assert (result.commands, result.calls) == (80, 40)  # after each stream's or caller's 2 of warm-up
+    assert result.seconds >= 0.75 * 80 / 40 and result.call_seconds >= 0.75 * 40 / 20
+    assert result.seconds <= 80 / 40 + 5  # kept to the pace, not much slower
+    assert (result.commands_per_second, result.calls_per_second) == (40.0, 20.0)
+
+
+def test_the_grpc_floor_goes_at_a_measured_runs_pace_or_ten_games_a_second() -> None:
+    run = {
+        "games_settled_per_second": 5.0,
+        "games": 256,
+        "act_by_kind": {"all": {"count": 256 * 74.0}},
+        "traffic_per_game": TRAFFIC,
+    }
+    calls = sum(counts["calls"] for counts in TRAFFIC.values())
+    assert floor.grpc_pace(run, None, None) == (74.0 * 5.0, calls * 5.0)
+    assert floor.grpc_pace(run, 100.0, 0.0) == (100.0, None)  # given; 0: as fast as they go
+    assert floor.grpc_pace(None, None, None) == (10 * floor.COMMANDS_PER_GAME, 10 * 16.0)
+    # A run kept before the services' counters: its commands, the constant calls a game.
+    assert floor.grpc_pace({**run, "traffic_per_game": None}, None, None) == (370.0, 80.0)
+    # 30 s of them at most as many as flat out, a multiple of the streams (or callers).
+    assert floor.paced_count(370.0, 20_000, 128) == 11_008
+    assert floor.paced_count(None, 20_000, 128) == 19_968
+    assert floor.paced_count(1.0, 20_000, 128) == 128
+
+
 def test_sqlite_writes_group_commit_batches() -> None:
     result = floor.measure_sqlite(transactions=20, commands_per_batch=10.0, events_per_command=2.0)
     assert (result.database, result.transactions) == ("sqlite", 20)
