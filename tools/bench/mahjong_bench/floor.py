@@ -26,7 +26,7 @@ with no work of ours around them:
   fewer come together: each is a wake-up of both processes of its own. 2026-12-08 on this box, 128
   streams, 2.5 responses a command: server / client 580 / 670 us a command at 330 a second (a
   256-game saturation run's pace at 4-5 games a second), 475 / 474 at 900, 285 / 248 flat out
-  (3,500-5,000 a second); the floor of stop 33 went flat out.
+  (3,500-5,000 a second); the floor's first version (2026-12-07) went flat out.
 - **Kafka** (`kafka-python`, a local broker): a producer process built as the outbox relay's
   (`create_idempotent_producer`: idempotent, `acks=all`) sending in batches of `--relay-batch`
   records each followed by a flush and a wait for every acknowledgement (`OutboxRelay._publish`),
