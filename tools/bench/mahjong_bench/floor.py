@@ -23,10 +23,11 @@ with no work of ours around them:
   game's Enqueue, WatchTicket, Play opens and GetBalance calls). CPU per command and per call of
   each process. Both go at a pace (`--commands-per-second`, `--calls-per-second`; default: the
   `--measured` run's, else issue 10's 10 games a second's), because a command costs more the
-  fewer come together: each is a wake-up of both processes of its own. 2026-12-08 on this box, 128
-  streams, 2.5 responses a command: server / client 580 / 670 us a command at 330 a second (a
-  256-game saturation run's pace at 4-5 games a second), 475 / 474 at 900, 285 / 248 flat out
-  (3,500-5,000 a second); the floor's first version (2026-12-07) went flat out.
+  fewer come together: each is a wake-up of both processes of its own. 2026-12-08 02:54 UTC on this
+  box (`measure_grpc` with 128 streams, 2.5 responses a command, load 0.3-1.6): server / client
+  614 / 663 us a command at 330 a second (a 256-game saturation run's pace at 4-5 games a second),
+  448 / 459 at 900, 291 / 253 at 3,459, 248 / 217 flat out (4,146 a second); the floor's first
+  version (2026-12-07) went flat out.
 - **Kafka** (`kafka-python`, a local broker): a producer process built as the outbox relay's
   (`create_idempotent_producer`: idempotent, `acks=all`) sending in batches of `--relay-batch`
   records each followed by a flush and a wait for every acknowledgement (`OutboxRelay._publish`),
@@ -61,6 +62,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -117,14 +119,17 @@ STREAMS = 128
 CALLERS = 16
 """Calls in flight at once (the bots' Enqueue and WatchTicket calls between games)."""
 CALL_RESPONSE_BYTES = 100
-RELAY_BATCH = round(RECORDS_PER_SECOND * ROUND_INTERVAL_MS_DEFAULT / 1000)
+RELAY_BATCH = max(1, round(RECORDS_PER_SECOND * ROUND_INTERVAL_MS_DEFAULT / 1000))
 """Records a relay round publishes at `RECORDS_PER_SECOND` (64): the relay's rounds start at least
 `ROUND_INTERVAL_MS_DEFAULT` (50 ms) apart (`OutboxRelay.run_forever`), so a round carries at least
 that long's records. Kafka's cost is mostly per round (at 1,290 records a second, 20 records a
 round cost the producer, consumer and broker about 190, 150 and 165 us a record, 100 a round 74,
 46 and 52: 2026-12-08, this box), so the batch matters as much as the count. A 256-game saturation
 run at 3.86 games a second made 4.4 table relay rounds a game, 29 records each (`bench_system`'s
-"relay rounds"); `--measured` takes the run's own."""
+"relay rounds"); `--measured` takes the run's own. In the runs of 2026-12-08 a round began every
+57-63 ms (the 50 ms and the round's own publish), so at this pace a round would carry about 75:
+64 makes a record's cost a little higher than the relay's (102 us for the producer at 64, 74 at
+100), the one place where the floor leans high."""
 KEYS = 32
 """Distinct message keys (tables)."""
 WARM_UP_FRACTION = 0.1
@@ -346,12 +351,16 @@ def _client_environment() -> None:
 
 class _Pace:
     """Spaces one of `tasks` tasks' turns so that all of them together make `per_second` a
-    second (None: no pause): each waits its share of the interval after the last turn began,
-    the tasks' first turns spread over one interval, and a task that fell behind goes on from now
-    (no burst to catch up). Each pause is an `asyncio.sleep`, a timer like the bots' own
-    wake-ups, about 10-20 us of the client's CPU."""
+    second (None: no pause): each task keeps its own phase, its first turn `index / tasks` of an
+    interval after the start and then one every `tasks / per_second` seconds. A task that comes
+    late (a slow first connection, the warm-up's barrier, the process paused on a busy box) waits
+    for its next slot instead of going at once, so late tasks never go together (commands that
+    come together share wake-ups and cost less: the floor would come out too low) and none bursts
+    to catch up. Each pause is an `asyncio.sleep`, a timer like the bots' own wake-ups, about
+    10-20 us of the client's CPU."""
 
     def __init__(self, tasks: int, per_second: float | None, index: int) -> None:
+        assert per_second is None or per_second > 0, per_second
         self._interval = tasks / per_second if per_second else 0.0
         self._due = time.monotonic() + self._interval * index / tasks
 
@@ -359,10 +368,10 @@ class _Pace:
         if not self._interval:
             return
         now = time.monotonic()
-        if self._due > now:
-            await asyncio.sleep(self._due - now)
-            now = self._due
-        self._due = now + self._interval
+        if self._due < now:  # late: the slots it missed are skipped, it keeps its phase
+            self._due += math.ceil((now - self._due) / self._interval) * self._interval
+        await asyncio.sleep(self._due - now)
+        self._due += self._interval
 
 
 def _grpc_stream_client(
@@ -939,20 +948,28 @@ def _broker(bootstrap_servers: str | None) -> Iterator[tuple[str, int | None]]:
 def kafka_pace(
     run: dict[str, Any] | None, relay_batch: int | None, records_per_second: float | None
 ) -> tuple[int, float]:
-    """The Kafka floor's records a publish and records a second: as given; else, from a measured
-    `bench_system` run (`run`) that counted its relay rounds, its table relay's records a round and
-    records a second; else `RELAY_BATCH` and `RECORDS_PER_SECOND`."""
+    """The Kafka floor's records a publish and records a second: as given; else a measured
+    `bench_system` run's (`run`): its table's records a second and its table relay's records a
+    round (a run kept before the relay counted its rounds: the rounds the relay makes at that
+    pace, `relay_batch_at`); else `RELAY_BATCH` and `RECORDS_PER_SECOND`."""
     table = ((run or {}).get("traffic_per_game") or {}).get("table", {})
-    if table.get("relay rounds"):  # a run before that counter has none
-        if relay_batch is None:
-            relay_batch = max(1, round(table["records produced"] / table["relay rounds"]))
-        if records_per_second is None:
-            assert run is not None
+    if records_per_second is None:
+        if run is not None and table.get("records produced"):
             records_per_second = table["records produced"] * run["games_settled_per_second"]
-    return (
-        RELAY_BATCH if relay_batch is None else relay_batch,
-        RECORDS_PER_SECOND if records_per_second is None else records_per_second,
-    )
+        else:
+            records_per_second = RECORDS_PER_SECOND
+    if relay_batch is None:
+        if table.get("relay rounds"):
+            relay_batch = max(1, round(table["records produced"] / table["relay rounds"]))
+        else:
+            relay_batch = relay_batch_at(records_per_second)
+    return relay_batch, records_per_second
+
+
+def relay_batch_at(records_per_second: float) -> int:
+    """The records of a relay round at `records_per_second`: its rounds start at least
+    `ROUND_INTERVAL_MS_DEFAULT` apart, so at least that long's records (at least 1)."""
+    return max(1, round(records_per_second * ROUND_INTERVAL_MS_DEFAULT / 1000))
 
 
 CALLS_PER_GAME = sum(
@@ -962,15 +979,18 @@ PACED_SECONDS = 30
 
 
 def grpc_pace(
-    run: dict[str, Any] | None, commands_per_second: float | None, calls_per_second: float | None
+    run: dict[str, Any] | None,
+    commands_per_second: float | None,
+    calls_per_second: float | None,
+    commands_per_game: float = COMMANDS_PER_GAME,
 ) -> tuple[float | None, float | None]:
     """The gRPC floor's stream commands and unary calls a second: as given (0: as fast as they
     go, None returned); else a measured `bench_system` run's (its commands a game and, when it
     counted them, its services' calls a game, times its games a second); else issue 10's 10
-    games a second's (`COMMANDS_PER_GAME`, `CALLS_PER_GAME`). A command costs more the fewer come
+    games a second's (`commands_per_game`, `CALLS_PER_GAME`). A command costs more the fewer come
     together: each is a wake-up of its own."""
     rate = 10.0
-    commands_per_game, calls_per_game = COMMANDS_PER_GAME, CALLS_PER_GAME
+    calls_per_game = CALLS_PER_GAME
     if run is not None:
         rate = run["games_settled_per_second"]
         commands_per_game = run["act_by_kind"]["all"]["count"] / run["games"]
@@ -981,6 +1001,11 @@ def grpc_pace(
         commands_per_second = commands_per_game * rate
     if calls_per_second is None:
         calls_per_second = calls_per_game * rate
+    if commands_per_second < 0 or calls_per_second < 0:
+        raise ValueError(
+            f"a pace is a number of commands or calls a second, 0 for as fast as they go, not"
+            f" {commands_per_second} and {calls_per_second}"
+        )
     return commands_per_second or None, calls_per_second or None
 
 
@@ -1189,11 +1214,22 @@ def main(argv: list[str] | None = None) -> int:
         engine = 1 / run["engine_games_per_second"]  # the figure that run's ratio divides by
         traffic = run.get("traffic_per_game")  # a run of main before the counters has none
     relay_batch, records_per_second = kafka_pace(run, arguments.relay_batch, arguments.records_per_second)
-    commands_per_second, calls_per_second = grpc_pace(
-        run, arguments.commands_per_second, arguments.calls_per_second
+    if not 1 <= relay_batch <= arguments.records or records_per_second <= 0:
+        parser.error("--relay-batch from 1 to --records, --records-per-second above 0")
+    try:
+        commands_per_second, calls_per_second = grpc_pace(
+            run, arguments.commands_per_second, arguments.calls_per_second, arguments.commands_per_game
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    commands = (
+        paced_count(commands_per_second, 20_000, arguments.streams)
+        if arguments.commands is None
+        else arguments.commands
     )
-    commands = arguments.commands or paced_count(commands_per_second, 20_000, arguments.streams)
-    calls = arguments.calls or paced_count(calls_per_second, 4_000, CALLERS)
+    calls = paced_count(calls_per_second, 4_000, CALLERS) if arguments.calls is None else arguments.calls
+    if commands < arguments.streams or calls < CALLERS:
+        parser.error(f"--commands at least --streams ({arguments.streams}), --calls at least {CALLERS}")
     counts = GameCounts(
         commands=arguments.commands_per_game,
         responses_per_command=arguments.responses_per_command,

@@ -3,6 +3,7 @@ measurement run for real at a small size (gRPC and SQLite here; Kafka on the ses
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 
@@ -142,10 +143,60 @@ def test_grpc_keeps_to_a_pace_when_asked() -> None:
     result = floor.measure_grpc(
         commands=80, streams=4, calls=40, callers=4, commands_per_second=40.0, calls_per_second=20.0
     )
-    assert (result.commands, result.calls) == (80, 40)  # after each stream's or caller's 2 of warm-up
-    assert result.seconds >= 0.75 * 80 / 40 and result.call_seconds >= 0.75 * 40 / 20
-    assert result.seconds <= 80 / 40 + 5  # kept to the pace, not much slower
-    assert (result.commands_per_second, result.calls_per_second) == (40.0, 20.0)
+    assert (result.commands, result.calls) == (80, 40)  # after the warm-up's (2 a stream, 1 a caller)
+    assert 0.75 * 80 / 40 <= result.seconds <= 2 * 80 / 40 + 1
+    assert 0.75 * 40 / 20 <= result.call_seconds <= 2 * 40 / 20 + 1
+
+
+class _Clock:
+    """A fake `time.monotonic` that `asyncio.sleep` (faked too) moves forward."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        assert seconds >= 0, seconds
+        self.slept.append(self.now + seconds)
+        self.now += seconds
+
+
+def test_a_pace_keeps_each_tasks_phase_and_a_late_task_waits_for_its_next_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(floor.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(floor.asyncio, "sleep", clock.sleep)
+    # 4 tasks at 40 a second: each every 0.1 s, task 1 at 0.025, 0.125, ... and task 2 at 0.05, ...
+    first, second = floor._Pace(4, 40.0, 1), floor._Pace(4, 40.0, 2)
+
+    async def turns() -> None:
+        await first.turn()
+        assert clock.now == pytest.approx(0.025)
+        await first.turn()
+        assert clock.now == pytest.approx(0.125)
+        clock.now = 0.36  # both come late at the same moment (a barrier, a pause of the process)
+        await first.turn()
+        assert clock.now == pytest.approx(0.425)  # its next slot, not now: no burst, its phase kept
+        clock.now = 0.36
+        await second.turn()
+        assert clock.now == pytest.approx(0.45)  # not together with the first
+        await second.turn()
+        assert clock.now == pytest.approx(0.55)
+
+    asyncio.run(turns())
+
+
+def test_without_a_pace_a_task_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(floor.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(floor.asyncio, "sleep", clock.sleep)
+    pace = floor._Pace(4, None, 3)
+    asyncio.run(pace.turn())
+    assert clock.slept == [] and clock.now == 0.0
 
 
 def test_the_grpc_floor_goes_at_a_measured_runs_pace_or_ten_games_a_second() -> None:
@@ -161,6 +212,10 @@ def test_the_grpc_floor_goes_at_a_measured_runs_pace_or_ten_games_a_second() -> 
     assert floor.grpc_pace(None, None, None) == (10 * floor.COMMANDS_PER_GAME, 10 * 16.0)
     # A run kept before the services' counters: its commands, the constant calls a game.
     assert floor.grpc_pace({**run, "traffic_per_game": None}, None, None) == (370.0, 80.0)
+    # No run: 10 games a second of the commands a game given.
+    assert floor.grpc_pace(None, None, None, commands_per_game=80.0) == (800.0, 160.0)
+    with pytest.raises(ValueError, match="a pace is a number"):
+        floor.grpc_pace(None, -1.0, None)
     # 30 s of them at most as many as flat out, a multiple of the streams (or callers).
     assert floor.paced_count(370.0, 20_000, 128) == 11_008
     assert floor.paced_count(None, 20_000, 128) == 19_968
@@ -262,11 +317,12 @@ def test_the_kafka_floor_goes_at_a_measured_runs_pace_in_its_relay_rounds() -> N
     run = {"games_settled_per_second": 3.86, "traffic_per_game": {**TRAFFIC, "table": counted}}
     assert floor.kafka_pace(run, None, None) == (29, pytest.approx(127.1 * 3.86))  # 127.1 / 4.4 = 28.9
     assert floor.kafka_pace(run, 10, 500.0) == (10, 500.0)  # given: as given
-    # A run kept before the relay rounds counter, or none: the relay's rounds at 10 games a second.
+    # A run kept before the relay rounds counter: its pace, in the rounds the relay makes at it.
     assert floor.kafka_pace({"games_settled_per_second": 3.86, "traffic_per_game": TRAFFIC}, None, None) == (
-        floor.RELAY_BATCH,
-        floor.RECORDS_PER_SECOND,
+        round(128.9 * 3.86 * 0.05),
+        pytest.approx(128.9 * 3.86),
     )
+    # None: the relay's rounds at 10 games a second.
     assert floor.kafka_pace(None, None, None) == (floor.RELAY_BATCH, floor.RECORDS_PER_SECOND)
     # 50 ms between the relay's rounds at 1,289 records a second.
     assert floor.RELAY_BATCH == 64

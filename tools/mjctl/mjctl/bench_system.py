@@ -422,11 +422,12 @@ def _print_run(summary: dict[str, Any], database: str) -> None:
             )
         )
     for name, counts in summary.get("traffic_per_game", {}).items():
-        rounds = counts.get("relay rounds", 0.0)  # a run before that counter has none
+        rounds = counts.get("relay rounds")  # a run before that counter has none
         rows.append(
             (
                 f"{name} / game: calls; records out (relay rounds), in; consumer batches",
-                f"{counts['calls']:.1f}; {counts['records produced']:.1f} ({rounds:.1f}),"
+                f"{counts['calls']:.1f}; {counts['records produced']:.1f}"
+                f" ({'–' if rounds is None else f'{rounds:.1f}'}),"
                 f" {counts['records consumed']:.1f}; {counts['consumer batches']:.1f}",
             )
         )

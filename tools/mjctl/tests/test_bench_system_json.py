@@ -146,7 +146,7 @@ def test_a_run_kept_before_the_relay_rounds_counter_prints_none(capsys: pytest.C
     rows = _printed_rows(run, capsys)
     assert (
         rows["table / game: calls; records out (relay rounds), in; consumer batches"]
-        == "4.0; 128.9 (0.0), 5.0; 0.8"
+        == "4.0; 128.9 (–), 5.0; 0.8"
     )
 
 
