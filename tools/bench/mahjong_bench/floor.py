@@ -119,7 +119,15 @@ STREAMS = 128
 CALLERS = 16
 """Calls in flight at once (the bots' Enqueue and WatchTicket calls between games)."""
 CALL_RESPONSE_BYTES = 100
-RELAY_BATCH = max(1, round(RECORDS_PER_SECOND * ROUND_INTERVAL_MS_DEFAULT / 1000))
+
+
+def relay_batch_at(records_per_second: float) -> int:
+    """The records of a relay round at `records_per_second`: its rounds start at least
+    `ROUND_INTERVAL_MS_DEFAULT` apart, so at least that long's records (at least 1)."""
+    return max(1, round(records_per_second * ROUND_INTERVAL_MS_DEFAULT / 1000))
+
+
+RELAY_BATCH = relay_batch_at(RECORDS_PER_SECOND)
 """Records a relay round publishes at `RECORDS_PER_SECOND` (64): the relay's rounds start at least
 `ROUND_INTERVAL_MS_DEFAULT` (50 ms) apart (`OutboxRelay.run_forever`), so a round carries at least
 that long's records. Kafka's cost is mostly per round (at 1,290 records a second, 20 records a
@@ -964,12 +972,6 @@ def kafka_pace(
         else:
             relay_batch = relay_batch_at(records_per_second)
     return relay_batch, records_per_second
-
-
-def relay_batch_at(records_per_second: float) -> int:
-    """The records of a relay round at `records_per_second`: its rounds start at least
-    `ROUND_INTERVAL_MS_DEFAULT` apart, so at least that long's records (at least 1)."""
-    return max(1, round(records_per_second * ROUND_INTERVAL_MS_DEFAULT / 1000))
 
 
 CALLS_PER_GAME = sum(
