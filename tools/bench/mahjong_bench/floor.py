@@ -738,10 +738,11 @@ _Batch = tuple[int, int, list[object], list[object], list[object]]
 """A group commit's commands, events, and its events', outbox rows' and answers' parameters."""
 
 
-def _rows_statement(table: str, rows: int, placeholder: str = "?") -> str:
+def _rows_statement(table: str, rows: int, placeholder: str = "?", suffix: str = "") -> str:
+    """A multi-row INSERT of `rows` rows into `table` (named with `suffix`: PostgreSQL's own tables)."""
     columns = _COLUMNS[table]
     row = "(" + ", ".join([placeholder] * (columns.count(",") + 1)) + ")"
-    return f"INSERT INTO {table} {columns} VALUES " + ", ".join([row] * rows)
+    return f"INSERT INTO {table}{suffix} {columns} VALUES " + ", ".join([row] * rows)
 
 
 def _batches(
@@ -785,15 +786,17 @@ def _write(
     execute: Callable[[str, list[object]], object],
     commit: Callable[[], object],
     server_pid: int | None = None,
+    suffix: str = "",
 ) -> TransactionFloor:
     """Write the batches, each one transaction; the figures of those after the first `warm_up`
-    (this process's CPU, the server's when `server_pid` names it)."""
+    (this process's CPU, the server's when `server_pid` names it). The statements are written
+    before any is timed, into the tables named with `suffix`."""
     statements: dict[tuple[int, int], tuple[str, str, str]] = {}
     for commands, events, *_rows in batches:
         statements[commands, events] = (
-            _rows_statement("events", events, placeholder),
-            _rows_statement("outbox", events, placeholder),
-            _rows_statement("answers", commands, placeholder),
+            _rows_statement("events", events, placeholder, suffix),
+            _rows_statement("outbox", events, placeholder, suffix),
+            _rows_statement("answers", commands, placeholder, suffix),
         )
     rows = 0
     before = server_before = 0.0
@@ -887,11 +890,6 @@ def measure_postgresql(
         connection.commit()
         server_pid = int(backend[0]) if backend is not None and Path(f"/proc/{backend[0]}").exists() else None
 
-        def execute(statement: str, parameters: list[object]) -> None:
-            table = statement.split()[2]
-            statement = statement.replace(f"INTO {table} ", f"INTO {table}_{suffix} ", 1)
-            connection.execute(statement, parameters)
-
         try:
             return _write(
                 "postgresql",
@@ -899,9 +897,10 @@ def measure_postgresql(
                 warm_up,
                 commands_per_batch,
                 "%s",
-                execute,
+                connection.execute,
                 connection.commit,
                 server_pid,
+                suffix=f"_{suffix}",
             )
         finally:
             for table in ("events", "outbox", "answers"):
@@ -974,6 +973,11 @@ def kafka_pace(
     return relay_batch, records_per_second
 
 
+def commands_per_game_of(run: dict[str, Any]) -> float:
+    """A measured `bench_system` run's Play commands a game (its Acts of every kind over its games)."""
+    return float(run["act_by_kind"]["all"]["count"] / run["games"])
+
+
 CALLS_PER_GAME = sum(
     units.get("call served", 0.0) for units in UNITS_PER_GAME.values()
 )  # the table's, matchmaking's and the ledger's: 16
@@ -995,7 +999,7 @@ def grpc_pace(
     calls_per_game = CALLS_PER_GAME
     if run is not None:
         rate = run["games_settled_per_second"]
-        commands_per_game = run["act_by_kind"]["all"]["count"] / run["games"]
+        commands_per_game = commands_per_game_of(run)
         traffic = run.get("traffic_per_game")
         if traffic:
             calls_per_game = sum(counts.get("calls", 0.0) for counts in traffic.values())
@@ -1211,7 +1215,7 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.measured is not None:
         run = json.loads(arguments.measured.read_text())["saturation"]
         measured = run["cpu_seconds_per_game"]
-        arguments.commands_per_game = run["act_by_kind"]["all"]["count"] / run["games"]
+        arguments.commands_per_game = commands_per_game_of(run)
         arguments.responses_per_command = run["responses_per_command"]
         engine = 1 / run["engine_games_per_second"]  # the figure that run's ratio divides by
         traffic = run.get("traffic_per_game")  # a run of main before the counters has none

@@ -248,8 +248,9 @@ TRAFFIC_COUNTERS = {
     "mahjong_consumer_batches_total": "consumer batches",
 }
 """A service's counters (`mahjong_platform.metrics`) that `traffic` reads: the calls it finished
-(unary calls and streams; health checks apart), the outbox messages its relay published, the
-events its tracked consumers handled and the batches (transactions) they applied them in."""
+(unary calls and streams; health checks apart), the outbox messages its relay published and the
+rounds it published them in, the events its tracked consumers handled and the batches
+(transactions) they applied them in."""
 
 
 def traffic(environment: dict[str, str]) -> dict[str, dict[str, float]]:
