@@ -144,8 +144,11 @@ def test_grpc_keeps_to_a_pace_when_asked() -> None:
         commands=80, streams=4, calls=40, callers=4, commands_per_second=40.0, calls_per_second=20.0
     )
     assert (result.commands, result.calls) == (80, 40)  # after the warm-up's (2 a stream, 1 a caller)
-    assert 0.75 * 80 / 40 <= result.seconds <= 2 * 80 / 40 + 1
-    assert 0.75 * 40 / 20 <= result.call_seconds <= 2 * 40 / 20 + 1
+    # At least the pace's time (its sleeps guarantee it, however loaded the box); no upper bound
+    # on the wall clock, which a loaded machine can stretch: the exact spacing of the turns is
+    # `test_a_pace_keeps_each_tasks_phase_and_a_late_task_waits_for_its_next_slot`'s, on a fake clock.
+    assert result.seconds >= 0.75 * 80 / 40
+    assert result.call_seconds >= 0.75 * 40 / 20
 
 
 class _Clock:
